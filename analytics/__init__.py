@@ -1,0 +1,1 @@
+"""analytics computes minute-bucket TPM, stability and concurrency figures and seals snapshots."""

@@ -1,0 +1,1 @@
+"""provenance: the canonical event file, the minute Merkle tree, signed run summaries."""

@@ -1,0 +1,1 @@
+"""storage owns the database: models, the one transaction boundary, bulk writes, migrations."""

@@ -1,0 +1,77 @@
+"""Engines and the one transaction boundary.
+
+Handlers never call ``commit()``: they run inside :func:`transaction` (ORM session)
+or :func:`raw_transaction` (a psycopg connection for COPY), which commit on a clean
+exit and roll back on any exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+import psycopg
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Any ``postgres://`` / ``postgresql://`` URL as a ``postgresql+psycopg://`` URL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The same database as a plain libpq URL, for psycopg and command-line tools."""
+    parsed = make_url(url).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+@lru_cache(maxsize=16)
+def get_engine(url: str) -> Engine:
+    """One pooled engine per database URL per process."""
+    return create_engine(sqlalchemy_url(url), pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def _session_factory(url: str) -> sessionmaker[Session]:
+    return sessionmaker(get_engine(url), expire_on_commit=False)
+
+
+@contextmanager
+def transaction(url: str) -> Iterator[Session]:
+    """An ORM session that commits on exit and rolls back on error."""
+    with _session_factory(url).begin() as session:
+        yield session
+
+
+@contextmanager
+def read_session(url: str) -> Iterator[Session]:
+    """A session for reads only; it never commits."""
+    with _session_factory(url)() as session:
+        yield session
+
+
+@contextmanager
+def raw_transaction(url: str, *, connect_timeout: float = 5.0) -> Iterator[psycopg.Connection]:
+    """A fresh psycopg connection in one transaction: commit on exit, rollback on error."""
+    with (
+        psycopg.connect(libpq_url(url), connect_timeout=int(connect_timeout)) as conn,
+        conn.transaction(),
+    ):
+        yield conn
+
+
+def connect_raw(url: str, *, connect_timeout: float = 5.0) -> psycopg.Connection:
+    """A long-lived psycopg connection for a writer loop; use with :func:`in_transaction`."""
+    return psycopg.connect(libpq_url(url), connect_timeout=int(connect_timeout))
+
+
+@contextmanager
+def in_transaction(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """One transaction on a long-lived connection: commit on exit, rollback on error."""
+    with conn.transaction():
+        yield conn

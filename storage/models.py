@@ -1,0 +1,219 @@
+"""SQLAlchemy 2 typed models.
+
+Times of spans are kept as integer nanoseconds since the Unix epoch (``start_ns``,
+``end_ns``) because the canonical event file publishes them exactly; bookkeeping
+times are timezone-aware UTC timestamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    Text,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint names so Alembic autogenerate and downgrades agree.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Attempt(Base):
+    """One LLM-call attempt span (SPEC §2). Natural key: (trace_id, span_id)."""
+
+    __tablename__ = "attempts"
+
+    trace_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    span_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    parent_span_id: Mapped[bytes | None] = mapped_column(LargeBinary)
+    run_id: Mapped[str] = mapped_column(Text)
+    shard_id: Mapped[str] = mapped_column(Text)
+    declared_shard_count: Mapped[int | None] = mapped_column(Integer)
+    concurrency_cap: Mapped[int | None] = mapped_column(Integer)
+    sweep_id: Mapped[str | None] = mapped_column(Text)
+    call_id: Mapped[str] = mapped_column(Text)
+    # True when call_id came from tpmledger.call.id rather than the span's own id.
+    call_id_explicit: Mapped[bool] = mapped_column(Boolean)
+    # NULL when the span carried no http.request.resend_count (analytics reads it as 0).
+    resend_count: Mapped[int | None] = mapped_column(Integer)
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    end_ns: Mapped[int] = mapped_column(BigInteger)
+    queue_wait_s: Mapped[float | None] = mapped_column(Double)
+    ttft_s: Mapped[float | None] = mapped_column(Double)
+    prompt_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    reported_total_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    model: Mapped[str | None] = mapped_column(Text)
+    provider: Mapped[str | None] = mapped_column(Text)
+    operation_name: Mapped[str | None] = mapped_column(Text)
+    finish_reasons: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    status: Mapped[str] = mapped_column(Text)  # "ok" | "error"
+    error_type: Mapped[str | None] = mapped_column(Text)
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    convention: Mapped[str | None] = mapped_column(Text)
+    span_name: Mapped[str] = mapped_column(Text)
+    span_kind: Mapped[int] = mapped_column(SmallInteger)
+    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    received_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    __table_args__ = (
+        # Every per-run read goes through this index and never touches other runs.
+        Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
+        Index("ix_attempts_trace_id_parent", "trace_id", "parent_span_id"),
+    )
+
+
+# Columns written by the bulk path, in COPY order. Ingest produces rows in this order.
+ATTEMPT_COPY_COLUMNS: tuple[str, ...] = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "run_id",
+    "shard_id",
+    "declared_shard_count",
+    "concurrency_cap",
+    "sweep_id",
+    "call_id",
+    "call_id_explicit",
+    "resend_count",
+    "start_ns",
+    "end_ns",
+    "queue_wait_s",
+    "ttft_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "reported_total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "model",
+    "provider",
+    "operation_name",
+    "finish_reasons",
+    "status",
+    "error_type",
+    "http_status",
+    "convention",
+    "span_name",
+    "span_kind",
+    "span_attributes",
+    "resource_attributes",
+)
+
+
+class Run(Base):
+    """One run, kept current by ingest (first/last event, shards, attempt count)."""
+
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    first_event_ns: Mapped[int] = mapped_column(BigInteger)
+    last_event_ns: Mapped[int] = mapped_column(BigInteger)
+    shard_ids: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    declared_shard_count: Mapped[int | None] = mapped_column(Integer)
+    concurrency_cap: Mapped[int | None] = mapped_column(Integer)
+    sweep_id: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Bumped by every ingest commit that stored spans of this run; the analytics
+    # worker reseals runs whose updated_at is newer than their latest snapshot.
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (Index("ix_runs_sweep_id", "sweep_id"),)
+
+
+class IngestToken(Base):
+    """A bearer token accepted by ingest; only its SHA-256 is stored."""
+
+    __tablename__ = "ingest_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    token_sha256: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Snapshot(Base):
+    """A sealed snapshot (SPEC §5): immutable, versioned per run, linked by seal."""
+
+    __tablename__ = "snapshots"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    seal: Mapped[str] = mapped_column(Text, unique=True)
+    previous_seal: Mapped[str | None] = mapped_column(Text)
+    events_sha256: Mapped[str] = mapped_column(Text)
+    events_count: Mapped[int] = mapped_column(BigInteger)
+    merkle_root: Mapped[str] = mapped_column(Text)
+    tree_size: Mapped[int] = mapped_column(Integer)
+    metrics_sha256: Mapped[str] = mapped_column(Text)
+    # The sealed document exactly as hashed (its JCS bytes hash to ``seal``).
+    document: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Run-level figures with the names of SPEC §8 ``GET /v1/runs/{run_id}``.
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Newest ingest time the snapshot covers (runs.updated_at when it was computed).
+    data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class MinuteMetric(Base):
+    """One minute of one snapshot, for the whole run (shard_id '*') and per shard."""
+
+    __tablename__ = "minute_metrics"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    calls_in_minute: Mapped[int] = mapped_column(BigInteger)
+    prompt_tpm_in: Mapped[int] = mapped_column(BigInteger)
+    completion_tpm_out: Mapped[int] = mapped_column(BigInteger)
+    tpm_total: Mapped[int] = mapped_column(BigInteger)
+    successes: Mapped[int] = mapped_column(BigInteger)
+    failures: Mapped[int] = mapped_column(BigInteger)
+    retries: Mapped[int | None] = mapped_column(BigInteger)
+    retry_rate: Mapped[float | None] = mapped_column(Double)
+    success_rate: Mapped[float | None] = mapped_column(Double)
+    ttft_p50_s: Mapped[float | None] = mapped_column(Double)
+    ttft_p95_s: Mapped[float | None] = mapped_column(Double)
+    ttft_p99_s: Mapped[float | None] = mapped_column(Double)
+    ttft_mean_s: Mapped[float | None] = mapped_column(Double)
+    ttft_variance_s2: Mapped[float | None] = mapped_column(Double)
+    latency_p50_s: Mapped[float | None] = mapped_column(Double)
+    latency_p95_s: Mapped[float | None] = mapped_column(Double)
+    latency_p99_s: Mapped[float | None] = mapped_column(Double)
+    in_flight_mean: Mapped[float | None] = mapped_column(Double)
+    in_flight_max: Mapped[int | None] = mapped_column(Integer)
+    queue_depth_mean: Mapped[float | None] = mapped_column(Double)
+    queue_depth_max: Mapped[int | None] = mapped_column(Integer)
+    concurrency_cap: Mapped[int | None] = mapped_column(Integer)
+    shards_active: Mapped[int] = mapped_column(Integer)

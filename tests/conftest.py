@@ -1,0 +1,111 @@
+"""Shared fixtures: a real PostgreSQL for the whole session, a fresh database per test.
+
+With ``TPMLEDGER_TEST_ADMIN_URL`` (or ``TPMLEDGER_DATABASE_URL``) set, that server is
+used; otherwise an embedded server from the ``pgserver`` wheel is started. A template
+database is migrated once; each test gets a clone of it (CREATE DATABASE … TEMPLATE).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from storage import migrate
+from storage.database import get_engine, libpq_url
+
+pytest_plugins = ["tests.fixtures.servers"]
+
+TEMPLATE = "tpmledger_test_template"
+
+
+def _database_url(server_url: str, name: str) -> str:
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a PostgreSQL server (its ``postgres`` database) for this test session."""
+    external = os.environ.get("TPMLEDGER_TEST_ADMIN_URL") or os.environ.get(
+        "TPMLEDGER_DATABASE_URL"
+    )
+    if external:
+        yield external
+        return
+    import pgserver
+
+    runtime = tmp_path_factory.mktemp("xdg-runtime")
+    runtime.chmod(0o700)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
+    try:
+        yield str(server.get_uri("postgres"))
+    finally:
+        server.cleanup()
+
+
+def _admin(url: str) -> psycopg.Connection:
+    return psycopg.connect(libpq_url(url), autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server_url: str) -> str:
+    with _admin(pg_server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    url = _database_url(pg_server_url, TEMPLATE)
+    migrate.upgrade(url)
+    get_engine(url).dispose()
+    return TEMPLATE
+
+
+def create_test_database(pg_server_url: str, template: str | None) -> str:
+    """A new, empty database (a clone of the migrated template when given); returns its URL."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with _admin(pg_server_url) as conn:
+        if template:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+        else:
+            conn.execute(f"CREATE DATABASE {name}")
+    return _database_url(pg_server_url, name)
+
+
+def drop_test_database(pg_server_url: str, url: str) -> None:
+    get_engine(url).dispose()
+    name = make_url(url).database
+    with _admin(pg_server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, template_database: str) -> Iterator[str]:
+    """A fresh database at the newest migration, dropped after the test."""
+    url = create_test_database(pg_server_url, template_database)
+    try:
+        yield url
+    finally:
+        drop_test_database(pg_server_url, url)
+
+
+@pytest.fixture
+def empty_database_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database with no schema at all (for migration tests)."""
+    url = create_test_database(pg_server_url, None)
+    try:
+        yield url
+    finally:
+        drop_test_database(pg_server_url, url)
+
+
+@pytest.fixture
+def output_dir(request: pytest.FixtureRequest) -> Path:
+    """A per-test folder under ``test-output/`` for screenshots and artefacts kept after the run."""
+    root = Path(__file__).resolve().parent.parent / "test-output"
+    path = root / request.node.name.replace("/", "_").replace("[", "_").replace("]", "")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,69 @@
+"""``tpmledger migrate`` and ``tpmledger runs``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from storage import migrate
+from storage.runs_read import list_runs
+from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "migrate",
+        help="bring the database schema to the newest version",
+        description="Run the Alembic migrations against TPMLEDGER_DATABASE_URL "
+        "(or the embedded PostgreSQL). Safe to run again.",
+    )
+    add_data_dir_option(p)
+    p.add_argument("--revision", default="head", help="target revision (default: head)")
+    p.set_defaults(func=run_migrate)
+
+    p = subparsers.add_parser(
+        "runs",
+        help="list runs with attempts, shards, first/last event and latest seal",
+        description="A table of every run tpmledger has received spans for.",
+    )
+    add_data_dir_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON (the /v1/runs shape)")
+    p.set_defaults(func=run_runs)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    with database(settings) as url:
+        migrate.upgrade(url, args.revision)
+        print(f"database at revision {migrate.current_revision(url)}")
+    return 0
+
+
+def run_runs(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    with database(settings, migrate_to_head=True) as url:
+        runs = list_runs(url)
+    if args.json:
+        print(json.dumps({"runs": runs}, indent=2))
+        return 0
+    if not runs:
+        print("no runs yet: point an OTLP exporter at tpmledger (see `tpmledger up`)")
+        return 0
+    header = ("run_id", "attempts", "shards", "first_event_utc", "last_event_utc", "seal")
+    rows = [
+        (
+            r["run_id"],
+            str(r["attempts"]),
+            str(r["shard_count"]),
+            r["first_event_utc"] or "",
+            r["last_event_utc"] or "",
+            (r["latest_seal"] or "not sealed")[:12],
+        )
+        for r in runs
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    return 0

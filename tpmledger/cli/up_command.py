@@ -1,0 +1,127 @@
+"""``tpmledger up``: every service in one terminal, on the embedded PostgreSQL by default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+from tpmledger.cli.serve_command import add_listener_options, listener_overrides
+from tpmledger.settings import Settings
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "up",
+        help="run everything (database, migrations, ingest, analytics, dashboard)",
+        description="Start PostgreSQL (embedded unless TPMLEDGER_DATABASE_URL is set), migrate, "
+        "then run ingest, the analytics worker and the dashboard as child processes. "
+        "Ctrl-C stops them all.",
+    )
+    add_data_dir_option(p)
+    add_listener_options(p)
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run a short simulated 8-shard fleet (and a small cap sweep)",
+    )
+    p.set_defaults(func=run_up)
+
+
+def exporter_lines(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    return "\n".join(
+        [
+            "Point your shard workers at tpmledger (no code change):",
+            f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{host}:{settings.http_port}",
+            "  export OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"
+            f"   # or grpc, on http://{host}:{settings.grpc_port}",
+            "  export OTEL_RESOURCE_ATTRIBUTES=tpmledger.run.id=my_run,"
+            "tpmledger.shard.id=0,tpmledger.shard.count=8,tpmledger.concurrency.cap=16",
+            f"Dashboard: http://{host}:{settings.dashboard_port}",
+            f"Read API:  http://{host}:{settings.http_port}/v1/runs",
+        ]
+    )
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def run_up(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args, **listener_overrides(args))
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    stopping = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    with database(settings, migrate_to_head=True) as url:
+        env = {
+            **os.environ,
+            "TPMLEDGER_DATABASE_URL": url,
+            "TPMLEDGER_DATA_DIR": str(settings.data_dir),
+            "TPMLEDGER_HOST": settings.host,
+            "TPMLEDGER_HTTP_PORT": str(settings.http_port),
+            "TPMLEDGER_GRPC_PORT": str(settings.grpc_port),
+            "TPMLEDGER_DASHBOARD_PORT": str(settings.dashboard_port),
+        }
+        if settings.insecure:
+            env["TPMLEDGER_INSECURE"] = "true"
+        command = [sys.executable, "-m", "tpmledger.cli.main"]
+        try:
+            for service in ("ingest", "analytics", "dashboard"):
+                proc = subprocess.Popen([*command, "serve", service], env=env)
+                children.append((service, proc))
+            host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+            ingest_url = f"http://{host}:{settings.http_port}"
+            if not _wait_ready(f"{ingest_url}/readyz", children[0][1]):
+                print("ingest did not become ready; see the log above", file=sys.stderr)
+                return 1
+            print("\n" + exporter_lines(settings) + "\n", flush=True)
+            if args.demo:
+                demo = subprocess.Popen([*command, "simulate", "--demo", "--endpoint", ingest_url])
+                children.append(("demo", demo))
+            while not stopping:
+                for name, proc in children:
+                    code = proc.poll()
+                    if code is not None and name != "demo":
+                        print(f"{name} exited with code {code}; stopping", file=sys.stderr)
+                        return 1
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            _stop_children(children)
+    return 0
+
+
+def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+    for _, proc in children:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for _, proc in children:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()

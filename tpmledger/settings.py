@@ -1,0 +1,89 @@
+"""One typed settings object, read from ``TPMLEDGER_*`` environment variables.
+
+Every service reads the same object so ``TPMLEDGER_DATABASE_URL`` and
+``TPMLEDGER_DATA_DIR`` mean the same thing everywhere. Unsafe combinations are
+refused at start-up with a message that says how to fix them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """The per-user data directory (``$XDG_DATA_HOME/tpmledger`` or ``~/.local/share``)."""
+    import os
+
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tpmledger"
+
+
+class UnsafeConfiguration(ValueError):
+    """Raised when a configuration would expose the service without protection."""
+
+
+class Settings(BaseSettings):
+    """Settings shared by every tpmledger service and command."""
+
+    model_config = SettingsConfigDict(env_prefix="TPMLEDGER_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy/psycopg URL of an external PostgreSQL; unset = embedded.",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Embedded PostgreSQL data, signing keys and exports live here.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address every listener binds.")
+    http_port: int = Field(default=4318, description="OTLP/HTTP ingest and the read API.")
+    grpc_port: int = Field(default=4317, description="OTLP/gRPC ingest.")
+    dashboard_port: int = Field(default=8050, description="The Dash dashboard.")
+    insecure: bool = Field(
+        default=False, description="Allow a non-loopback bind with no ingest token configured."
+    )
+    ingest_tokens: list[str] = Field(
+        default_factory=list,
+        description="Bearer tokens accepted by ingest in addition to those stored in the database.",
+    )
+    queue_max_spans: int = Field(
+        default=200_000, description="Bound on spans waiting for the group-commit writer."
+    )
+    commit_max_spans: int = Field(
+        default=50_000, description="At most this many spans go into one group commit."
+    )
+    retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
+    reseal_quiet_s: float = Field(
+        default=10.0, description="A run is resealed once it received no data for this long."
+    )
+    analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
+    signing_key_path: Path | None = Field(
+        default=None, description="Ed25519 private key (PEM); default under the data dir."
+    )
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.data_dir / "keys"
+
+    def check_bind_is_safe(self, has_tokens: bool) -> None:
+        """Refuse to listen beyond loopback without ingest tokens unless told ``--insecure``."""
+        if has_tokens or self.insecure or is_loopback(self.host):
+            return
+        raise UnsafeConfiguration(
+            f"refusing to bind {self.host} with no ingest token configured: create one with "
+            "`tpmledger tokens create NAME` (or set TPMLEDGER_INGEST_TOKENS), bind 127.0.0.1, "
+            "or pass --insecure to accept unauthenticated spans from the network"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
