@@ -1,0 +1,15 @@
+"""The JSON read API of SPEC §8, mounted on the ingest HTTP listener (OpenAPI documented)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from read_api import runs_routes, summary_routes
+
+
+def build_router(database_url: str) -> APIRouter:
+    """All read endpoints over ``database_url``; ingest adds its auth dependency around it."""
+    router = APIRouter(prefix="/v1")
+    router.include_router(runs_routes.build_router(database_url))
+    router.include_router(summary_routes.build_router(database_url))
+    return router
