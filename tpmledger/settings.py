@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -43,12 +43,21 @@ class Settings(BaseSettings):
     http_port: int = Field(default=4318, description="OTLP/HTTP ingest and the read API.")
     grpc_port: int = Field(default=4317, description="OTLP/gRPC ingest.")
     dashboard_port: int = Field(default=8050, description="The Dash dashboard.")
+    public_api_url: str | None = Field(
+        default=None,
+        description="Base URL browsers use for the read API (dashboard download links); "
+        "default http://<host>:<http_port>.",
+    )
     insecure: bool = Field(
         default=False, description="Allow a non-loopback bind with no ingest token configured."
     )
     ingest_tokens: list[str] = Field(
         default_factory=list,
         description="Bearer tokens accepted by ingest in addition to those stored in the database.",
+    )
+    ingest_tokens_file: Path | None = Field(
+        default=None,
+        description="File with one accepted bearer token per line (e.g. a compose secret).",
     )
     queue_max_spans: int = Field(
         default=200_000, description="Bound on spans waiting for the group-commit writer."
@@ -64,6 +73,29 @@ class Settings(BaseSettings):
     signing_key_path: Path | None = Field(
         default=None, description="Ed25519 private key (PEM); default under the data dir."
     )
+
+    @model_validator(mode="after")
+    def _read_token_file(self) -> Settings:
+        """Tokens from ``ingest_tokens_file`` join ``ingest_tokens`` (blank lines and # skipped)."""
+        if self.ingest_tokens_file is not None:
+            try:
+                text = self.ingest_tokens_file.read_text()
+            except OSError as exc:
+                raise ValueError(
+                    f"cannot read TPMLEDGER_INGEST_TOKENS_FILE {self.ingest_tokens_file}: {exc}"
+                ) from exc
+            lines = [line.strip() for line in text.splitlines()]
+            extra = [t for t in lines if t and not t.startswith("#")]
+            self.ingest_tokens = [*self.ingest_tokens, *extra]
+        return self
+
+    @property
+    def api_base_url(self) -> str:
+        """Where a browser reaches the read API (``public_api_url`` or this host's listener)."""
+        if self.public_api_url:
+            return self.public_api_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.http_port}"
 
     @property
     def keys_dir(self) -> Path:

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tpmledger.cli.key_commands",
     "tpmledger.cli.token_commands",
     "tpmledger.cli.simulate_command",
+    "tpmledger.cli.probe_command",
 )
 
 
