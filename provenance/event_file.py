@@ -1,0 +1,188 @@
+"""The canonical event file (SPEC §5): one RFC 8785 (JCS) JSON object per line.
+
+Lines are ordered by (end_ns, trace_id, span_id) and end with ``\\n``; every line has
+exactly the keys of :data:`EVENT_SCHEMA` (already in JCS order), nanosecond times are
+decimal strings and absent values are ``null``. ``events_sha256`` is the SHA-256 of the
+file's bytes, so ``sha256sum events.jsonl`` reproduces it.
+
+The writer is vectorised: the key set is fixed, so each line is a Polars ``concat_str``
+of literal key fragments and per-column value text. Only values Polars cannot format
+the JCS way (strings needing escapes, floats outside ECMAScript's plain-decimal range)
+go through the ``rfc8785`` package, one distinct value at a time. Tests prove the bytes
+identical to ``rfc8785.dumps`` of each record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import rfc8785
+
+EVENTS_FORMAT = "tpmledger.events.v1"
+
+# Keys of one event line, in JCS (sorted) order, with their column types.
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "call_id": pl.String(),
+    "completion_tokens": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "error_type": pl.String(),
+    "http_status": pl.Int64(),
+    "model": pl.String(),
+    "prompt_tokens": pl.Int64(),
+    "queue_wait_s": pl.Float64(),
+    "resend_count": pl.Int64(),
+    "run_id": pl.String(),
+    "shard_id": pl.String(),
+    "span_id": pl.String(),
+    "start_ns": pl.Int64(),
+    "status": pl.String(),
+    "trace_id": pl.String(),
+    "ttft_s": pl.Float64(),
+}
+EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
+# Integer columns published as decimal strings (nanoseconds exceed 2^53).
+NS_COLUMNS = frozenset({"start_ns", "end_ns"})
+ORDER_COLUMNS = ("end_ns", "trace_id", "span_id")
+
+# ECMAScript prints numbers in plain decimal notation for 1e-6 <= |x| < 1e21.
+_PLAIN_DECIMAL = r"^-?[0-9]+\.[0-9]+$"
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+
+
+@dataclass(frozen=True)
+class EventFile:
+    """The file's bytes, its digest, and where each line starts (for per-minute hashing)."""
+
+    data: memoryview
+    sha256: str
+    count: int
+    # offsets[i] is the byte where line i starts; offsets[count] == len(data).
+    offsets: pl.Series
+
+    def slice_sha256(self, first_line: int, end_line: int) -> str:
+        """SHA-256 of lines ``first_line`` (inclusive) to ``end_line`` (exclusive)."""
+        start, end = int(self.offsets[first_line]), int(self.offsets[end_line])
+        return hashlib.sha256(self.data[start:end]).hexdigest()
+
+    def tobytes(self) -> bytes:
+        return bytes(self.data)
+
+
+def canonical_order(events: pl.DataFrame) -> pl.DataFrame:
+    """Events with exactly the canonical columns and types, in canonical line order."""
+    return events.select([pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items()]).sort(
+        ORDER_COLUMNS
+    )
+
+
+def _jcs_text(value: object) -> str:
+    return rfc8785.dumps(value).decode("utf-8")  # type: ignore[arg-type]
+
+
+def _string_values(series: pl.Series) -> pl.Series:
+    quoted = '"' + series + '"'
+    needs = series.str.contains(_NEEDS_ESCAPE).fill_null(False)
+    if needs.any():
+        special = {v: _jcs_text(v) for v in series.filter(needs).unique().to_list()}
+        quoted = (
+            pl.DataFrame({"s": series, "q": quoted, "n": needs})
+            .select(
+                pl.when(pl.col("n"))
+                .then(pl.col("s").replace_strict(special, default=None, return_dtype=pl.String))
+                .otherwise(pl.col("q"))
+            )
+            .to_series()
+        )
+    return quoted.fill_null("null")
+
+
+def _float_values(series: pl.Series) -> pl.Series:
+    text = series.cast(pl.String)
+    magnitude = series.abs()
+    plain = text.str.contains(_PLAIN_DECIMAL).fill_null(False) & (
+        ((magnitude >= 1e-6) & (magnitude < 1e21)) | (magnitude == 0)
+    ).fill_null(False)
+    # "12.0" -> "12" and "-0.0" -> "0", as ECMAScript Number::toString prints them.
+    text = text.str.replace(r"\.0$", "").str.replace(r"^-0$", "0")
+    if (~plain & series.is_not_null()).any():
+        odd = series.filter(~plain & series.is_not_null()).unique().to_list()
+        special = {v: _jcs_text(float(v)) for v in odd}
+        text = (
+            pl.DataFrame({"v": series, "t": text, "p": plain})
+            .select(
+                pl.when(pl.col("p"))
+                .then(pl.col("t"))
+                .otherwise(
+                    pl.col("v").replace_strict(special, default=None, return_dtype=pl.String)
+                )
+            )
+            .to_series()
+        )
+    return text.fill_null("null")
+
+
+def _value_text(name: str, series: pl.Series) -> pl.Series:
+    if name in NS_COLUMNS:
+        return ('"' + series.cast(pl.String) + '"').fill_null("null")
+    dtype = EVENT_SCHEMA[name]
+    if dtype == pl.String():
+        return _string_values(series)
+    if dtype == pl.Float64():
+        return _float_values(series)
+    return series.cast(pl.String).fill_null("null")
+
+
+def canonical_lines(events: pl.DataFrame) -> pl.Series:
+    """One JCS line (with its trailing newline) per event, in canonical order."""
+    ordered = canonical_order(events)
+    parts: list[pl.Series] = []
+    for i, name in enumerate(EVENT_COLUMNS):
+        prefix = "{" if i == 0 else ","
+        parts.append(pl.Series([f'{prefix}"{name}":']))
+        parts.append(_value_text(name, ordered.get_column(name)))
+    parts.append(pl.Series(["}\n"]))
+    frame = pl.DataFrame({f"c{i}": p for i, p in enumerate(parts) if len(p) != 1})
+    literals = {i: p.item() for i, p in enumerate(parts) if len(p) == 1}
+    exprs = [pl.lit(literals[i]) if i in literals else pl.col(f"c{i}") for i in range(len(parts))]
+    if ordered.height == 0:
+        return pl.Series("line", [], dtype=pl.String)
+    return frame.select(pl.concat_str(exprs).alias("line")).to_series().rechunk()
+
+
+def build_event_file(events: pl.DataFrame) -> EventFile:
+    """The canonical file of ``events`` (any order, canonical columns) with its digest."""
+    lines = canonical_lines(events)
+    array = lines.to_arrow()
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    array = array.cast(pa.large_string())
+    if len(array) == 0:
+        empty = memoryview(b"")
+        return EventFile(empty, hashlib.sha256(empty).hexdigest(), 0, pl.Series([0]))
+    lengths = lines.str.len_bytes().cast(pl.Int64)
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
+    # First value offset of the (possibly sliced) Arrow array: int64 little-endian.
+    offsets_buffer = memoryview(array.buffers()[1])
+    base = int.from_bytes(offsets_buffer[array.offset * 8 : array.offset * 8 + 8], "little")
+    data = memoryview(array.buffers()[2])[base : base + int(offsets[-1])]
+    return EventFile(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        count=len(array),
+        offsets=offsets,
+    )
+
+
+def read_events(source: str | Path | bytes) -> pl.DataFrame:
+    """Parse a canonical event file (path or bytes) into a frame with EVENT_SCHEMA types."""
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    if not data.strip():
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    read_schema = {k: (pl.String() if k in NS_COLUMNS else v) for k, v in EVENT_SCHEMA.items()}
+    frame = pl.read_ndjson(io.BytesIO(data), schema=read_schema)
+    return frame.with_columns(pl.col(c).cast(pl.Int64) for c in NS_COLUMNS).select(EVENT_COLUMNS)

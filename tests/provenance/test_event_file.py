@@ -1,0 +1,157 @@
+"""The fast canonical event-file writer is byte-identical to ``rfc8785.dumps`` per line."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import polars as pl
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from provenance.event_file import (
+    EVENT_COLUMNS,
+    EVENT_SCHEMA,
+    build_event_file,
+    canonical_order,
+    read_events,
+)
+
+
+def reference_bytes(records: list[dict[str, Any]]) -> bytes:
+    """The file as the rfc8785 package writes it, one record at a time."""
+    ordered = sorted(records, key=lambda r: (r["end_ns"], r["trace_id"], r["span_id"]))
+    out = []
+    for r in ordered:
+        doc = dict(r)
+        for key in ("start_ns", "end_ns"):
+            doc[key] = None if r[key] is None else str(r[key])
+        out.append(rfc8785.dumps(doc) + b"\n")
+    return b"".join(out)
+
+
+def record(i: int, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "call_id": f"call-{i}",
+        "completion_tokens": 50 + i,
+        "end_ns": 1_769_917_442_000_000_000 + i * 1_000_003,
+        "error_type": None,
+        "http_status": 200,
+        "model": "gpt-test",
+        "prompt_tokens": 100 + i,
+        "queue_wait_s": None,
+        "resend_count": None,
+        "run_id": "run-a",
+        "shard_id": str(i % 8),
+        "span_id": f"{i:016x}",
+        "start_ns": 1_769_917_440_000_000_000 + i,
+        "status": "ok",
+        "trace_id": f"{i * 7919:032x}",
+        "ttft_s": 0.1 + i / 1000,
+    }
+    base.update(overrides)
+    return base
+
+
+def frame(records: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(records, schema=EVENT_SCHEMA)
+
+
+def test_generated_records_match_rfc8785_and_sha256() -> None:
+    records = [record(i) for i in range(500)]
+    records[3]["error_type"] = "rate_limit"
+    records[3]["status"] = "error"
+    records[3]["http_status"] = 429
+    records[4]["ttft_s"] = 2.0
+    records[5]["queue_wait_s"] = 1e-7
+    records[6]["queue_wait_s"] = 123456789012345678901234.0
+    file = build_event_file(frame(records))
+    expected = reference_bytes(records)
+    assert file.tobytes() == expected
+    assert file.sha256 == hashlib.sha256(expected).hexdigest()
+    assert file.count == 500
+
+
+def test_lines_have_exactly_the_canonical_keys_in_order() -> None:
+    line = build_event_file(frame([record(1)])).tobytes().decode()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert line.startswith('{"call_id":"call-1","completion_tokens":51,"end_ns":"')
+    assert '"resend_count":null' in line and '"error_type":null' in line
+    assert list(EVENT_COLUMNS) == sorted(EVENT_COLUMNS)
+
+
+def test_empty_file() -> None:
+    file = build_event_file(frame([]))
+    assert file.tobytes() == b""
+    assert file.sha256 == hashlib.sha256(b"").hexdigest()
+    assert read_events(b"").height == 0
+
+
+def test_per_minute_slices_hash_their_lines() -> None:
+    records = [record(i) for i in range(10)]
+    file = build_event_file(frame(records))
+    lines = reference_bytes(records).splitlines(keepends=True)
+    assert file.slice_sha256(2, 5) == hashlib.sha256(b"".join(lines[2:5])).hexdigest()
+    assert file.slice_sha256(4, 4) == hashlib.sha256(b"").hexdigest()
+
+
+finite_floats = st.floats(allow_nan=False, allow_infinity=False)
+text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
+maybe_int = st.none() | st.integers(min_value=0, max_value=10**9)
+
+
+@st.composite
+def event_records(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "call_id": draw(text),
+        "completion_tokens": draw(maybe_int),
+        "end_ns": draw(st.integers(min_value=0, max_value=2**62)),
+        "error_type": draw(st.none() | text),
+        "http_status": draw(st.none() | st.integers(min_value=100, max_value=599)),
+        "model": draw(st.none() | text),
+        "prompt_tokens": draw(maybe_int),
+        "queue_wait_s": draw(st.none() | finite_floats),
+        "resend_count": draw(st.none() | st.integers(min_value=0, max_value=100)),
+        "run_id": draw(text),
+        "shard_id": draw(text),
+        "span_id": draw(st.binary(min_size=8, max_size=8)).hex(),
+        "start_ns": draw(st.integers(min_value=0, max_value=2**62)),
+        "status": draw(st.sampled_from(["ok", "error"])),
+        "trace_id": draw(st.binary(min_size=16, max_size=16)).hex(),
+        "ttft_s": draw(
+            st.none()
+            | finite_floats
+            | st.sampled_from([0.0, -0.0, 5e-324, 1e-7, 1e-6, 1e21, 1e20, -1.5e-9, 2.5e15])
+        ),
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(event_records(), max_size=20))
+def test_hypothesis_records_match_rfc8785(records: list[dict[str, Any]]) -> None:
+    file = build_event_file(frame(records))
+    assert file.tobytes() == reference_bytes(records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(event_records(), max_size=10))
+def test_read_events_round_trips_bytes(records: list[dict[str, Any]]) -> None:
+    first = build_event_file(frame(records))
+    parsed = read_events(first.tobytes())
+    assert build_event_file(parsed).tobytes() == first.tobytes()
+    expected = canonical_order(frame(records)).with_columns(
+        # -0.0 is written as 0, so it reads back as +0.0
+        pl.col("queue_wait_s", "ttft_s").map_elements(
+            lambda v: 0.0 if v == 0 else v, return_dtype=pl.Float64
+        )
+    )
+    got = parsed.with_columns(
+        pl.col("queue_wait_s", "ttft_s").map_elements(
+            lambda v: 0.0 if v == 0 else v, return_dtype=pl.Float64
+        )
+    )
+    assert_frame_equal(got, expected)
+    assert all(not math.isnan(v) for v in got["ttft_s"].drop_nulls())
