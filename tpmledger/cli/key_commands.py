@@ -1,9 +1,86 @@
-"""Subcommands of this area are registered here (filled in by the area's issue)."""
+"""``tpmledger keys show|rotate``: the Ed25519 key that signs run summaries."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any
+
+from provenance.signing_keys import (
+    SigningKeyError,
+    load_or_create_signing_key,
+    public_keys,
+    rotate_signing_key,
+)
+from tpmledger.cli.database_option import add_data_dir_option, settings_from_args
 
 
 def register(subparsers: Any) -> None:
-    """No subcommands yet."""
+    """Add ``keys show`` and ``keys rotate``."""
+    keys = subparsers.add_parser(
+        "keys",
+        help="show or rotate the summary signing key",
+        description="The Ed25519 key that signs run summaries (created on first use, mode 0600).",
+    )
+    actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+
+    show = actions.add_parser(
+        "show",
+        help="print the public key (PEM) and its fingerprint",
+        description="Print the current public key (SPKI PEM) and its fingerprint "
+        "(SHA-256 of the SPKI DER); --all adds retired keys.",
+    )
+    add_data_dir_option(show)
+    show.add_argument("--all", action="store_true", help="also print retired public keys")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=show_keys)
+
+    rotate = actions.add_parser(
+        "rotate",
+        help="retire the current key (public half kept) and create a new one",
+        description="New summaries are signed with a fresh key; the old public key stays "
+        "under keys/retired/ and is still served by GET /v1/keys.",
+    )
+    add_data_dir_option(rotate)
+    rotate.add_argument("--json", action="store_true", help="print JSON")
+    rotate.set_defaults(func=rotate_keys)
+
+
+def show_keys(args: argparse.Namespace) -> int:
+    """Print the public key(s); creates the key on first use."""
+    settings = settings_from_args(args)
+    try:
+        keys = public_keys(settings)
+    except SigningKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not args.all:
+        keys = keys[:1]
+    if args.json:
+        rows = [{"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem} for k in keys]
+        print(json.dumps({"keys": rows}, indent=2))
+        return 0
+    for key in keys:
+        state = "current" if key.current else "retired"
+        print(f"fingerprint: {key.fingerprint} ({state}, sha256 of SPKI DER)")
+        print(key.pem, end="")
+    return 0
+
+
+def rotate_keys(args: argparse.Namespace) -> int:
+    """Rotate the managed key and print both fingerprints."""
+    settings = settings_from_args(args)
+    try:
+        old, new = rotate_signing_key(settings)
+        path = load_or_create_signing_key(settings).path
+    except SigningKeyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"retired": old.fingerprint, "current": new.fingerprint}))
+        return 0
+    print(f"retired: {old.fingerprint} (public key kept under {path.parent / 'retired'})")
+    print(f"current: {new.fingerprint}")
+    print(new.public_pem, end="")
+    return 0
