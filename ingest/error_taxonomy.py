@@ -1,0 +1,113 @@
+"""The one error taxonomy of ingest: retryable versus permanent (SPEC §3).
+
+It follows the OTLP specification, "OTLP/HTTP Response" → "Failures" and
+"OTLP/gRPC Response" → "Failures" (opentelemetry-proto ``docs/specification.md``):
+
+- *Retryable* — the sender should try the same payload again later. HTTP 503 with a
+  ``Retry-After`` header; gRPC ``UNAVAILABLE`` with a ``google.rpc.RetryInfo`` detail.
+  Used for a full queue (overload) and an unreachable database.
+- *Permanent* — the payload itself is wrong; retrying cannot help. HTTP 400 / 413 / 415;
+  gRPC ``INVALID_ARGUMENT``. Used for undecodable, oversize and unsupported bodies.
+- *Unauthenticated* — 401 / ``UNAUTHENTICATED`` (permanent until the token is fixed).
+
+Per the OTLP spec, HTTP error bodies are a ``google.rpc.Status`` encoded like the request.
+Partially invalid requests are not errors: they succeed with ``partial_success``.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+
+class IngestError(Exception):
+    """Base of every error ingest answers with instead of a success."""
+
+    http_status: int = 400
+    grpc_code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def to_status(self) -> status_pb2.Status:
+        """The ``google.rpc.Status`` carried by HTTP error bodies and gRPC trailers."""
+        status = status_pb2.Status(code=self.grpc_code.value[0], message=self.message)
+        if self.retryable and self.retry_after_s is not None:
+            info = error_details_pb2.RetryInfo(
+                retry_delay=duration_pb2.Duration(seconds=self.retry_after_s)
+            )
+            detail = any_pb2.Any()
+            detail.Pack(info)
+            status.details.append(detail)
+        return status
+
+    def http_headers(self) -> dict[str, str]:
+        """Headers for the HTTP answer: ``Retry-After`` on retryable errors."""
+        if self.retryable:
+            return {"Retry-After": str(self.retry_after_s or 1)}
+        return {}
+
+    def grpc_trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        """The rich status (with RetryInfo) as gRPC expects it in ``grpc-status-details-bin``."""
+        return (("grpc-status-details-bin", self.to_status().SerializeToString()),)
+
+
+# --- permanent: the payload is wrong (OTLP: "MUST NOT retry") -------------------------
+
+
+class UndecodableBody(IngestError):
+    """The body is not a valid ExportTraceServiceRequest in the declared encoding → 400."""
+
+
+class PoisonRequest(IngestError):
+    """Decodable, but the database refused the rows (e.g. NUL in text) → 400."""
+
+
+class PayloadTooLarge(IngestError):
+    """Over 16 MiB compressed or 64 MiB decompressed → 413."""
+
+    http_status = 413
+
+
+class UnsupportedMediaType(IngestError):
+    """A content type or content encoding ingest does not speak → 415."""
+
+    http_status = 415
+
+
+class Unauthenticated(IngestError):
+    """Missing or unknown bearer token → 401 / UNAUTHENTICATED."""
+
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+# --- retryable: try the same payload later (OTLP: 503 / UNAVAILABLE) --------------------
+
+
+class Overloaded(IngestError):
+    """The bounded queue is full; the sender should back off → 503 + Retry-After."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class DatabaseUnavailable(IngestError):
+    """PostgreSQL cannot be reached or the commit failed → 503 + Retry-After."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class ShuttingDown(IngestError):
+    """The server is stopping and accepts nothing new → 503 + Retry-After."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True

@@ -1,0 +1,131 @@
+"""The OTLP/HTTP listener (port 4318): ``POST /v1/traces``, health, metrics, read API.
+
+Order of checks on ``POST /v1/traces`` (SPEC §3): auth (401) → content type (415) →
+declared length (413) → streamed, size-limited decoding of the body (413 / 415 / 400) →
+decode (400) → normalize → group commit (503 when overloaded or the database is down) →
+200 with an ``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
+``google.rpc.Status`` in the request's encoding (OTLP spec, "OTLP/HTTP Response").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+import read_api
+from ingest.auth import TokenVerifier
+from ingest.error_taxonomy import IngestError, PayloadTooLarge
+from ingest.export_handler import TraceExportHandler
+from ingest.metrics import IngestMetrics
+from ingest.otlp_http_codec import (
+    JSON,
+    MAX_COMPRESSED_BYTES,
+    BodyReader,
+    decode_request,
+    encode_message,
+    media_type,
+)
+from storage import migrate
+
+log = logging.getLogger(__name__)
+
+_READY_TIMEOUT_S = 3.0
+
+
+def build_app(
+    handler: TraceExportHandler,
+    *,
+    database_url: str,
+    verifier: TokenVerifier,
+    metrics: IngestMetrics,
+) -> FastAPI:
+    """The FastAPI app of the ingest HTTP listener."""
+    app = FastAPI(
+        title="tpmledger",
+        summary="OTLP/HTTP trace ingest and the read API of tpmledger",
+        version="1",
+    )
+
+    async def require_token(request: Request) -> None:
+        # Raises Unauthenticated, answered 401 by the IngestError handler below.
+        verifier.check_authorization(request.headers.get("authorization"))
+
+    @app.exception_handler(IngestError)
+    async def _answer_ingest_error(request: Request, err: IngestError) -> Response:
+        return error_response(err, JSON)
+
+    @app.post(
+        "/v1/traces",
+        summary="OTLP/HTTP trace export (protobuf or OTLP/JSON; gzip/deflate)",
+        response_class=Response,
+    )
+    async def export_traces(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        error_media = JSON if (content_type or "").lower().startswith(JSON) else None
+        try:
+            verifier.check_authorization(request.headers.get("authorization"))
+            media = media_type(content_type)
+            error_media = media
+            _check_declared_length(request.headers.get("content-length"))
+            reader = BodyReader(request.headers.get("content-encoding"))
+            async for chunk in request.stream():
+                reader.feed(chunk)
+            export_request = decode_request(reader.finish(), media)
+            del reader  # the decoded body can be large; the message holds what we need
+            response = await handler.export(export_request)
+        except IngestError as err:
+            metrics.requests.labels("http", str(err.http_status)).inc()
+            return error_response(err, error_media)
+        metrics.requests.labels("http", "200").inc()
+        return Response(encode_message(response, media), media_type=media)
+
+    @app.get("/healthz", summary="The process is up")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="The database is reachable and migrated to head")
+    async def readyz() -> Response:
+        reason = await _not_ready_reason(database_url)
+        if reason:
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", summary="Prometheus metrics of this ingest process")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    app.include_router(read_api.build_router(database_url), dependencies=[Depends(require_token)])
+    return app
+
+
+def error_response(err: IngestError, media: str | None) -> Response:
+    """An error answer: ``google.rpc.Status`` body (JSON if the request's type is unknown)."""
+    media = media or JSON
+    headers: dict[str, Any] = err.http_headers()
+    if err.http_status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return Response(
+        encode_message(err.to_status(), media),
+        status_code=err.http_status,
+        media_type=media,
+        headers=headers,
+    )
+
+
+def _check_declared_length(content_length: str | None) -> None:
+    if content_length and content_length.isdigit() and int(content_length) > MAX_COMPRESSED_BYTES:
+        raise PayloadTooLarge(f"body over {MAX_COMPRESSED_BYTES} bytes")
+
+
+async def _not_ready_reason(database_url: str) -> str | None:
+    try:
+        at_head = await asyncio.wait_for(
+            asyncio.to_thread(migrate.is_at_head, database_url), _READY_TIMEOUT_S
+        )
+    except Exception as exc:  # unreachable, refused, timed out: all mean "not ready"
+        return f"database unreachable: {type(exc).__name__}"
+    return None if at_head else "database schema is not at the newest migration"

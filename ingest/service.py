@@ -1,0 +1,113 @@
+"""``tpmledger serve ingest``: OTLP/HTTP and OTLP/gRPC in one process and event loop.
+
+Both listeners share one :class:`~ingest.group_commit.GroupCommitWriter`, so requests
+from either transport are committed together. On SIGTERM/SIGINT the listeners stop
+accepting, requests in flight finish, the queue is flushed to the database, and the
+process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+
+from ingest.auth import TokenVerifier
+from ingest.export_handler import TraceExportHandler
+from ingest.group_commit import GroupCommitWriter
+from ingest.grpc_server import TraceService, build_grpc_server
+from ingest.http_app import build_app
+from ingest.metrics import IngestMetrics
+from tpmledger.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_GRACE_S = 15.0
+
+
+class _HttpServer(uvicorn.Server):
+    """uvicorn without its own signal handling: :func:`serve` owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def run(settings: Settings) -> None:
+    """Run ingest until SIGTERM/SIGINT (``settings.database_url`` must be set)."""
+    asyncio.run(serve(settings))
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Serve both listeners until ``stop`` is set or a signal arrives; then drain and return."""
+    if not settings.database_url:
+        raise ValueError("ingest needs settings.database_url")
+    url = settings.database_url
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    metrics = IngestMetrics()
+    verifier = TokenVerifier(url, settings.ingest_tokens)
+    try:
+        await asyncio.to_thread(verifier.load)
+    except Exception as exc:  # start anyway: /readyz reports the database, writes get 503
+        log.warning("database not reachable at start (%s); tokens load later", type(exc).__name__)
+    settings.check_bind_is_safe(has_tokens=verifier.required)
+
+    writer = GroupCommitWriter(
+        url,
+        max_queue_spans=settings.queue_max_spans,
+        max_commit_spans=settings.commit_max_spans,
+        retry_after_s=settings.retry_after_s,
+        metrics=metrics,
+    )
+    writer.start()
+    handler = TraceExportHandler(writer, metrics)
+    app = build_app(handler, database_url=url, verifier=verifier, metrics=metrics)
+    http = _HttpServer(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.http_port,
+            log_config=None,
+            access_log=False,  # per-request lines cost throughput; /metrics counts answers
+            server_header=False,
+            timeout_graceful_shutdown=int(_GRACE_S),
+        )
+    )
+    grpc_server = build_grpc_server(
+        TraceService(handler, verifier, metrics), settings.host, settings.grpc_port
+    )
+    await grpc_server.start()
+    http_task = asyncio.create_task(http.serve(), name="http")
+    refresh_task = asyncio.create_task(verifier.refresh_forever(), name="token-refresh")
+    log.info(
+        "ingest listening: OTLP/HTTP %s:%d, OTLP/gRPC %s:%d",
+        settings.host,
+        settings.http_port,
+        settings.host,
+        settings.grpc_port,
+    )
+    stop_task = asyncio.create_task(stop.wait(), name="stop")
+    try:
+        await asyncio.wait({stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        log.info("ingest stopping: no new requests, flushing the queue")
+        http.should_exit = True
+        refresh_task.cancel()
+        stop_task.cancel()
+        # Both listeners stop accepting; requests in flight still get their commit.
+        await asyncio.gather(http_task, grpc_server.stop(_GRACE_S), return_exceptions=True)
+        await writer.close()
+        log.info("ingest stopped")
+    if http_task.done() and not http_task.cancelled() and http_task.exception():
+        raise RuntimeError("the HTTP listener failed") from http_task.exception()
+    if not http.started:
+        raise RuntimeError(f"could not start OTLP/HTTP on {settings.host}:{settings.http_port}")
