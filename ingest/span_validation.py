@@ -1,0 +1,71 @@
+"""Validation of LLM-call spans (SPEC §2, "Invalid spans").
+
+An invalid span is rejected with a human-readable reason and reported through OTLP
+partial success; the rest of its request is stored. Each check returns ``None`` when the
+span passes, else the reason. Reasons are fixed strings (plus the offending attribute
+key) so a request with many bad spans yields few distinct reasons.
+
+Decisions the SPEC leaves open, documented in ``docs/conventions.md``:
+- a token count may arrive as an OTLP int, or as a double with an integral value
+  (JavaScript SDKs and OTLP/JSON encoders send some integers as doubles); strings,
+  booleans, fractional doubles and anything outside [0, 10^9] are rejected;
+- ``parent_span_id`` may be empty (a root span) or 8 bytes; all zeros counts as empty;
+- both start and end must lie in [2000-01-01T00:00:00Z, now + 1 day].
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+MAX_TOKENS: Final = 1_000_000_000
+# 2000-01-01T00:00:00Z in Unix nanoseconds.
+MIN_TIMESTAMP_NS: Final = 946_684_800 * 1_000_000_000
+FUTURE_SLACK_NS: Final = 86_400 * 1_000_000_000
+
+_ZERO_TRACE_ID: Final = bytes(16)
+_ZERO_SPAN_ID: Final = bytes(8)
+
+REASON_TRACE_ID: Final = "trace_id must be 16 bytes and not all zero"
+REASON_SPAN_ID: Final = "span_id must be 8 bytes and not all zero"
+REASON_PARENT_SPAN_ID: Final = "parent_span_id must be empty or 8 bytes"
+REASON_END_BEFORE_START: Final = "span end time is before its start time"
+REASON_TIME_RANGE: Final = "span timestamps must lie between 2000-01-01 and now + 1 day"
+
+
+def check_ids(trace_id: bytes, span_id: bytes, parent_span_id: bytes) -> str | None:
+    """Reason the span's ids are invalid, or ``None``."""
+    if len(trace_id) != 16 or trace_id == _ZERO_TRACE_ID:
+        return REASON_TRACE_ID
+    if len(span_id) != 8 or span_id == _ZERO_SPAN_ID:
+        return REASON_SPAN_ID
+    if parent_span_id and len(parent_span_id) != 8:
+        return REASON_PARENT_SPAN_ID
+    return None
+
+
+def check_times(start_ns: int, end_ns: int, latest_ns: int) -> str | None:
+    """Reason the span's times are invalid, or ``None``; ``latest_ns`` = now + 1 day."""
+    if end_ns < start_ns:
+        return REASON_END_BEFORE_START
+    if start_ns < MIN_TIMESTAMP_NS or end_ns > latest_ns:
+        return REASON_TIME_RANGE
+    return None
+
+
+def latest_timestamp_ns(now_ns: int) -> int:
+    """The newest acceptable span timestamp for a request received at ``now_ns``."""
+    return now_ns + FUTURE_SLACK_NS
+
+
+def token_count(value: Any) -> int | None:
+    """The token count ``value`` holds, or ``None`` when it is not an integer in [0, 10^9]."""
+    if type(value) is int:
+        return value if 0 <= value <= MAX_TOKENS else None
+    if type(value) is float and value.is_integer() and 0.0 <= value <= MAX_TOKENS:
+        return int(value)
+    return None
+
+
+def token_reason(key: str) -> str:
+    """The rejection reason for a bad token count under ``key``."""
+    return f"token count {key} is not an integer in [0, 10^9]"
