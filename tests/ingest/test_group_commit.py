@@ -1,0 +1,186 @@
+"""GroupCommitWriter against a real PostgreSQL: batching, durability, overload, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from ingest.error_taxonomy import DatabaseUnavailable, Overloaded, PoisonRequest, ShuttingDown
+from ingest.group_commit import GroupCommitWriter
+from ingest.metrics import IngestMetrics
+from storage.database import connect_raw, libpq_url
+from tests.storage.builders import attempt_row
+
+
+def stored_count(url: str) -> int:
+    with psycopg.connect(libpq_url(url)) as conn:
+        row = conn.execute("SELECT count(*) FROM attempts").fetchone()
+    return int(row[0]) if row else 0
+
+
+def metric(metrics: IngestMetrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(name)
+    return float(value or 0.0)
+
+
+def gated_connect(gate: threading.Event) -> Callable[[str], psycopg.Connection]:
+    """A connect seam that holds the writer thread until ``gate`` is set."""
+
+    def connect(url: str) -> psycopg.Connection:
+        gate.wait(10)
+        return connect_raw(url)
+
+    return connect
+
+
+def test_concurrent_requests_share_transactions_and_return_after_commit(database_url: str) -> None:
+    metrics = IngestMetrics()
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(database_url, metrics=metrics)
+        writer.start()
+
+        async def send() -> None:
+            await writer.submit([attempt_row() for _ in range(50)])
+            # 200 means committed: a separate connection already sees this request's rows.
+            assert stored_count(database_url) >= 50
+
+        await asyncio.gather(*(send() for _ in range(40)))
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 2000
+    assert metric(metrics, "tpmledger_ingest_spans_stored_total") == 2000
+    transactions = metric(metrics, "tpmledger_ingest_commit_latency_seconds_count")
+    assert 1 <= transactions < 40  # grouped: fewer transactions than requests
+
+
+def test_resent_rows_are_stored_once(database_url: str) -> None:
+    metrics = IngestMetrics()
+    rows = [attempt_row() for _ in range(10)]
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(database_url, metrics=metrics)
+        writer.start()
+        await writer.submit(rows)
+        await asyncio.gather(writer.submit(rows), writer.submit(rows[:5]))
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 10
+    assert metric(metrics, "tpmledger_ingest_spans_stored_total") == 10
+
+
+def test_full_queue_answers_overloaded_without_blocking(database_url: str) -> None:
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(
+            database_url, max_queue_spans=10, connect=gated_connect(gate), retry_after_s=7
+        )
+        writer.start()
+        tasks = [asyncio.create_task(writer.submit([attempt_row() for _ in range(6)]))]
+        await asyncio.sleep(0.05)  # let the writer take it; the gate holds the commit
+        assert writer.outstanding_spans == 6
+        with pytest.raises(Overloaded) as raised:
+            await writer.submit([attempt_row() for _ in range(5)])
+        assert raised.value.retry_after_s == 7
+        assert raised.value.http_status == 503
+        tasks.append(asyncio.create_task(writer.submit([attempt_row() for _ in range(4)])))
+        gate.set()
+        await asyncio.gather(*tasks)
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 10
+
+
+def test_database_down_is_unavailable_then_reconnects(database_url: str) -> None:
+    down = threading.Event()
+    down.set()
+
+    def flaky_connect(url: str) -> psycopg.Connection:
+        if down.is_set():
+            raise psycopg.OperationalError("connection refused (simulated)")
+        return connect_raw(url)
+
+    rows = [attempt_row() for _ in range(3)]
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(database_url, connect=flaky_connect)
+        writer.start()
+        with pytest.raises(DatabaseUnavailable):
+            await writer.submit(rows)
+        down.clear()
+        await writer.submit(rows)  # the same request, retried, is stored
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 3
+
+
+def test_lost_connection_mid_stream_is_unavailable_and_recovers(database_url: str) -> None:
+    async def scenario() -> None:
+        writer = GroupCommitWriter(database_url)
+        writer.start()
+        await writer.submit([attempt_row()])
+        # Kill the writer's backend, as a PostgreSQL restart would.
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(DatabaseUnavailable):
+            await writer.submit([attempt_row()])
+        await writer.submit([attempt_row()])
+        await writer.close()
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 2
+
+
+def test_a_poison_request_fails_alone_and_the_rest_of_its_group_commits(database_url: str) -> None:
+    gate = threading.Event()
+
+    async def scenario() -> list[BaseException | None]:
+        writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
+        writer.start()
+        tasks = [
+            asyncio.create_task(writer.submit([attempt_row(), attempt_row()])),
+            asyncio.create_task(writer.submit([attempt_row(run_id="bad\x00run")])),
+            asyncio.create_task(writer.submit([attempt_row()])),
+        ]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await writer.close()
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    results = asyncio.run(scenario())
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], PoisonRequest)
+    assert results[1].http_status == 400
+    assert stored_count(database_url) == 3
+
+
+def test_close_flushes_the_queue_and_refuses_new_requests(database_url: str) -> None:
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
+        writer.start()
+        queued = [asyncio.create_task(writer.submit([attempt_row()])) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        closing = asyncio.create_task(writer.close())
+        await asyncio.sleep(0.05)
+        with pytest.raises(ShuttingDown):
+            await writer.submit([attempt_row()])
+        gate.set()
+        await asyncio.gather(*queued, closing)
+
+    asyncio.run(scenario())
+    assert stored_count(database_url) == 5
