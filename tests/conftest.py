@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from storage import migrate
 from storage.database import get_engine, libpq_url
 
-pytest_plugins = ["tests.fixtures.servers"]
+pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.fault_servers"]
 
 TEMPLATE = "tpmledger_test_template"
 
