@@ -1,0 +1,118 @@
+"""Lazy Polars plans over canonical events (SPEC §4). Plans are built here, collected elsewhere.
+
+Every plan takes a frame with exactly the canonical event columns
+(:data:`provenance.event_file.EVENT_SCHEMA`), so every figure can be recomputed from
+``events.jsonl`` alone.
+
+Retries (SPEC §4 honesty rule) are *measured* iff some event carries ``resend_count`` or a
+``call_id`` different from its ``span_id`` (an explicit ``tpmledger.call.id``). An attempt
+is a retry when its resend count is > 0; an attempt without ``resend_count`` takes its
+position within its logical call, ordered by (start_ns, end_ns, span_id), as its count
+(0 for the first attempt, which is also what an absent ``resend_count`` means alone).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import polars as pl
+
+SECOND_NS = 1_000_000_000
+MINUTE_NS = 60 * SECOND_NS
+# Interpolation of every percentile (recorded in the snapshot params).
+QUANTILE_METHOD: Literal["linear"] = "linear"
+
+OK = pl.col("status") == "ok"
+
+
+def retries_measured(events: pl.DataFrame) -> bool:
+    """True when the events can support a retry figure (see the module docstring)."""
+    if events.height == 0:
+        return False
+    return bool(
+        events.select(
+            (pl.col("resend_count").is_not_null() | (pl.col("call_id") != pl.col("span_id"))).any()
+        ).item()
+    )
+
+
+def explicit_call_ids(events: pl.DataFrame) -> bool:
+    """True when some event's call_id was set explicitly (differs from its span id)."""
+    if events.height == 0:
+        return False
+    return bool(events.select((pl.col("call_id") != pl.col("span_id")).any()).item())
+
+
+def attempt_order() -> pl.Expr:
+    """0-based position of each attempt within its call by (start_ns, end_ns, span_id)."""
+    return (
+        pl.struct("start_ns", "end_ns", "span_id").rank("ordinal").over("call_id").cast(pl.Int64)
+        - 1
+    )
+
+
+def prepared(events: pl.LazyFrame, *, measured: bool, all_resend_known: bool) -> pl.LazyFrame:
+    """Events with the derived columns every aggregation uses.
+
+    ``minute_ns`` (UTC minute of the end time), ``ok``, token counts with absent = 0,
+    ``latency_s``, ``ttft_ok_s`` (TTFT of successful attempts only) and ``is_retry``
+    (null when retries are not measured).
+    """
+    if not measured:
+        retry = pl.lit(None, dtype=pl.Boolean)
+    elif all_resend_known:
+        retry = pl.col("resend_count") > 0
+    else:
+        retry = pl.coalesce(pl.col("resend_count"), attempt_order()) > 0
+    return events.with_columns(
+        minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS,
+        ok=OK,
+        prompt=pl.col("prompt_tokens").fill_null(0),
+        completion=pl.col("completion_tokens").fill_null(0),
+        latency_s=(pl.col("end_ns") - pl.col("start_ns")) / SECOND_NS,
+        ttft_ok_s=pl.when(OK).then(pl.col("ttft_s")),
+        is_retry=retry,
+    )
+
+
+def quantile(expr: pl.Expr | str, q: float) -> pl.Expr:
+    """Percentile ``q`` of an expression with the project's one interpolation method."""
+    column = pl.col(expr) if isinstance(expr, str) else expr
+    return column.quantile(q, interpolation=QUANTILE_METHOD)
+
+
+def minute_aggregations(measured: bool) -> list[pl.Expr]:
+    """Per-bucket aggregations of SPEC §4 over prepared events (event-derived fields)."""
+    calls = pl.len()
+    successes = pl.col("ok").sum()
+    retries = pl.col("is_retry").sum() if measured else pl.lit(None, dtype=pl.Int64)
+    return [
+        calls.cast(pl.Int64).alias("calls_in_minute"),
+        pl.col("prompt").sum().alias("prompt_tpm_in"),
+        pl.col("completion").sum().alias("completion_tpm_out"),
+        (pl.col("prompt").sum() + pl.col("completion").sum()).alias("tpm_total"),
+        successes.cast(pl.Int64).alias("successes"),
+        (calls - successes).cast(pl.Int64).alias("failures"),
+        retries.cast(pl.Int64).alias("retries"),
+        quantile("ttft_ok_s", 0.50).alias("ttft_p50_s"),
+        quantile("ttft_ok_s", 0.95).alias("ttft_p95_s"),
+        quantile("ttft_ok_s", 0.99).alias("ttft_p99_s"),
+        pl.col("ttft_ok_s").mean().alias("ttft_mean_s"),
+        # Polars gives 0.0 for the variance of an all-null group; it is not measured.
+        pl.when(pl.col("ttft_ok_s").count() > 0)
+        .then(pl.col("ttft_ok_s").var(ddof=0))
+        .alias("ttft_variance_s2"),
+        quantile("latency_s", 0.50).alias("latency_p50_s"),
+        quantile("latency_s", 0.95).alias("latency_p95_s"),
+        quantile("latency_s", 0.99).alias("latency_p99_s"),
+        pl.col("shard_id").n_unique().cast(pl.Int32).alias("shards_active"),
+    ]
+
+
+def rate_columns() -> list[pl.Expr]:
+    """Rates as fractions; null for a minute with no calls (nothing to divide)."""
+    calls = pl.col("calls_in_minute")
+    return [
+        pl.when(calls > 0).then(pl.col("retries") / calls).alias("retry_rate"),
+        pl.when(calls > 0).then(pl.col("successes") / calls).alias("success_rate"),
+    ]
