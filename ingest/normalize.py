@@ -1,10 +1,11 @@
 """Normalization: an OTLP ``ExportTraceServiceRequest`` → attempt rows (SPEC §2).
 
-The request is walked once. Resource attributes are converted (and JSON-encoded) once
-per ``ResourceSpans``; each span's attributes are converted once. Which key supplies
+The request is walked once, through the lean wire view of :mod:`ingest.trace_view`.
+Resource attributes are decoded (and JSON-encoded) once per ``ResourceSpans``; each
+span's attributes are decoded once, mostly from the decoder's cache. Which key supplies
 which field, which token keys must be validated and which convention family gets the
 credit depend only on the *set of keys* present, so they are resolved once per distinct
-key shape (:func:`_plan_for`, cached) and the per-span work is plain dictionary reads.
+key shape (:mod:`ingest.span_plan`) and the per-span work is plain dictionary reads.
 
 Span attributes override resource attributes of the same key.
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final
 
 import orjson
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -24,19 +25,16 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from ingest import conventions as conv
 from ingest import span_validation as check
-from ingest.attribute_values import (
-    as_int,
-    as_seconds,
-    as_string_list,
-    as_text,
-    key_values_to_dict,
-    strip_nul,
-)
+from ingest.attribute_values import strip_nul
+from ingest.span_plan import ResourceContext, plan_for
+from ingest.trace_view import AttributeDecoder, parse_request_view
 
 MAX_REASONS: Final = 5
-_INT32_MAX: Final = 2**31 - 1
 _STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
 _ZERO_SPAN_ID: Final = bytes(8)
+_REASON_ATTRIBUTES: Final = "span attributes are not valid OTLP KeyValues"
+# Shared by every request: the attribute encodings of a fleet repeat across requests.
+_DECODER: Final = AttributeDecoder()
 
 
 @dataclass(slots=True)
@@ -49,72 +47,42 @@ class NormalizedBatch:
     reject_reasons: list[str]  # distinct human-readable reasons, at most MAX_REASONS
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Key resolution for one attribute-key shape."""
-
-    # (field, key, from_span) of the winning key of every field present.
-    sources: tuple[tuple[str, str, bool], ...]
-    # (key, from_span) of every token key present: all of them are validated.
-    token_keys: tuple[tuple[str, bool], ...]
-    # Family that supplied the tokens; None when the span carries no token key.
-    token_convention: str | None
-    # Family credited when gen_ai.operation.name identifies the span.
-    operation_convention: str
-
-
-@lru_cache(maxsize=4096)
-def _plan_for(resource_keys: tuple[str, ...], span_keys: tuple[str, ...], name: str) -> _Plan:
-    span_key_set = frozenset(span_keys)
-    best: dict[str, tuple[int, str, bool]] = {}
-    tokens: dict[str, bool] = {}
-    # Resource first, then span: a span key replaces a resource key of the same name.
-    for keys, from_span in ((resource_keys, False), (span_keys, True)):
-        for key in keys:
-            entry = conv.KEY_FIELD.get(key)
-            if entry is None:
-                continue
-            field, rank = entry
-            if key in conv.TOKEN_KEYS:
-                tokens[key] = from_span
-            current = best.get(field)
-            if current is None or rank < current[0] or (rank == current[0] and from_span):
-                best[field] = (rank, key, from_span)
-    token_convention = None
-    for field in conv.TOKEN_FIELDS:
-        if field in best:
-            token_convention = conv.convention_for(best[field][1], span_key_set, name)
-            break
-    return _Plan(
-        sources=tuple((field, key, from_span) for field, (_, key, from_span) in best.items()),
-        token_keys=tuple(tokens.items()),
-        token_convention=token_convention,
-        operation_convention=conv.convention_for(conv.OPERATION_NAME_KEY, span_key_set, name),
-    )
-
-
 def _dumps(values: dict[str, Any]) -> str:
     return orjson.dumps(values).decode()
 
 
-def _resource_context(attributes: Any) -> tuple[dict[str, Any], tuple[str, ...], str]:
-    values = key_values_to_dict(attributes)
+def _resource_context(encoded_attributes: Any) -> ResourceContext:
+    try:
+        values = _DECODER.decode(encoded_attributes)
+    except DecodeError:
+        # An undecodable resource attribute loses the resource's attributes, not its spans.
+        values = {}
     encoded = _dumps(values)
     if "\\u0000" in encoded:
         values = strip_nul(values)
         encoded = _dumps(values)
-    return values, tuple(values), encoded
+    return ResourceContext(values, encoded)
 
 
 def normalize_request(
     request: ExportTraceServiceRequest, *, now_ns: int | None = None
 ) -> NormalizedBatch:
     """Turn every LLM-call span of ``request`` into an attempt row; count the rest."""
+    return normalize_payload(request.SerializeToString(), now_ns=now_ns)
+
+
+def normalize_payload(payload: bytes, *, now_ns: int | None = None) -> NormalizedBatch:
+    """Like :func:`normalize_request`, from the serialized (binary protobuf) request.
+
+    Cheaper when the caller holds the bytes anyway (OTLP/HTTP protobuf, gRPC). Raises
+    ``google.protobuf.message.DecodeError`` when ``payload`` is not a valid request.
+    """
+    view = parse_request_view(payload)
     latest_ns = check.latest_timestamp_ns(time.time_ns() if now_ns is None else now_ns)
     rows: list[tuple[Any, ...]] = []
     ignored = rejected = 0
     reasons: dict[str, None] = {}
-    for resource_spans in request.resource_spans:
+    for resource_spans in view.resource_spans:
         resource = _resource_context(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
@@ -131,26 +99,28 @@ def normalize_request(
 
 
 def normalize_span(
-    span: Span, resource: tuple[dict[str, Any], tuple[str, ...], str], latest_ns: int
+    span: Any, resource: ResourceContext, latest_ns: int
 ) -> tuple[Any, ...] | str | None:
     """One span → its attempt row, a rejection reason (``str``), or ``None`` if not an LLM call.
 
-    ``resource`` is ``(attributes, attribute keys, attributes as JSON)`` of the span's
-    resource; ``latest_ns`` the newest acceptable timestamp (now + 1 day).
+    ``span`` is a span of the :mod:`ingest.trace_view` view; ``latest_ns`` is the newest
+    acceptable timestamp (now + 1 day).
     """
-    resource_values, resource_keys, resource_json = resource
-    span_values = key_values_to_dict(span.attributes)
+    try:
+        span_values = _DECODER.decode(span.attributes)
+    except DecodeError:
+        return _REASON_ATTRIBUTES
     span_json = _dumps(span_values)
     name = span.name
     if "\\u0000" in span_json or "\x00" in name:
         span_values = strip_nul(span_values)
         span_json = _dumps(span_values)
         name = name.replace("\x00", "")
-    plan = _plan_for(resource_keys, tuple(span_values), name)
-    values = {
-        field: (span_values if from_span else resource_values)[key]
-        for field, key, from_span in plan.sources
-    }
+    plan = plan_for(resource.keys, tuple(span_values), name == conv.VLLM_SPAN_NAME)
+    resource_fields, resource_reason = resource.typed_fields(plan)
+    fields = resource_fields.copy()
+    for field, key, read in plan.span_fields:
+        fields[field] = read(span_values[key])
 
     # LLM-call detection (SPEC §2): a token key, an LLM operation name, an OpenInference
     # LLM span, or vLLM's llm_request span; the detecting family is credited when no
@@ -159,9 +129,9 @@ def normalize_span(
     if convention is None:
         if name == conv.VLLM_SPAN_NAME:
             convention = conv.VLLM.name
-        elif values.get("llm_span_kind") == conv.OPENINFERENCE_LLM_KIND:
+        elif fields.get("llm_span_kind") == conv.OPENINFERENCE_LLM_KIND:
             convention = conv.OPENINFERENCE.name
-        elif values.get("operation_name") in conv.LLM_OPERATION_NAMES:
+        elif fields.get("operation_name") in conv.LLM_OPERATION_NAMES:
             convention = plan.operation_convention
         else:
             return None
@@ -176,18 +146,24 @@ def normalize_span(
     )
     if reason is not None:
         return reason
-    for key, from_span in plan.token_keys:
-        if check.token_count((span_values if from_span else resource_values)[key]) is None:
+    for field, key in plan.span_tokens:
+        count = check.token_count(span_values[key])
+        if count is None:
             return check.token_reason(key)
-    tokens = [check.token_count(values.get(field)) for field in conv.TOKEN_FIELDS]
+        fields[field] = count
+    for key in plan.span_shadowed_tokens:
+        if check.token_count(span_values[key]) is None:
+            return check.token_reason(key)
+    if resource_reason is not None:
+        return resource_reason
 
-    run_id = as_text(values.get("run_id")) or "unassigned"
-    call_id = as_text(values.get("call_id"))
-    ttft_s = as_seconds(values.get("ttft_s"))
+    get = fields.get
+    call_id = get("call_id")
+    ttft_s = get("ttft_s")
     if ttft_s is None and span.events:
         ttft_s = _first_chunk_ttft(span, start_ns)
-    http_status = as_int(values.get("http_status"), 100, 599)
-    error_type = as_text(values.get("error_type")) or None
+    http_status = get("http_status")
+    error_type = get("error_type") or None
     if (
         span.status.code == _STATUS_ERROR
         or error_type is not None
@@ -206,51 +182,60 @@ def normalize_span(
         trace_id,
         span_id,
         parent if parent and parent != _ZERO_SPAN_ID else None,
-        run_id,
-        _shard_id(values),
-        as_int(values.get("declared_shard_count"), 1, _INT32_MAX),
-        as_int(values.get("concurrency_cap"), 1, _INT32_MAX),
-        as_text(values.get("sweep_id")),
+        get("run_id") or "unassigned",
+        _shard_id(fields),
+        get("declared_shard_count"),
+        get("concurrency_cap"),
+        get("sweep_id"),
         call_id or span_id.hex(),
-        call_id is not None,
-        as_int(values.get("resend_count"), 0, _INT32_MAX),
+        bool(call_id),
+        get("resend_count"),
         start_ns,
         end_ns,
-        as_seconds(values.get("queue_wait_s")),
+        get("queue_wait_s"),
         ttft_s,
-        *tokens,
-        as_text(values.get("model")),
-        as_text(values.get("provider")),
-        as_text(values.get("operation_name")),
-        as_string_list(values.get("finish_reasons")),
+        get("prompt_tokens"),
+        get("completion_tokens"),
+        get("reported_total_tokens"),
+        get("cache_read_tokens"),
+        get("cache_write_tokens"),
+        get("reasoning_tokens"),
+        get("model"),
+        get("provider"),
+        get("operation_name"),
+        get("finish_reasons"),
         status,
         error_type,
         http_status,
         convention,
         name,
-        int(span.kind),
+        span.kind,
         span_json,
-        resource_json,
+        resource.encoded,
     )
 
 
-def _shard_id(values: dict[str, Any]) -> str:
+def _shard_id(fields: dict[str, Any]) -> str:
     # tpmledger.shard.id / service.instance.id (resolved by the plan), else
     # host.name:process.pid, else host.name alone, else "unknown".
-    shard = as_text(values.get("shard_id"))
+    shard = fields.get("shard_id")
     if shard:
-        return shard
-    host = as_text(values.get("host_name"))
+        return str(shard)
+    host = fields.get("host_name")
     if host:
-        pid = as_text(values.get("process_pid"))
-        return f"{host}:{pid}" if pid else host
+        pid = fields.get("process_pid")
+        return f"{host}:{pid}" if pid else str(host)
     return "unknown"
 
 
-def _first_chunk_ttft(span: Span, start_ns: int) -> float | None:
+def _first_chunk_ttft(span: Any, start_ns: int) -> float | None:
     # OpenLLMetry: TTFT = first gen_ai.content.completion.chunk event − span start.
     first = None
-    for event in span.events:
+    for raw in span.events:
+        try:
+            event = Span.Event.FromString(raw)
+        except DecodeError:
+            continue
         if event.name == conv.COMPLETION_CHUNK_EVENT and (
             first is None or event.time_unix_nano < first
         ):
