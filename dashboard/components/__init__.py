@@ -1,0 +1,1 @@
+"""Shared widgets as plain functions returning Dash components."""

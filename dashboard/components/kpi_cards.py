@@ -1,0 +1,101 @@
+"""KPI cards of the run page; every token figure names its type (SPEC §4, §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dash_bootstrap_components as dbc
+from dash import html
+
+from dashboard.data.run_records import RunRecord
+from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc
+
+
+def kpi_card(card_id: str, label: str, value: str, detail: str | None = None) -> dbc.Col:
+    """One figure: a label naming what it counts, the value, and an optional detail line."""
+    muted = " text-body-secondary" if value == NOT_MEASURED else ""
+    body = [
+        html.Div(label, className="kpi-label small text-body-secondary"),
+        html.Div(value, id=f"{card_id}-value", className=f"kpi-value fs-4 fw-semibold{muted}"),
+    ]
+    if detail:
+        body.append(html.Div(detail, id=f"{card_id}-detail", className="small text-body-secondary"))
+    return dbc.Col(
+        dbc.Card(dbc.CardBody(body), className="h-100 kpi-card", id=card_id),
+        xs=12,
+        sm=6,
+        lg=3,
+        xxl=True,
+        className="mb-3",
+    )
+
+
+def _peak_detail(peak: Mapping[str, Any] | None) -> str | None:
+    if not peak:
+        return None
+    return (
+        f"{fmt_utc(peak.get('minute_utc'))} · prompt {fmt_int(peak.get('prompt_tpm_in'))} + "
+        f"completion {fmt_int(peak.get('completion_tpm_out'))} · "
+        f"{peak.get('shard_count', '?')} shards"
+    )
+
+
+def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
+    causes: Mapping[str, int] = metrics.get("retry_causes") or {}
+    if not causes:
+        return None
+    top = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return "causes: " + ", ".join(f"{name} {count:,}" for name, count in top)
+
+
+def run_kpi_cards(run: RunRecord) -> dbc.Row:
+    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards."""
+    m = run.metrics
+    peak = m.get("peak_minute") or {}
+    peak_completion = m.get("peak_completion_minute") or {}
+    ttft = m.get("ttft_s") or {}
+    declared = m.get("declared_shard_count", run.declared_shard_count)
+    shards = m.get("shard_count", run.observed_shards)
+    cards = [
+        kpi_card(
+            "run-kpi-peak-total",
+            "Peak TPM (total: prompt + completion)",
+            fmt_int(peak.get("tpm_total")),
+            _peak_detail(peak),
+        ),
+        kpi_card(
+            "run-kpi-peak-completion",
+            "Peak completion TPM (output tokens)",
+            fmt_int(peak_completion.get("completion_tpm_out")),
+            fmt_utc(peak_completion.get("minute_utc")) if peak_completion else None,
+        ),
+        kpi_card(
+            "run-kpi-sustained",
+            "Sustained TPM (total, median of inner minutes)",
+            fmt_int(m.get("sustained_tpm_total")),
+            f"{m.get('active_minutes', '?')} active minutes",
+        ),
+        kpi_card(
+            "run-kpi-success",
+            "Call success rate",
+            fmt_rate(m.get("call_success_rate")),
+            f"attempts: {fmt_rate(m.get('attempt_success_rate'))}",
+        ),
+        kpi_card("run-kpi-retry", "Retry rate", fmt_rate(m.get("retry_rate")), _retry_detail(m)),
+        kpi_card(
+            "run-kpi-ttft",
+            "TTFT p95",
+            fmt_seconds(ttft.get("p95")),
+            f"p50 {fmt_seconds(ttft.get('p50'))} · p99 {fmt_seconds(ttft.get('p99'))}"
+            if ttft.get("p95") is not None
+            else None,
+        ),
+        kpi_card(
+            "run-kpi-shards",
+            "Shards (observed)",
+            str(shards),
+            f"{declared} declared" if declared is not None else "none declared",
+        ),
+    ]
+    return dbc.Row(cards, className="g-3")

@@ -1,0 +1,86 @@
+"""The provenance panel: what the figures are sealed to, and how to check them (SPEC §5, §6)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import dash_bootstrap_components as dbc
+from dash import dcc, html
+
+from dashboard.data.run_records import RunRecord
+from dashboard.display import fmt_utc
+
+
+def download_links(api_base_url: str, run_id: str) -> list[tuple[str, str]]:
+    """(label, URL) of the read API downloads on the ingest listener (SPEC §8)."""
+    run = quote(run_id, safe="")
+    return [
+        ("events.jsonl (canonical event file)", f"{api_base_url}/v1/runs/{run}/events.jsonl"),
+        ("signed summary (DSSE envelope)", f"{api_base_url}/v1/runs/{run}/summary"),
+        ("public key (PEM)", f"{api_base_url}/v1/keys"),
+    ]
+
+
+def verify_commands(run_id: str, events_sha256: str) -> str:
+    """Shell lines anyone can run to re-check this run's seal and summary."""
+    out = f"{run_id}-summary"
+    return "\n".join(
+        [
+            f"tpmledger verify {run_id}",
+            f"tpmledger summary export {run_id} --out {out}",
+            f"tpmledger summary verify {out}",
+            f"sha256sum {out}/events.jsonl   # expect {events_sha256}",
+        ]
+    )
+
+
+def _field(label: str, value: str, field_id: str) -> list[html.Dt | html.Dd]:
+    return [
+        html.Dt(label, className="col-sm-3 fw-normal text-body-secondary"),
+        html.Dd(html.Code(value, id=field_id, className="text-break"), className="col-sm-9"),
+    ]
+
+
+def provenance_panel(run: RunRecord, api_base_url: str) -> dbc.Card:
+    """Digests of the latest snapshot, download links and the verify command."""
+    snap = run.snapshot
+    if snap is None:
+        return dbc.Card(
+            dbc.CardBody("Not sealed yet: the analytics worker seals a run once data arrives."),
+            id="run-provenance",
+        )
+    rows = [
+        *_field("events_sha256", snap.events_sha256, "run-prov-events-sha256"),
+        *_field("seal", snap.seal, "run-prov-seal"),
+        *_field("Merkle root", f"{snap.merkle_root} ({snap.tree_size} minutes)", "run-prov-merkle"),
+        *_field("version", str(snap.version), "run-prov-version"),
+        *_field("previous seal", snap.previous_seal or "none (first version)", "run-prov-previous"),
+        *_field("computed", fmt_utc(snap.computed_at, seconds=True), "run-prov-computed"),
+        *_field("events", f"{snap.events_count:,}", "run-prov-events-count"),
+    ]
+    links = [
+        html.Li(html.A(label, href=url, target="_blank", rel="noopener"))
+        for label, url in download_links(api_base_url, run.run_id)
+    ]
+    return dbc.Card(
+        dbc.CardBody(
+            [
+                html.Dl(rows, className="row mb-2 small"),
+                html.H6("Downloads (read API on the ingest listener)", className="mt-2"),
+                html.Ul(links, id="run-prov-downloads", className="small"),
+                html.H6("Verify it yourself"),
+                html.Div(
+                    [
+                        html.Pre(
+                            verify_commands(run.run_id, snap.events_sha256),
+                            id="run-prov-verify",
+                            className="small mb-0 p-2 rounded bg-body-tertiary",
+                        ),
+                        dcc.Clipboard(target_id="run-prov-verify", className="copy-button"),
+                    ],
+                    className="position-relative",
+                ),
+            ]
+        ),
+        id="run-provenance",
+    )

@@ -1,0 +1,1 @@
+"""Read-only queries the pages use: runs, latest snapshots, minute rows, sweeps (SPEC §6)."""

@@ -1,0 +1,1 @@
+"""Plotly figure builders: plain functions from column data to figures, no database access."""

@@ -1,0 +1,1 @@
+"""One module per page; each has ``register(app, config)`` that calls ``dash.register_page``."""

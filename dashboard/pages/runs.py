@@ -1,0 +1,124 @@
+"""Runs page (``/``): every run with status, shards, attempts, peak TPM, rates, TTFT, seal."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+import dash
+import dash_bootstrap_components as dbc
+from dash import Input, Output, dcc, html
+
+from dashboard.components.empty_states import no_runs_state
+from dashboard.config import DashboardConfig
+from dashboard.data.run_records import RunRecord, load_runs
+from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc, short_hash
+
+HEADERS = (
+    "Run",
+    "Status",
+    "Shards",
+    "Attempts",
+    "Peak TPM (total)",
+    "Success (attempts)",
+    "Retry rate",
+    "TTFT p95",
+    "Latest seal",
+    "First event (UTC)",
+    "Last event (UTC)",
+)
+
+
+def run_href(run_id: str) -> str:
+    """The run page's path for ``run_id`` (URL-quoted: run ids may hold any character)."""
+    return f"/runs/{quote(run_id, safe='')}"
+
+
+def status_badge(status: str, badge_id: str | None = None) -> dbc.Badge:
+    """Green "live" (still receiving data) or grey "sealed"."""
+    kwargs: dict[str, Any] = {"id": badge_id} if badge_id else {}
+    return dbc.Badge(
+        status, color="success" if status == "live" else "secondary", className="me-1", **kwargs
+    )
+
+
+def _cell(value: str) -> html.Td:
+    return html.Td(value, className="text-body-secondary" if value == NOT_MEASURED else None)
+
+
+def _row(run: RunRecord) -> html.Tr:
+    m = run.metrics
+    peak = m.get("peak_minute") or {}
+    shards = str(run.observed_shards)
+    if run.declared_shard_count is not None and run.declared_shard_count != run.observed_shards:
+        shards += f" of {run.declared_shard_count}"
+    seal = run.snapshot.seal if run.snapshot else None
+    peak_text = fmt_int(peak.get("tpm_total")) if run.snapshot else "not sealed"
+    return html.Tr(
+        [
+            html.Td(dcc.Link(run.run_id, href=run_href(run.run_id), className="run-link")),
+            html.Td(status_badge(run.status)),
+            html.Td(shards),
+            html.Td(f"{run.attempts:,}"),
+            html.Td(
+                [peak_text, html.Div(fmt_utc(peak.get("minute_utc")), className="small")]
+                if peak
+                else peak_text
+            ),
+            _cell(fmt_rate(m.get("attempt_success_rate")) if run.snapshot else "not sealed"),
+            _cell(fmt_rate(m.get("retry_rate")) if run.snapshot else "not sealed"),
+            _cell(
+                fmt_seconds((m.get("ttft_s") or {}).get("p95")) if run.snapshot else "not sealed"
+            ),
+            html.Td(html.Code(short_hash(seal), title=seal or "not sealed yet")),
+            html.Td(fmt_utc(run.first_event_utc, seconds=True), className="small"),
+            html.Td(fmt_utc(run.last_event_utc, seconds=True), className="small"),
+        ],
+        id={"type": "runs-row", "run": run.run_id},
+    )
+
+
+def runs_table_view(config: DashboardConfig) -> Any:
+    """The runs table (or the empty state with the exporter environment lines)."""
+    runs = load_runs(config.database_url)
+    if not runs:
+        return no_runs_state(config.api_base_url)
+    return dbc.Table(
+        [
+            html.Thead(html.Tr([html.Th(h) for h in HEADERS])),
+            html.Tbody([_row(r) for r in runs]),
+        ],
+        hover=True,
+        responsive=True,
+        size="sm",
+        className="align-middle",
+        id="runs-table-grid",
+    )
+
+
+def layout(config: DashboardConfig, **_query: Any) -> html.Div:
+    """Skeleton; the table is filled (and refreshed) by :func:`runs_table_view`."""
+    return html.Div(
+        [
+            html.H2("Runs", className="h4 mb-3"),
+            dcc.Interval(id="runs-refresh", interval=max(config.refresh_ms, 2_000) * 2),
+            dcc.Loading(html.Div(id="runs-table"), delay_show=300),
+        ]
+    )
+
+
+def register(app: dash.Dash, config: DashboardConfig) -> None:
+    """Register the page at ``/`` and its refresh callback."""
+    dash.register_page(
+        __name__,
+        path="/",
+        name="Runs",
+        title="Runs · tpmledger",
+        order=0,
+        layout=partial(layout, config),
+    )
+
+    @app.callback(Output("runs-table", "children"), Input("runs-refresh", "n_intervals"))
+    def refresh_runs(_n_intervals: int | None) -> Any:
+        return runs_table_view(config)

@@ -1,0 +1,142 @@
+"""Sweep page (``/sweeps?sweep_id=…``): TPM against cap, rates, knee and recommended cap."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import dash
+import dash_bootstrap_components as dbc
+import plotly.graph_objects as go
+from dash import Input, Output, dcc, html
+
+from dashboard.components.empty_states import no_sweeps_state
+from dashboard.config import DashboardConfig
+from dashboard.data.run_records import list_sweep_ids
+from dashboard.data.sweep_points import SweepView, load_sweep_view
+from dashboard.display import fmt_int, fmt_rate, fmt_seconds
+from dashboard.figures.sweep import sweep_figure
+from dashboard.pages.runs import run_href
+
+
+def thresholds_text(view: SweepView) -> str:
+    """The acceptance rule with its parameters, printed with every result (SPEC §4)."""
+    t = view.thresholds
+    return (
+        f"Walking caps upward, a cap is accepted while sustained TPM rises by more than "
+        f"{fmt_rate(t.min_throughput_gain)}, retry rate rises by at most "
+        f"{t.max_retry_rate_rise * 100:.1f} points and call success rate falls by at most "
+        f"{t.max_success_rate_drop * 100:.1f} points against the previous cap; the knee is "
+        "the last accepted cap."
+    )
+
+
+def _points_table(view: SweepView) -> dbc.Table:
+    header = html.Thead(
+        html.Tr(
+            [
+                html.Th(h)
+                for h in (
+                    "Cap",
+                    "Run",
+                    "Sustained TPM (total)",
+                    "Call success",
+                    "Retry rate",
+                    "TTFT p95",
+                )
+            ]
+        )
+    )
+    rows = [
+        html.Tr(
+            [
+                html.Td(
+                    [str(p.cap), " ", dbc.Badge("knee", color="info")]
+                    if p.cap == view.knee_cap
+                    else str(p.cap)
+                ),
+                html.Td(dcc.Link(p.run_id, href=run_href(p.run_id))),
+                html.Td(fmt_int(p.sustained_tpm_total)),
+                html.Td(fmt_rate(p.call_success_rate)),
+                html.Td(fmt_rate(p.retry_rate)),
+                html.Td(fmt_seconds(p.ttft_p95_s)),
+            ]
+        )
+        for p in view.points
+    ]
+    return dbc.Table([header, html.Tbody(rows)], size="sm", hover=True, id="sweep-points")
+
+
+def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[go.Figure, Any, Any]:
+    """Server-side work of the sweep callback: figure, recommendation, points table."""
+    if not sweep_id:
+        return go.Figure(), None, None
+    view = load_sweep_view(config.database_url, sweep_id)
+    recommended = (
+        f"Recommended cap: {view.knee_cap}"
+        if view.knee_cap is not None
+        else "Recommended cap: not measured (no sealed run with a cap)"
+    )
+    skipped = (
+        html.Div(
+            f"Not placed (no cap or not sealed): {', '.join(view.skipped_run_ids)}",
+            className="small text-body-secondary",
+        )
+        if view.skipped_run_ids
+        else None
+    )
+    summary = html.Div(
+        [
+            html.Div(recommended, id="sweep-recommended", className="fs-5 fw-semibold"),
+            html.Div(thresholds_text(view), id="sweep-thresholds", className="small mb-2"),
+            skipped,
+        ]
+    )
+    return sweep_figure(view), summary, _points_table(view)
+
+
+def layout(config: DashboardConfig, sweep_id: str | None = None, **_query: Any) -> html.Div:
+    """A sweep picker (read fresh on every visit) above the chart."""
+    sweep_ids = list_sweep_ids(config.database_url)
+    if not sweep_ids:
+        return html.Div([html.H2("Cap sweeps", className="h4 mb-3"), no_sweeps_state()])
+    selected = sweep_id if sweep_id in sweep_ids else sweep_ids[0]
+    return html.Div(
+        [
+            html.H2("Cap sweeps", className="h4 mb-3"),
+            dcc.Dropdown(
+                id="sweep-select",
+                options=sweep_ids,
+                value=selected,
+                clearable=False,
+                className="mb-3 sweep-select",
+            ),
+            html.Div(id="sweep-summary"),
+            dbc.Card(
+                dbc.CardBody(dcc.Graph(id="sweep-graph", config={"displaylogo": False})),
+                className="mb-3",
+            ),
+            html.Div(id="sweep-table"),
+        ]
+    )
+
+
+def register(app: dash.Dash, config: DashboardConfig) -> None:
+    """Register ``/sweeps`` and the callback that draws the selected sweep."""
+    dash.register_page(
+        __name__,
+        path="/sweeps",
+        name="Sweeps",
+        title="Cap sweeps · tpmledger",
+        order=2,
+        layout=partial(layout, config),
+    )
+
+    @app.callback(
+        Output("sweep-graph", "figure"),
+        Output("sweep-summary", "children"),
+        Output("sweep-table", "children"),
+        Input("sweep-select", "value"),
+    )
+    def draw_sweep(sweep_id: str | None) -> tuple[go.Figure, Any, Any]:
+        return sweep_panels(config, sweep_id)

@@ -1,0 +1,70 @@
+"""Small waits and probes for driving the dashboard in Chromium (no fixed sleeps)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.servers import wait_for
+
+# What Plotly drew: trace names and values, and the named annotations (peak, knee, …).
+_GRAPH_JS = """
+const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd.data || !gd._fullLayout) { return null; }
+return {
+  traces: gd.data.map(t => ({name: t.name || null, type: t.type, yaxis: t.yaxis || 'y',
+                             x: Array.from(t.x || []), y: Array.from(t.y || [])})),
+  annotations: (gd.layout.annotations || []).map(a => ({name: a.name || null, text: a.text})),
+  yTitle: gd.layout.yaxis && gd.layout.yaxis.title ? gd.layout.yaxis.title.text : null,
+};
+"""
+
+
+def graph(driver: Any, graph_id: str) -> dict[str, Any] | None:
+    """The figure a ``dcc.Graph`` currently shows, as Plotly holds it in the page."""
+    result: dict[str, Any] | None = driver.execute_script(_GRAPH_JS, graph_id)
+    return result
+
+
+def wait_graph(
+    driver: Any, graph_id: str, predicate: Any = None, timeout: float = 30
+) -> dict[str, Any]:
+    """Wait until the graph has traces (and ``predicate(figure)`` holds, when given)."""
+
+    def ready() -> dict[str, Any] | None:
+        figure = graph(driver, graph_id)
+        if not figure or not (figure["traces"] or figure["annotations"]):
+            return None
+        if predicate is not None and not predicate(figure):
+            return None
+        return figure
+
+    return wait_for(ready, timeout=timeout, interval=0.1)
+
+
+def text_of(driver: Any, element_id: str) -> str:
+    """Visible text of the element with ``element_id`` ('' when absent)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.ID, element_id)
+    return str(found[0].text) if found else ""
+
+
+def wait_text(driver: Any, element_id: str, timeout: float = 30) -> str:
+    """Wait until the element exists and shows some text; return it."""
+    return str(wait_for(lambda: text_of(driver, element_id), timeout=timeout, interval=0.1))
+
+
+def annotation(figure: dict[str, Any], name: str) -> str | None:
+    """The text of the annotation called ``name`` (e.g. "peak"), if drawn."""
+    for a in figure["annotations"]:
+        if a["name"] == name:
+            return str(a["text"])
+    return None
+
+
+def screenshot(driver: Any, folder: Path, name: str) -> Path:
+    """Save a full-window PNG into the test's output folder."""
+    path = folder / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
