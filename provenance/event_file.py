@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -56,13 +57,17 @@ _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 
 @dataclass(frozen=True)
 class EventFile:
-    """The file's bytes, its digest, and where each line starts (for per-minute hashing)."""
+    """The file's bytes, where each line starts (for per-minute hashing) and its digest."""
 
     data: memoryview
-    sha256: str
     count: int
     # offsets[i] is the byte where line i starts; offsets[count] == len(data).
     offsets: pl.Series
+
+    @cached_property
+    def sha256(self) -> str:
+        """``events_sha256``: hex SHA-256 of the whole file (computed once, on first use)."""
+        return hashlib.sha256(self.data).hexdigest()
 
     def slice_sha256(self, first_line: int, end_line: int) -> str:
         """SHA-256 of lines ``first_line`` (inclusive) to ``end_line`` (exclusive)."""
@@ -163,19 +168,14 @@ def build_event_file(events: pl.DataFrame) -> EventFile:
     array = array.cast(pa.large_string())
     if len(array) == 0:
         empty = memoryview(b"")
-        return EventFile(empty, hashlib.sha256(empty).hexdigest(), 0, pl.Series([0]))
+        return EventFile(empty, 0, pl.Series([0], dtype=pl.Int64))
     lengths = lines.str.len_bytes().cast(pl.Int64)
     offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
     # First value offset of the (possibly sliced) Arrow array: int64 little-endian.
     offsets_buffer = memoryview(array.buffers()[1])
     base = int.from_bytes(offsets_buffer[array.offset * 8 : array.offset * 8 + 8], "little")
     data = memoryview(array.buffers()[2])[base : base + int(offsets[-1])]
-    return EventFile(
-        data=data,
-        sha256=hashlib.sha256(data).hexdigest(),
-        count=len(array),
-        offsets=offsets,
-    )
+    return EventFile(data=data, count=len(array), offsets=offsets)
 
 
 def read_events(source: str | Path | bytes) -> pl.DataFrame:

@@ -1,13 +1,20 @@
-"""Read-side queries over sealed snapshots that several parts need."""
+"""Read-side queries over sealed snapshots and their minute tables (API, CLI, dashboard)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 
 from storage.database import read_session
-from storage.models import Snapshot
+from storage.models import MinuteMetric, Snapshot
+
+# minute_metrics columns as the tables and the API publish them (no run_id/version).
+MINUTE_ROW_COLUMNS: tuple[str, ...] = tuple(
+    c.name for c in MinuteMetric.__table__.columns if c.name not in ("run_id", "version")
+)
 
 
 def latest_seals(url: str, run_ids: Sequence[str]) -> dict[str, str]:
@@ -25,3 +32,75 @@ def latest_seals(url: str, run_ids: Sequence[str]) -> dict[str, str]:
     )
     with read_session(url) as session:
         return {run_id: seal for run_id, seal in session.execute(query)}
+
+
+def latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+    """The newest sealed snapshot of ``run_id`` (detached ORM row), or None."""
+    with read_session(url) as session:
+        return session.scalars(
+            select(Snapshot)
+            .where(Snapshot.run_id == run_id)
+            .order_by(Snapshot.version.desc())
+            .limit(1)
+        ).first()
+
+
+def latest_snapshots(url: str, run_ids: Sequence[str]) -> dict[str, Snapshot]:
+    """The newest snapshot of each run in ``run_ids`` (runs never sealed are absent)."""
+    if not run_ids:
+        return {}
+    newest = (
+        select(Snapshot.run_id, func.max(Snapshot.version).label("version"))
+        .where(Snapshot.run_id.in_(run_ids))
+        .group_by(Snapshot.run_id)
+        .subquery()
+    )
+    query = select(Snapshot).join(
+        newest, (Snapshot.run_id == newest.c.run_id) & (Snapshot.version == newest.c.version)
+    )
+    with read_session(url) as session:
+        return {s.run_id: s for s in session.scalars(query)}
+
+
+def list_snapshots(url: str, run_id: str) -> list[dict[str, Any]]:
+    """Every version of ``run_id``, oldest first, without the metrics object."""
+    with read_session(url) as session:
+        rows = session.scalars(
+            select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
+        ).all()
+    return [
+        {
+            "version": s.version,
+            "seal": s.seal,
+            "previous_seal": s.previous_seal,
+            "computed_at": s.computed_at,
+            "data_as_of": s.data_as_of,
+            "events_sha256": s.events_sha256,
+            "events_count": s.events_count,
+            "merkle_root": s.merkle_root,
+            "tree_size": s.tree_size,
+            "metrics_sha256": s.metrics_sha256,
+        }
+        for s in rows
+    ]
+
+
+def minute_rows(
+    url: str, run_id: str, version: int, shard_id: str | None = "*"
+) -> list[dict[str, Any]]:
+    """Minute rows of one snapshot version, by shard then minute (all shards when None)."""
+    query = select(MinuteMetric).where(
+        MinuteMetric.run_id == run_id, MinuteMetric.version == version
+    )
+    if shard_id is not None:
+        query = query.where(MinuteMetric.shard_id == shard_id)
+    query = query.order_by(MinuteMetric.shard_id, MinuteMetric.minute_utc)
+    with read_session(url) as session:
+        rows = session.scalars(query).all()
+    return [{c: getattr(r, c) for c in MINUTE_ROW_COLUMNS} for r in rows]
+
+
+def snapshot_times(url: str, run_id: str) -> tuple[datetime | None, int]:
+    """(data_as_of of the newest snapshot, its version); (None, 0) when never sealed."""
+    snap = latest_snapshot(url, run_id)
+    return (snap.data_as_of, snap.version) if snap else (None, 0)

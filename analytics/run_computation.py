@@ -1,0 +1,117 @@
+"""Everything computed for one run from the database: events, figures, file, Merkle tree.
+
+Loading happens in one REPEATABLE READ transaction, so the attempts and the ``runs`` row
+(whose ``updated_at`` becomes the snapshot's ``data_as_of``) describe the same moment.
+Sealing and re-verification both go through :func:`compute_run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import rfc8785
+
+from analytics.minute_tree import MinuteTree, build_minute_tree
+from analytics.rollups import attempts_to_events, shard_caps
+from analytics.run_figures import RunAnalysis, RunContext, analyze_events
+from provenance.event_file import EventFile, build_event_file
+from storage.attempt_frames import (
+    RunFacts,
+    begin_repeatable_read,
+    fetch_run_attempts,
+    fetch_run_facts,
+)
+from storage.database import raw_transaction
+
+# Keys of the stored run object that the seal itself produces (not hashed into metrics).
+SEAL_KEYS = ("seal", "snapshot_version")
+
+
+class UnknownRun(LookupError):
+    """The run has no ``runs`` row (nothing was ever stored for it)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"unknown run {run_id!r}: no spans were stored for it")
+        self.run_id = run_id
+
+
+@dataclass
+class StageTimer:
+    """Wall-clock seconds per stage (the benchmark prints them)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class RunComputation:
+    """One run's recomputed state; ``metrics`` is the §8 run object minus seal keys."""
+
+    facts: RunFacts
+    events: pl.DataFrame
+    analysis: RunAnalysis
+    file: EventFile
+    tree: MinuteTree
+    metrics: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return self.facts.run_id
+
+    @property
+    def metrics_sha256(self) -> str:
+        return metrics_sha256(self.metrics)
+
+
+def metrics_sha256(metrics: dict[str, Any]) -> str:
+    """SHA-256 of the JCS of the run object without ``seal`` and ``snapshot_version``."""
+    hashed = {k: v for k, v in metrics.items() if k not in SEAL_KEYS}
+    return hashlib.sha256(rfc8785.dumps(hashed)).hexdigest()
+
+
+def load_run(url: str, run_id: str) -> tuple[RunFacts, pl.DataFrame]:
+    """The run's facts and all its stored attempts, read from one consistent snapshot."""
+    with raw_transaction(url) as conn:
+        begin_repeatable_read(conn)
+        facts = fetch_run_facts(conn, run_id)
+        if facts is None:
+            raise UnknownRun(run_id)
+        return facts, fetch_run_attempts(conn, run_id)
+
+
+def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunComputation:
+    """Load ``run_id`` and compute its events, minute table, figures, file and tree."""
+    timer = timer or StageTimer()
+    with timer.stage("fetch"):
+        facts, attempts = load_run(url, run_id)
+    with timer.stage("compute"):
+        events = attempts_to_events(attempts)
+        context = RunContext(
+            run_id=run_id,
+            caps=shard_caps(attempts),
+            declared_shard_count=facts.declared_shard_count,
+            concurrency_cap=facts.concurrency_cap,
+            sweep_id=facts.sweep_id,
+        )
+        analysis = analyze_events(events, context)
+    with timer.stage("canonical_file"):
+        file = build_event_file(events)
+    with timer.stage("hash"):
+        digest = file.sha256
+    with timer.stage("merkle"):
+        tree = build_minute_tree(analysis.minutes, file)
+    metrics = {**analysis.figures, "events_sha256": digest}
+    return RunComputation(facts, events, analysis, file, tree, metrics)

@@ -1,0 +1,159 @@
+"""Sealed snapshots (SPEC §5): immutable, versioned per run, each linked to the previous seal.
+
+Document = ``{run_id, version, computed_at, generator {name, version}, params,
+events {sha256, count, format}, minutes {merkle_root, tree_size}, metrics_sha256,
+previous_seal}`` and ``seal`` = SHA-256 of its JCS. The run object (SPEC §8 names plus
+extra keys) and the minute table are stored with it.
+
+Sealing is skipped when nothing changed: the newest snapshot already has the same
+``events_sha256``, ``metrics_sha256`` and ``params`` (re-running ``analyze`` or a
+worker poll after a duplicate export makes no new version). ``force=True`` seals anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import rfc8785
+
+from analytics.concurrency import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE
+from analytics.event_plans import QUANTILE_METHOD
+from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
+from analytics.run_computation import RunComputation, StageTimer, compute_run
+from provenance.event_file import EVENTS_FORMAT
+from storage.database import transaction
+from storage.models import Snapshot
+from storage.snapshot_store import insert_snapshot, latest_version
+from tpmledger import __version__
+
+GENERATOR = {"name": "tpmledger", "version": __version__}
+
+# How the figures were computed; part of the sealed document (docs/metrics.md).
+PARAMS: dict[str, Any] = {
+    "minute_bucket": "utc_minute_of_end_time",
+    "rollups": "excluded",
+    "percentile_interpolation": QUANTILE_METHOD,
+    "ttft_variance": "population",
+    "concurrency_sampling": "whole_second_instants",
+    "sag_below_fraction_of_cap": SAG_FRACTION_OF_CAP,
+    "sag_pass_share": SAG_PASS_SHARE,
+    "float_significant_digits": SIGNIFICANT_DIGITS,
+}
+
+
+@dataclass(frozen=True)
+class SealResult:
+    """The run's newest snapshot after sealing, and whether this call created it."""
+
+    run_id: str
+    version: int
+    seal: str
+    created: bool
+    metrics: dict[str, Any]
+    document: dict[str, Any]
+
+
+def rfc3339_utc(moment: datetime) -> str:
+    """A timestamp as RFC 3339 UTC with milliseconds and ``Z``."""
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def seal_of(document: dict[str, Any]) -> str:
+    """The seal: SHA-256 of the document's JCS."""
+    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+def snapshot_document(
+    computation: RunComputation,
+    version: int,
+    previous_seal: str | None,
+    computed_at: datetime,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The SPEC §5 snapshot document for ``computation`` at ``version``."""
+    return {
+        "run_id": computation.run_id,
+        "version": version,
+        "computed_at": rfc3339_utc(computed_at),
+        "generator": dict(GENERATOR),
+        "params": dict(params or PARAMS),
+        "events": {
+            "sha256": computation.file.sha256,
+            "count": computation.file.count,
+            "format": EVENTS_FORMAT,
+        },
+        "minutes": {"merkle_root": computation.tree.root, "tree_size": computation.tree.tree_size},
+        "metrics_sha256": computation.metrics_sha256,
+        "previous_seal": previous_seal,
+    }
+
+
+def minute_records(minutes: pl.DataFrame, run_id: str, version: int) -> list[dict[str, Any]]:
+    """minute_metrics rows (dicts) of a minute table with ``minute_ns``."""
+    table = with_minute_utc(minutes).with_columns(
+        run_id=pl.lit(run_id), version=pl.lit(version, dtype=pl.Int32)
+    )
+    return table.to_dicts()
+
+
+def _unchanged(latest: Snapshot, computation: RunComputation) -> bool:
+    return (
+        latest.events_sha256 == computation.file.sha256
+        and latest.metrics_sha256 == computation.metrics_sha256
+        and latest.document.get("params") == PARAMS
+    )
+
+
+def seal_computation(
+    url: str, computation: RunComputation, *, force: bool = False, now: datetime | None = None
+) -> SealResult:
+    """Store ``computation`` as the run's next version (or return the unchanged newest)."""
+    run_id = computation.run_id
+    with transaction(url) as session:
+        version, previous_seal = latest_version(session, run_id)
+        if version and not force:
+            latest = session.get(Snapshot, (run_id, version))
+            if latest is not None and _unchanged(latest, computation):
+                return SealResult(
+                    run_id, version, latest.seal, False, latest.metrics, latest.document
+                )
+        computed_at = now or datetime.now(UTC)
+        # The document carries milliseconds; store exactly what was sealed.
+        computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
+        document = snapshot_document(computation, version + 1, previous_seal, computed_at)
+        seal = seal_of(document)
+        metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
+        row = {
+            "run_id": run_id,
+            "version": version + 1,
+            "computed_at": computed_at,
+            "seal": seal,
+            "previous_seal": previous_seal,
+            "events_sha256": computation.file.sha256,
+            "events_count": computation.file.count,
+            "merkle_root": computation.tree.root,
+            "tree_size": computation.tree.tree_size,
+            "metrics_sha256": document["metrics_sha256"],
+            "document": document,
+            "metrics": metrics,
+            "data_as_of": computation.facts.updated_at,
+        }
+        records = minute_records(computation.analysis.minutes, run_id, version + 1)
+        insert_snapshot(session, row, records)
+    return SealResult(run_id, version + 1, seal, True, metrics, document)
+
+
+def seal_run(
+    url: str, run_id: str, *, force: bool = False, timer: StageTimer | None = None
+) -> SealResult:
+    """Recompute ``run_id`` from the database and seal it as a new version if it changed."""
+    computation = compute_run(url, run_id, timer)
+    if timer is None:
+        return seal_computation(url, computation, force=force)
+    with timer.stage("store"):
+        return seal_computation(url, computation, force=force)
