@@ -1,9 +1,188 @@
-"""Subcommands of this area are registered here (filled in by the area's issue)."""
+"""``tpmledger simulate``: a simulated shard fleet exporting OTLP spans to tpmledger.
+
+Defaults follow the environment the background pipelines use (``SHARD_COUNT``,
+``LLM_CONCURRENCY``, ``LLM_RETRY_BACKOFF_S``) and the standard OTLP exporter variables
+(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_PROTOCOL``).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import re
+import sys
+from datetime import UTC, datetime
 from typing import Any
+
+from simulator.config import ServerConfig, WorkloadConfig
+from simulator.fleet import FleetConfig, FleetResult, run_fleet
+from simulator.progress import progress_printer, summary_text, sweep_table
+from simulator.sweep import parse_caps, run_sweep
+
+DEMO_RUN_S = 60.0
+DEMO_SWEEP_CAPS = [4, 8, 16, 32]
+# Long enough that every cap's run has a whole minute strictly inside it, which is what
+# sustained TPM (SPEC §4) — and so the sweep's knee — is computed from.
+DEMO_SWEEP_RUN_S = 150.0
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``5m``, ``1h``, ``250ms`` or plain seconds → seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 30s, 5m, 1h)")
+    scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[match.group(2)]
+    seconds = float(match.group(1)) * scale
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("duration must be positive")
+    return seconds
+
+
+def _caps(text: str) -> list[int]:
+    try:
+        return parse_caps(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
 
 
 def register(subparsers: Any) -> None:
-    """No subcommands yet."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="run a simulated sharded LLM fleet that exports spans to tpmledger",
+        description="Start a finite-capacity OpenAI-compatible LLM server and SHARDS worker "
+        "processes, each with CONCURRENCY calls in flight, retries with exponential backoff, "
+        "and one OpenTelemetry span per HTTP try exported over OTLP. --sweep runs one run per "
+        "cap under one tpmledger.sweep.id with the same request mix.",
+    )
+    p.add_argument("--shards", type=int, default=_env_int("SHARD_COUNT", 8))
+    p.add_argument(
+        "--concurrency", type=int, default=_env_int("LLM_CONCURRENCY", 16), help="cap per shard"
+    )
+    p.add_argument("--duration", type=parse_duration, default=300.0, help="e.g. 30s, 5m")
+    p.add_argument(
+        "--endpoint",
+        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://127.0.0.1:4318",
+        help="OTLP endpoint of tpmledger ingest (http/protobuf: the base URL; grpc: :4317)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=["http/protobuf", "grpc"],
+        default=os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf",
+    )
+    p.add_argument("--run-id", default=None, help="default sim_<UTC time>_sharded")
+    p.add_argument("--sweep", type=_caps, default=None, metavar="CAPS", help="e.g. 4,8,16,32,64")
+    p.add_argument("--sweep-id", default=None, help="default: the run id")
+    p.add_argument("--capacity-tpm", type=int, default=None, help="server token budget per minute")
+    p.add_argument("--speed", type=float, default=None, help="server service times ÷ SPEED")
+    p.add_argument("--error-rate", type=float, default=None, help="share of 5xx answers")
+    p.add_argument("--timeout-rate", type=float, default=None, help="share of stalled requests")
+    p.add_argument("--stream-share", type=float, default=None, help="share of stream=true")
+    p.add_argument(
+        "--retry-backoff",
+        type=float,
+        default=float(os.environ.get("LLM_RETRY_BACKOFF_S") or 1.0),
+        help="first backoff in seconds (doubles, capped at 30 s)",
+    )
+    p.add_argument("--max-attempts", type=int, default=6)
+    p.add_argument("--request-timeout", type=parse_duration, default=60.0)
+    p.add_argument("--llm-url", default=None, help="call this OpenAI-compatible server instead")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--progress-every", type=parse_duration, default=5.0)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"a {DEMO_RUN_S:.0f}s 8x16 run, then a sweep over caps "
+        f"{','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each)",
+    )
+    p.set_defaults(func=run_simulate)
+
+
+def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
+    """The run the flags describe (server and workload defaults unless overridden)."""
+    server: dict[str, Any] = {"seed": args.seed}
+    for flag, name in (
+        ("capacity_tpm", "capacity_tpm"),
+        ("speed", "speed"),
+        ("error_rate", "error_rate"),
+        ("timeout_rate", "timeout_rate"),
+    ):
+        if getattr(args, flag) is not None:
+            server[name] = getattr(args, flag)
+    workload: dict[str, Any] = {}
+    if args.stream_share is not None:
+        workload["stream_share"] = args.stream_share
+    return FleetConfig(
+        run_id=run_id,
+        sweep_id=args.sweep_id,
+        shards=args.shards,
+        concurrency=args.concurrency,
+        duration_s=args.duration,
+        otlp_endpoint=args.endpoint,
+        otlp_protocol=args.protocol,
+        retry_backoff_s=args.retry_backoff,
+        max_attempts=args.max_attempts,
+        request_timeout_s=args.request_timeout,
+        seed=args.seed,
+        workload=WorkloadConfig(**workload),
+        server=ServerConfig(**server),
+        llm_url=args.llm_url,
+    )
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d_%H%M%S")
+
+
+def _plan(args: argparse.Namespace) -> list[tuple[FleetConfig, list[int] | None]]:
+    """(config, sweep caps or None) for each phase the command runs."""
+    if args.demo:
+        stamp = _stamp()
+        args.shards, args.concurrency, args.duration = 8, 16, DEMO_RUN_S
+        first = fleet_config(args, f"demo_{stamp}_sharded")
+        args.duration = DEMO_SWEEP_RUN_S
+        return [(first, None), (fleet_config(args, f"demo_{stamp}_sweep"), DEMO_SWEEP_CAPS)]
+    run_id = args.run_id or f"sim_{_stamp()}_sharded"
+    return [(fleet_config(args, run_id), args.sweep)]
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    """Run the plan; progress on stderr, summary on stdout (text or ``--json``)."""
+    results: list[FleetResult] = []
+
+    def report(result: FleetResult) -> None:
+        results.append(result)
+        if not args.json:
+            print(summary_text(result.summary()), flush=True)
+
+    every = args.progress_every
+    for config, caps in _plan(args):
+        if caps:
+            print(f"cap sweep {config.sweep_id or config.run_id}: caps {caps}", file=sys.stderr)
+            done = run_sweep(
+                config,
+                caps,
+                progress_for=lambda c: progress_printer(f"cap {c.concurrency}"),
+                progress_every_s=every,
+                on_result=report,
+            )
+            if not args.json and len(done) > 1:
+                print(sweep_table([r.summary() for r in done]), flush=True)
+        else:
+            report(run_fleet(config, progress_printer("run"), every))
+        if results and results[-1].interrupted:
+            break
+    if args.json:
+        sweep_id = next((r.config.sweep_id for r in results if r.config.sweep_id), None)
+        print(json.dumps({"sweep_id": sweep_id, "runs": [r.summary() for r in results]}))
+    if any(r.interrupted for r in results):
+        return 130
+    incomplete = any(len(r.complete) < r.config.shards for r in results)
+    return 1 if incomplete else 0

@@ -1,0 +1,111 @@
+"""The simulated server speaks enough OpenAI chat-completions for real clients, with limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from simulator.config import ServerConfig
+from simulator.llm_server import build_app, reply_length
+from simulator.server_process import running_llm_server
+from simulator.workload import prompt_text
+
+FAST = {"speed": 50.0, "error_rate": 0.0, "timeout_rate": 0.0}
+
+
+def _body(prompt: int = 10, max_tokens: int = 40, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "sim-chat-1",
+        "messages": [{"role": "user", "content": prompt_text(prompt)}],
+        "max_tokens": max_tokens,
+        "seed": 5,
+        **extra,
+    }
+
+
+def _post(config: ServerConfig, *bodies: dict[str, Any]) -> list[httpx.Response]:
+    async def go() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=build_app(config))
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            return [await client.post("/v1/chat/completions", json=b) for b in bodies]
+
+    return asyncio.run(go())
+
+
+def test_non_streaming_reply_carries_usage() -> None:
+    (response,) = _post(ServerConfig(**FAST), _body(prompt=10, max_tokens=40))
+    assert response.status_code == 200
+    payload = response.json()
+    expected_completion, finish = reply_length(40, 5)
+    assert payload["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": expected_completion,
+        "total_tokens": 10 + expected_completion,
+    }
+    assert payload["choices"][0]["finish_reason"] == finish
+    assert len(payload["choices"][0]["message"]["content"].split()) == expected_completion
+
+
+def test_over_budget_answers_429_with_retry_after() -> None:
+    config = ServerConfig(capacity_tpm=6_000, burst_s=1.0, **FAST)  # a 100-token bucket
+    ok, limited = _post(config, _body(prompt=10, max_tokens=60), _body(prompt=10, max_tokens=60))
+    assert ok.status_code == 200
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) >= 1
+    assert 0 < int(limited.headers["retry-after-ms"]) <= 1000
+    assert limited.json()["error"]["type"] == "rate_limit_exceeded"
+
+
+def test_error_rate_one_answers_5xx() -> None:
+    config = ServerConfig(speed=50.0, error_rate=1.0)
+    responses = _post(config, *[_body() for _ in range(6)])
+    assert {r.status_code for r in responses} <= {500, 502, 503}
+
+
+def test_bad_request_is_400() -> None:
+    (response,) = _post(ServerConfig(**FAST), {"model": "x"})
+    assert response.status_code == 400
+
+
+def _stream(url: str, results: list[tuple[float, list[dict[str, Any]]]]) -> None:
+    started = time.monotonic()
+    first: float | None = None
+    chunks: list[dict[str, Any]] = []
+    body = _body(prompt=20, max_tokens=64, stream=True, stream_options={"include_usage": True})
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                first = first if first is not None else time.monotonic() - started
+                chunks.append(json.loads(line[6:]))
+    assert first is not None
+    results.append((first, chunks))
+
+
+def test_stream_has_usage_last_and_ttft_grows_with_queueing() -> None:
+    # One batch slot: the second of two concurrent streams waits for the first to finish.
+    config = ServerConfig(max_parallel=1, ttft_base_s=0.05, decode_s_per_token=0.01, **FAST)
+    config = config.model_copy(update={"speed": 1.0})
+    with running_llm_server(config) as url:
+        import threading
+
+        results: list[tuple[float, list[dict[str, Any]]]] = []
+        threads = [threading.Thread(target=_stream, args=(url, results)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    (fast_ttft, chunks), (slow_ttft, _) = sorted(results, key=lambda r: r[0])
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == []
+    usage = chunks[-1]["usage"]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert usage["completion_tokens"] == len(text.split())
+    assert usage["prompt_tokens"] == 20
+    assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+    # The queued stream's first chunk came after the other's whole decode (≥ 32 tokens).
+    assert slow_ttft > fast_ttft + 0.2
