@@ -71,7 +71,7 @@ def fetch_run_attempts(conn: psycopg.Connection, run_id: str) -> pl.DataFrame:
     select = ", ".join(expr for expr, _ in _FRAME_COLUMNS.values())
     query = sql.SQL(
         "COPY (SELECT {} FROM attempts WHERE run_id = {}) TO STDOUT (FORMAT csv)"
-    ).format(sql.SQL(select), sql.Literal(run_id))  # type: ignore[arg-type]
+    ).format(sql.SQL(select), sql.Literal(run_id))
     buffer = io.BytesIO()
     with conn.cursor() as cur, cur.copy(query) as copy:
         for chunk in copy:
