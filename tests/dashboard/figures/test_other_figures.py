@@ -1,0 +1,84 @@
+"""Concurrency, TTFT, shard balance and sweep figures, including their empty states."""
+
+from __future__ import annotations
+
+from dashboard.data.minute_series import MinuteSeries
+from dashboard.data.sweep_points import SweepPoint, SweepView
+from dashboard.figures.concurrency import concurrency_figure, work_conserving_text
+from dashboard.figures.shard_balance import shard_balance_figure
+from dashboard.figures.sweep import sweep_figure
+from dashboard.figures.ttft import ttft_figure
+
+MINUTES = ["2026-02-01 03:44", "2026-02-01 03:45"]
+
+
+def _texts(figure: object) -> list[str]:
+    return [a.text for a in figure.layout.annotations]  # type: ignore[attr-defined]
+
+
+def test_ttft_not_measured_says_so() -> None:
+    empty = MinuteSeries(
+        MINUTES,
+        {"ttft_p50_s": [None, None], "ttft_p95_s": [None, None], "ttft_p99_s": [None, None]},
+    )
+    assert not ttft_figure(empty).data
+    assert _texts(ttft_figure(empty))[0].startswith("TTFT: not measured")
+    some = MinuteSeries(
+        MINUTES, {"ttft_p50_s": [0.1, None], "ttft_p95_s": [0.2, None], "ttft_p99_s": [0.3, None]}
+    )
+    assert [t.name for t in ttft_figure(some).data] == ["TTFT p50", "TTFT p95", "TTFT p99"]
+
+
+def test_concurrency_draws_cap_and_queue_depth() -> None:
+    run = MinuteSeries(
+        MINUTES,
+        {
+            "in_flight_mean": [10.0, 12.0],
+            "in_flight_max": [14, 16],
+            "concurrency_cap": [16, 16],
+            "queue_depth_mean": [0.0, 2.0],
+            "queue_depth_max": [0, 5],
+        },
+    )
+    names = [t.name for t in concurrency_figure(run).data]
+    assert names == [
+        "in-flight (mean)",
+        "in-flight (max)",
+        "cap",
+        "queue depth (mean)",
+        "queue depth (max)",
+    ]
+    no_queue = MinuteSeries(MINUTES, {**run.columns, "queue_depth_mean": [None, None]})
+    assert "queue depth: not measured" in _texts(concurrency_figure(no_queue))
+
+
+def test_work_conserving_text_reports_the_verdict_or_not_measured() -> None:
+    passing = {
+        "work_conserving": {
+            "sag_share": 0.03,
+            "seconds_with_queue": 240,
+            "passes": True,
+            "threshold": 0.05,
+        }
+    }
+    assert work_conserving_text(passing).startswith("Work-conserving check passes")
+    assert "not measured" in work_conserving_text({"work_conserving": {"sag_share": None}})
+
+
+def test_shard_balance_bars_in_shard_order() -> None:
+    figure = shard_balance_figure({"shares": {"10": 0.2, "2": 0.5, "0": 0.3}, "imbalance": 1.5})
+    assert list(figure.data[0].x) == ["shard 0", "shard 2", "shard 10"]
+    assert "1.50" in figure.layout.title.text
+    assert "not measured" in _texts(shard_balance_figure(None))[0]
+
+
+def test_sweep_figure_marks_the_knee() -> None:
+    view = SweepView(
+        "sw",
+        [SweepPoint(4, "a", 1000, 0.0, 1.0, None), SweepPoint(8, "b", 2000, None, 0.99, None)],
+        knee_cap=8,
+    )
+    figure = sweep_figure(view)
+    assert list(figure.data[0].x) == ["4", "8"]
+    knee = [a.text for a in figure.layout.annotations if a.name == "knee"]
+    assert knee == ["knee: recommended cap 8 (2,000 TPM)"]

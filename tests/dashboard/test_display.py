@@ -1,0 +1,26 @@
+"""Formatting: not-measured is said in words, times are UTC and labelled."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+from dashboard.display import fmt_int, fmt_rate, fmt_seconds, fmt_utc, plot_minute
+
+
+def test_missing_figures_read_not_measured_never_zero() -> None:
+    assert fmt_int(None) == fmt_rate(None) == fmt_seconds(None) == "not measured"
+    assert fmt_int(0) == "0" and fmt_rate(0.0) == "0.0 %"
+
+
+def test_values() -> None:
+    assert fmt_int(1234567.4) == "1,234,567"
+    assert fmt_rate(0.9876) == "98.8 %"
+    assert fmt_seconds(0.25) == "250 ms" and fmt_seconds(2.5) == "2.50 s"
+
+
+def test_times_are_converted_to_utc_and_labelled() -> None:
+    cet = datetime(2026, 2, 1, 4, 47, tzinfo=timezone(timedelta(hours=1)))
+    assert fmt_utc(cet) == "2026-02-01 03:47 UTC"
+    assert fmt_utc("2026-02-01T03:47:05.123Z", seconds=True) == "2026-02-01 03:47:05 UTC"
+    assert plot_minute("2026-02-01T03:47:00Z") == "2026-02-01 03:47"
+    assert fmt_utc(datetime(2026, 2, 1, tzinfo=UTC)) == "2026-02-01 00:00 UTC"

@@ -1,0 +1,42 @@
+"""Runs joined with their latest snapshot, and the live / sealed status rule."""
+
+from __future__ import annotations
+
+from dashboard.data.run_records import list_sweep_ids, load_run, load_runs, load_sweep_runs
+from tests.dashboard.builders import seed_sealed_run, seed_unsealed_run
+
+
+def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> None:
+    sealed = seed_sealed_run(database_url, "run-old", shards=3)
+    seed_sealed_run(database_url, "run-now", live=True)
+    seed_unsealed_run(database_url, "run-new")
+
+    runs = {r.run_id: r for r in load_runs(database_url)}
+
+    assert {r: runs[r].status for r in runs} == {
+        "run-old": "sealed",
+        "run-now": "live",  # ingest stored data after the snapshot was computed
+        "run-new": "live",  # never sealed
+    }
+    old = runs["run-old"]
+    assert old.observed_shards == 3
+    assert old.snapshot is not None and old.snapshot.seal == sealed.seal
+    assert old.metrics["peak_minute"] == sealed.metrics["peak_minute"]
+    assert runs["run-new"].snapshot is None and runs["run-new"].metrics == {}
+
+
+def test_load_run_reads_the_newest_snapshot_version(database_url: str) -> None:
+    seed_sealed_run(database_url, "run-a")
+    run = load_run(database_url, "run-a")
+    assert run is not None and run.snapshot is not None
+    assert run.snapshot.version == 1
+    assert run.first_event_utc == "2026-02-01T03:44:00.000Z"
+    assert load_run(database_url, "nope") is None
+
+
+def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
+    seed_sealed_run(database_url, "s-8", sweep_id="sw", cap=8)
+    seed_sealed_run(database_url, "s-4", sweep_id="sw", cap=4)
+    seed_sealed_run(database_url, "other")
+    assert list_sweep_ids(database_url) == ["sw"]
+    assert [r.run_id for r in load_sweep_runs(database_url, "sw")] == ["s-4", "s-8"]
