@@ -28,7 +28,8 @@ _F = descriptor_pb2.FieldDescriptorProto
 _ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
 # message → [(field, number, type, label, message type)]; numbers as in trace.proto.
-_SCHEMA: Final = {
+_FieldSpec = tuple[str, int, int, int, str | None]
+_SCHEMA: Final[dict[str, list[_FieldSpec]]] = {
     "Status": [("code", 3, _F.TYPE_INT32, _ONE, None)],
     "Span": [
         ("trace_id", 1, _F.TYPE_BYTES, _ONE, None),
