@@ -1,9 +1,194 @@
-"""Subcommands of this area are registered here (filled in by the area's issue)."""
+"""``tpmledger analyze|snapshots|verify|events|sweep`` (SPEC §8)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any
+
+from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+
+EXIT_MISMATCH = 1
+EXIT_UNKNOWN = 2
 
 
 def register(subparsers: Any) -> None:
-    """No subcommands yet."""
+    p = subparsers.add_parser(
+        "analyze",
+        help="seal a run now (if it changed) and print its figures",
+        description="Recompute a run from the database, seal a new snapshot version when "
+        "its events or figures changed, and print the run object of GET /v1/runs/RUN.",
+    )
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--json", action="store_true", help="print the GET /v1/runs/RUN object")
+    p.add_argument("--force", action="store_true", help="seal a new version even if unchanged")
+    _common(p, run_analyze)
+
+    p = subparsers.add_parser(
+        "snapshots",
+        help="list a run's sealed snapshot versions",
+        description="Every sealed version of RUN: seal, previous seal, events digest, Merkle root.",
+    )
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _common(p, run_snapshots)
+
+    p = subparsers.add_parser(
+        "verify",
+        help="recompute a run from the database and compare with its newest seal",
+        description="Check the seal chain, then recompute events digest, Merkle root, run "
+        "figures and every minute row; each mismatch is printed (minute, field, sealed vs "
+        "recomputed). Exit 0 when everything matches, 1 on any mismatch, 2 if not sealed.",
+    )
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _common(p, run_verify)
+
+    p = subparsers.add_parser(
+        "events",
+        help="write a run's canonical event file (events.jsonl) to stdout",
+        description="The SPEC §5 canonical file; `tpmledger events RUN | sha256sum` equals "
+        "the events_sha256 of a snapshot sealed from the same data.",
+    )
+    p.add_argument("run_id", metavar="RUN")
+    _common(p, run_events)
+
+    p = subparsers.add_parser(
+        "sweep",
+        help="cap sweep: figures per cap and the knee (recommended cap)",
+        description="Runs sharing tpmledger.sweep.id, from their latest sealed snapshots. "
+        "A cap is accepted while throughput rises by more than --min-throughput-gain, retry "
+        "rate rises by at most --max-retry-rise and call success rate falls by at most "
+        "--max-success-drop against the previous cap; the knee is the last accepted cap.",
+    )
+    p.add_argument("sweep_id", metavar="SWEEP_ID")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--min-throughput-gain", type=float, default=0.02, help="default 0.02 (2 %%)")
+    p.add_argument("--max-retry-rise", type=float, default=0.01, help="default 0.01 (1 point)")
+    p.add_argument("--max-success-drop", type=float, default=0.005, help="default 0.005")
+    _common(p, run_sweep)
+
+
+def _common(p: argparse.ArgumentParser, func: Any) -> None:
+    add_data_dir_option(p)
+    p.set_defaults(func=func)
+
+
+def _print_object(obj: dict[str, Any], indent: str = "") -> None:
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            print(f"{indent}{key}:")
+            _print_object(value, indent + "  ")
+        else:
+            shown = "not measured" if value is None else value
+            print(f"{indent}{key}: {shown}")
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from analytics.run_computation import UnknownRun
+    from analytics.sealing import seal_run
+
+    with database(settings_from_args(args), migrate_to_head=True) as url:
+        try:
+            result = seal_run(url, args.run_id, force=args.force)
+        except UnknownRun as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNKNOWN
+    if args.json:
+        print(json.dumps(result.metrics, indent=2))
+        return 0
+    state = "sealed new version" if result.created else "unchanged; newest version"
+    print(f"{state} {result.version} of {result.run_id} (seal {result.seal})")
+    _print_object(result.metrics)
+    return 0
+
+
+def run_snapshots(args: argparse.Namespace) -> int:
+    from storage.snapshots_read import list_snapshots
+
+    with database(settings_from_args(args), migrate_to_head=True) as url:
+        rows = list_snapshots(url, args.run_id)
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "snapshots": rows}, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"{args.run_id}: no sealed snapshot (run `tpmledger analyze {args.run_id}`)")
+        return EXIT_UNKNOWN
+    for r in rows:
+        print(
+            f"v{r['version']}  {r['computed_at']:%Y-%m-%dT%H:%M:%SZ}  seal {r['seal']}  "
+            f"previous {r['previous_seal'] or '-'}  events {r['events_count']} "
+            f"sha256 {r['events_sha256']}  merkle {r['merkle_root']} ({r['tree_size']} min)"
+        )
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from analytics.run_computation import UnknownRun
+    from analytics.verification import NotSealed, verify_run
+
+    with database(settings_from_args(args), migrate_to_head=True) as url:
+        try:
+            report = verify_run(url, args.run_id)
+        except (NotSealed, UnknownRun) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNKNOWN
+    if args.json:
+        body = {
+            "run_id": report.run_id,
+            "version": report.version,
+            "seal": report.seal,
+            "ok": report.ok,
+            "mismatches": [m.__dict__ for m in report.mismatches],
+            "notes": report.notes,
+        }
+        print(json.dumps(body, indent=2, default=str))
+    else:
+        for m in report.mismatches:
+            print(f"MISMATCH {m}")
+        for note in report.notes:
+            print(f"note: {note}")
+        verdict = "OK" if report.ok else f"FAILED ({len(report.mismatches)} mismatches)"
+        print(f"{report.run_id} v{report.version} seal {report.seal}: {verdict}")
+    return 0 if report.ok else EXIT_MISMATCH
+
+
+def run_events(args: argparse.Namespace) -> int:
+    from analytics.run_computation import UnknownRun
+    from analytics.run_events import load_run_events
+    from provenance.event_file import build_event_file
+
+    with database(settings_from_args(args), migrate_to_head=True) as url:
+        try:
+            events = load_run_events(url, args.run_id)
+        except UnknownRun as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNKNOWN
+    sys.stdout.buffer.write(build_event_file(events).data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from analytics.cap_sweep import SweepThresholds, load_sweep
+
+    rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
+    with database(settings_from_args(args), migrate_to_head=True) as url:
+        result = load_sweep(url, args.sweep_id, rule)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return 0
+    print(f"sweep {result.sweep_id}: thresholds {json.dumps(rule.as_dict())}")
+    for p in result.points:
+        verdict = {True: "accepted", False: "rejected", None: "-"}[p.accepted]
+        print(
+            f"  cap {p.cap:>4}  sustained_tpm_total {p.sustained_tpm_total}  retry_rate "
+            f"{p.retry_rate}  call_success_rate {p.call_success_rate}  ttft_p95_s "
+            f"{p.ttft_p95_s}  {verdict}: {p.reason}"
+        )
+    for run_id in result.skipped_run_ids:
+        print(f"  skipped {run_id}: no concurrency cap declared or not sealed yet")
+    knee = result.knee_cap if result.knee_cap is not None else "not measured"
+    print(f"knee (recommended cap): {knee}")
+    return 0

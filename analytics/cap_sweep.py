@@ -1,0 +1,150 @@
+"""Cap sweep and its knee (SPEC §4): runs sharing ``tpmledger.sweep.id``, one cap each.
+
+For each cap: sustained TPM (total), retry rate, call success rate, TTFT p95, read from
+each run's LATEST sealed snapshot. Walking caps upward, cap c is accepted while, against
+the previous cap, throughput rises by more than ``min_throughput_gain`` (relative),
+retry rate rises by at most ``max_retry_rate_rise`` and call success rate falls by at
+most ``max_success_rate_drop`` (both absolute fractions: 0.01 = 1 point). The knee
+(recommended cap) is the last accepted cap; the walk stops at the first rejection.
+A rate that was not measured cannot veto a cap (no figure, no verdict); unknown
+throughput always rejects. Several runs at one cap: the newest sealed one counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from storage.database import read_session
+from storage.models import Run
+from storage.snapshots_read import latest_snapshots
+
+
+@dataclass(frozen=True)
+class SweepThresholds:
+    """The acceptance rule's parameters; printed with every result."""
+
+    min_throughput_gain: float = 0.02
+    max_retry_rate_rise: float = 0.01
+    max_success_rate_drop: float = 0.005
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One cap of the sweep and the verdict of the walk on it."""
+
+    cap: int
+    run_id: str
+    sustained_tpm_total: float | None
+    retry_rate: float | None
+    call_success_rate: float | None
+    ttft_p95_s: float | None
+    accepted: bool | None = None  # None: the walk stopped before this cap
+    reason: str = ""
+
+
+@dataclass
+class SweepResult:
+    """Points in cap order, the knee and the thresholds that produced it."""
+
+    sweep_id: str
+    points: list[SweepPoint] = field(default_factory=list)
+    knee_cap: int | None = None
+    thresholds: SweepThresholds = field(default_factory=SweepThresholds)
+    skipped_run_ids: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sweep_id": self.sweep_id,
+            "knee_cap": self.knee_cap,
+            "thresholds": self.thresholds.as_dict(),
+            "points": [asdict(p) for p in self.points],
+            "skipped_run_ids": self.skipped_run_ids,
+        }
+
+
+def _verdict(prev: SweepPoint, cur: SweepPoint, rule: SweepThresholds) -> tuple[bool, str]:
+    if not prev.sustained_tpm_total or cur.sustained_tpm_total is None:
+        return False, "throughput not measured"
+    gain = cur.sustained_tpm_total / prev.sustained_tpm_total - 1
+    if gain <= rule.min_throughput_gain:
+        return False, f"throughput {gain:+.1%} (needs > {rule.min_throughput_gain:+.1%})"
+    notes = [f"throughput {gain:+.1%}"]
+    if prev.retry_rate is None or cur.retry_rate is None:
+        notes.append("retry rate not measured")
+    elif cur.retry_rate - prev.retry_rate > rule.max_retry_rate_rise:
+        rise = (cur.retry_rate - prev.retry_rate) * 100
+        return False, f"retry rate +{rise:.2f} points (max +{rule.max_retry_rate_rise * 100:g})"
+    if prev.call_success_rate is None or cur.call_success_rate is None:
+        notes.append("success rate not measured")
+    elif prev.call_success_rate - cur.call_success_rate > rule.max_success_rate_drop:
+        drop = (prev.call_success_rate - cur.call_success_rate) * 100
+        limit = rule.max_success_rate_drop * 100
+        return False, f"success rate -{drop:.2f} points (max -{limit:g})"
+    return True, ", ".join(notes)
+
+
+def walk_caps(
+    points: list[SweepPoint], rule: SweepThresholds
+) -> tuple[list[SweepPoint], int | None]:
+    """Points (sorted by cap) with verdicts, and the knee cap."""
+    ordered = sorted(points, key=lambda p: p.cap)
+    if not ordered:
+        return [], None
+    walked = [_with(ordered[0], True, "baseline (smallest cap)")]
+    stopped = False
+    for prev, cur in itertools.pairwise(ordered):
+        if stopped:
+            walked.append(_with(cur, None, "not reached: a smaller cap was rejected"))
+            continue
+        ok, reason = _verdict(prev, cur, rule)
+        walked.append(_with(cur, ok, reason))
+        stopped = not ok
+    knee = [p.cap for p in walked if p.accepted][-1]
+    return walked, knee
+
+
+def _with(point: SweepPoint, accepted: bool | None, reason: str) -> SweepPoint:
+    return SweepPoint(**{**asdict(point), "accepted": accepted, "reason": reason})
+
+
+def point_from_metrics(run_id: str, metrics: dict[str, Any]) -> SweepPoint | None:
+    """A sweep point from a snapshot's run object (None when the run declared no cap)."""
+    cap = metrics.get("concurrency_cap")
+    if cap is None:
+        return None
+    return SweepPoint(
+        cap=int(cap),
+        run_id=run_id,
+        sustained_tpm_total=metrics.get("sustained_tpm_total"),
+        retry_rate=metrics.get("retry_rate"),
+        call_success_rate=metrics.get("call_success_rate"),
+        ttft_p95_s=(metrics.get("ttft_s") or {}).get("p95"),
+    )
+
+
+def load_sweep(url: str, sweep_id: str, thresholds: SweepThresholds | None = None) -> SweepResult:
+    """The sweep from its runs' latest sealed snapshots, walked with ``thresholds``."""
+    rule = thresholds or SweepThresholds()
+    result = SweepResult(sweep_id=sweep_id, thresholds=rule)
+    with read_session(url) as session:
+        run_ids = list(session.scalars(select(Run.run_id).where(Run.sweep_id == sweep_id)))
+    snapshots = latest_snapshots(url, run_ids)
+    newest: dict[int, tuple[Any, SweepPoint]] = {}
+    for run_id in sorted(run_ids):
+        snap = snapshots.get(run_id)
+        point = point_from_metrics(run_id, snap.metrics) if snap else None
+        if snap is None or point is None:
+            result.skipped_run_ids.append(run_id)
+            continue
+        seen = newest.get(point.cap)
+        if seen is None or snap.computed_at > seen[0]:
+            newest[point.cap] = (snap.computed_at, point)
+    result.points, result.knee_cap = walk_caps([p for _, p in newest.values()], rule)
+    return result
