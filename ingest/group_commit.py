@@ -176,6 +176,18 @@ class GroupCommitWriter:
 
     def _write_group(self, group: list[_Pending]) -> int:
         """Runs in the writer thread: one transaction for every row of the group."""
+        reused = self._conn is not None
+        try:
+            return self._write_once(group)
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            if not reused:
+                raise
+            # A connection that sat idle may have died with a database restart; one fresh
+            # attempt avoids a needless 503. Safe: the insert is idempotent.
+            self._disconnect()
+            return self._write_once(group)
+
+    def _write_once(self, group: list[_Pending]) -> int:
         conn = self._connection()
         started = time.perf_counter()
         with in_transaction(conn):

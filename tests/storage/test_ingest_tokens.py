@@ -1,0 +1,49 @@
+"""Ingest tokens at rest: hashed, named, revocable."""
+
+from __future__ import annotations
+
+import hashlib
+
+import psycopg
+import pytest
+
+from storage.database import libpq_url
+from storage.ingest_tokens import (
+    TokenNameTaken,
+    active_token_hashes,
+    create_token,
+    hash_token,
+    list_tokens,
+    revoke_token,
+)
+
+
+def test_tokens_are_stored_only_as_sha256(database_url: str) -> None:
+    token = create_token(database_url, "fleet-a")
+    assert len(token) > 40
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute("SELECT name, token_sha256 FROM ingest_tokens").fetchall()
+        dump = str(conn.execute("SELECT * FROM ingest_tokens").fetchall())
+    assert rows == [("fleet-a", hashlib.sha256(token.encode()).digest())]
+    assert token not in dump
+    assert active_token_hashes(database_url) == [hash_token(token)]
+
+
+def test_each_token_is_new_and_names_are_unique(database_url: str) -> None:
+    first = create_token(database_url, "a")
+    second = create_token(database_url, "b")
+    assert first != second
+    with pytest.raises(TokenNameTaken):
+        create_token(database_url, "a")
+    assert [t.name for t in list_tokens(database_url)] == ["a", "b"]
+
+
+def test_revoked_tokens_are_listed_but_not_active(database_url: str) -> None:
+    keep = create_token(database_url, "keep")
+    create_token(database_url, "drop")
+    assert revoke_token(database_url, "drop") is True
+    assert revoke_token(database_url, "drop") is False
+    assert revoke_token(database_url, "missing") is False
+    assert active_token_hashes(database_url) == [hash_token(keep)]
+    status = {t.name: t.revoked_at is not None for t in list_tokens(database_url)}
+    assert status == {"keep": False, "drop": True}
