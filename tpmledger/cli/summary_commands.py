@@ -1,9 +1,173 @@
-"""Subcommands of this area are registered here (filled in by the area's issue)."""
+"""``tpmledger summary show|export|verify|prove``: signed run summaries (SPEC §5, §8).
+
+``verify`` never touches a database: it checks an export directory (or one proof file)
+with nothing but the files and a public key.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from analytics.sealing import seal_run
+from provenance.minute_proofs import ProofError, single_proof
+from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+from provenance.summary_export import (
+    RunSummary,
+    SnapshotOutdated,
+    build_summary,
+    snapshot_predicate,
+    write_export,
+)
+from provenance.summary_text import summary_text
+from provenance.summary_verify import VerifyReport, verify_path
+from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 
 def register(subparsers: Any) -> None:
-    """No subcommands yet."""
+    """Add ``summary show|export|verify|prove``."""
+    summary = subparsers.add_parser(
+        "summary",
+        help="signed run summaries: show, export, verify offline, prove a minute",
+        description="DSSE-signed in-toto statements over a run's sealed figures and event file.",
+    )
+    actions = summary.add_subparsers(dest="summary_command", metavar="ACTION", required=True)
+
+    show = actions.add_parser("show", help="print the human summary block of a run")
+    show.add_argument("run_id", metavar="RUN")
+    show.add_argument("--json", action="store_true", help="print the signed predicate as JSON")
+    add_data_dir_option(show)
+    show.set_defaults(func=show_summary)
+
+    export = actions.add_parser(
+        "export",
+        help="write events.jsonl, the signed summary, key and minute proofs to a directory",
+    )
+    export.add_argument("run_id", metavar="RUN")
+    export.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder")
+    add_data_dir_option(export)
+    export.set_defaults(func=export_summary)
+
+    verify = actions.add_parser(
+        "verify",
+        help="verify an export directory or a single proof file, offline",
+        description="Checks the signature, the events digest, every predicate figure "
+        "recomputed from events.jsonl, and every minute proof. Exits 1 on any failure.",
+    )
+    verify.add_argument("path", type=Path, metavar="DIR|FILE")
+    verify.add_argument(
+        "--key", type=Path, metavar="PEM", help="trusted public key (default: service.pub beside)"
+    )
+    verify.add_argument(
+        "--envelope", type=Path, metavar="FILE", help="envelope for a proof file without one"
+    )
+    verify.add_argument("--json", action="store_true", help="print the checks as JSON")
+    verify.set_defaults(func=verify_summary)
+
+    prove = actions.add_parser(
+        "prove", help="one minute's figures with its inclusion proof and the signed envelope"
+    )
+    prove.add_argument("run_id", metavar="RUN")
+    prove.add_argument(
+        "--minute", required=True, metavar="TIME", help="UTC minute, e.g. 2026-02-01T03:44:00Z"
+    )
+    prove.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
+    add_data_dir_option(prove)
+    prove.set_defaults(func=prove_minute)
+
+
+# A run still receiving spans can change between sealing and reading its events.
+SEAL_ATTEMPTS = 3
+
+
+def _summary(args: argparse.Namespace) -> RunSummary | None:
+    """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
+    settings = settings_from_args(args)
+    try:
+        key = load_or_create_signing_key(settings)
+        with database(settings) as url:
+            for attempt in range(1, SEAL_ATTEMPTS + 1):
+                seal_run(url, args.run_id)
+                try:
+                    return build_summary(url, args.run_id, key)
+                except SnapshotOutdated:
+                    if attempt == SEAL_ATTEMPTS:
+                        raise
+    except (LookupError, SnapshotOutdated, SigningKeyError) as exc:
+        print(f"error: {_message(exc)}", file=sys.stderr)
+    return None
+
+
+def _message(exc: Exception) -> str:
+    # KeyError-style LookupErrors quote their message; show it plainly.
+    return str(exc.args[0]) if exc.args else str(exc)
+
+
+def show_summary(args: argparse.Namespace) -> int:
+    """Print the human block (or the predicate as JSON) of the newest sealed snapshot."""
+    settings = settings_from_args(args)
+    try:
+        fingerprint = load_or_create_signing_key(settings).fingerprint
+        with database(settings) as url:
+            predicate = snapshot_predicate(url, args.run_id)
+    except (LookupError, SigningKeyError) as exc:
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(predicate, indent=2))
+    else:
+        print(summary_text(predicate, fingerprint), end="")
+    return 0
+
+
+def export_summary(args: argparse.Namespace) -> int:
+    """Write the export directory."""
+    summary = _summary(args)
+    if summary is None:
+        return 1
+    for path in write_export(summary, args.out):
+        print(path)
+    print(f"verify with: tpmledger summary verify {args.out} --key {args.out / 'service.pub'}")
+    return 0
+
+
+def prove_minute(args: argparse.Namespace) -> int:
+    """Write one minute's leaf, inclusion proof and the signed envelope."""
+    summary = _summary(args)
+    if summary is None:
+        return 1
+    try:
+        proof = single_proof(summary.minute_proofs, args.minute, summary.envelope)
+    except ProofError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    text = json.dumps(proof, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+        print(f"{args.out}: minute {proof['leaf']['minute_utc']} of run {summary.run_id}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def verify_summary(args: argparse.Namespace) -> int:
+    """Run every offline check; exit 0 only if all pass."""
+    if not args.path.exists():
+        print(f"error: {args.path} does not exist", file=sys.stderr)
+        return 2
+    report = verify_path(args.path, args.key, args.envelope)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print_report(report)
+    return 0 if report.ok else 1
+
+
+def _print_report(report: VerifyReport) -> None:
+    for check in report.checks:
+        print(f"{'PASS' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+    failed = [c.name for c in report.checks if not c.ok]
+    print("verified" if report.ok else f"NOT verified: {', '.join(failed) or 'nothing checked'}")

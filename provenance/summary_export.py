@@ -1,0 +1,185 @@
+"""Build, sign and write a run summary from the run's newest sealed snapshot (SPEC §5).
+
+The predicate's figures are the snapshot's (``snapshots.metrics``, SPEC §8 names); the
+event file and minute leaves are rebuilt from the database and must hash to what the
+snapshot sealed, so the export never signs figures that its ``events.jsonl`` contradicts.
+Export directory: ``events.jsonl``, ``summary.dsse.json``, ``summary.sigstore.json``,
+``service.pub``, ``minute-proofs.json``, ``SUMMARY.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from analytics.minute_leaves import minute_leaves
+from analytics.run_events import load_run_events
+from provenance.dsse import sign_envelope
+from provenance.event_file import build_event_file
+from provenance.in_toto_statement import build_predicate, build_statement, statement_payload
+from provenance.minute_proofs import build_minute_proofs
+from provenance.signing_keys import SigningKey
+from provenance.sigstore_bundle import bundle_from_envelope
+from provenance.summary_text import summary_text
+from storage.database import read_session
+from storage.models import Snapshot
+from tpmledger import __version__
+
+EXPORT_FILES = (
+    "events.jsonl",
+    "summary.dsse.json",
+    "summary.sigstore.json",
+    "service.pub",
+    "minute-proofs.json",
+    "SUMMARY.txt",
+)
+
+
+class RunNotSealed(LookupError):
+    """The run has no sealed snapshot yet."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has no sealed snapshot; seal it with `tpmledger analyze {run_id}` "
+            "(or wait for the analytics worker)"
+        )
+
+
+class SnapshotOutdated(RuntimeError):
+    """The stored events no longer hash to what the newest snapshot sealed."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Everything an export writes, built in memory."""
+
+    run_id: str
+    seal: str
+    events: bytes
+    predicate: dict[str, Any]
+    envelope: dict[str, Any]
+    bundle: dict[str, Any]
+    minute_proofs: dict[str, Any]
+    public_pem: str
+    key_fingerprint: str
+
+    @property
+    def text(self) -> str:
+        return summary_text(self.predicate, self.key_fingerprint)
+
+
+def latest_seal(url: str, run_id: str) -> str | None:
+    """The seal of the run's newest snapshot, or None if it was never sealed."""
+    snapshot = _latest_snapshot(url, run_id)
+    return snapshot.seal if snapshot else None
+
+
+def snapshot_predicate(url: str, run_id: str) -> dict[str, Any]:
+    """The predicate a summary of the run's newest snapshot signs (no events read)."""
+    snapshot = _latest_snapshot(url, run_id)
+    if snapshot is None:
+        raise RunNotSealed(run_id)
+    return _predicate(snapshot)
+
+
+def summary_envelope(url: str, run_id: str, key: SigningKey) -> dict[str, Any]:
+    """The signed envelope over the run's newest snapshot (reads the snapshot row only)."""
+    snapshot = _latest_snapshot(url, run_id)
+    if snapshot is None:
+        raise RunNotSealed(run_id)
+    return _sign(_predicate(snapshot), key)
+
+
+def build_summary(url: str, run_id: str, key: SigningKey) -> RunSummary:
+    """Sign a summary of the run's newest snapshot with ``key``, with its events and proofs.
+
+    Raises :class:`SnapshotOutdated` when the stored events changed since that snapshot.
+    """
+    snapshot = _latest_snapshot(url, run_id)
+    if snapshot is None:
+        raise RunNotSealed(run_id)
+    events = load_run_events(url, run_id)
+    event_file = build_event_file(events)
+    if (event_file.sha256, event_file.count) != (snapshot.events_sha256, snapshot.events_count):
+        raise SnapshotOutdated(
+            f"run {run_id!r} has {event_file.count} events (sha256 {event_file.sha256[:16]}…) "
+            f"but snapshot v{snapshot.version} sealed {snapshot.events_count} "
+            f"(sha256 {snapshot.events_sha256[:16]}…): reseal with `tpmledger analyze {run_id}`"
+        )
+    proofs = build_minute_proofs(run_id, minute_leaves(events, event_file))
+    if (proofs["merkle_root"], proofs["tree_size"]) != (snapshot.merkle_root, snapshot.tree_size):
+        raise SnapshotOutdated(
+            f"minute Merkle root {proofs['merkle_root']} differs from snapshot "
+            f"v{snapshot.version}'s {snapshot.merkle_root}"
+        )
+    predicate = _predicate(snapshot)
+    envelope = _sign(predicate, key)
+    return RunSummary(
+        run_id=run_id,
+        seal=snapshot.seal,
+        events=event_file.tobytes(),
+        predicate=predicate,
+        envelope=envelope,
+        bundle=bundle_from_envelope(envelope, key.fingerprint),
+        minute_proofs=proofs,
+        public_pem=key.public_pem,
+        key_fingerprint=key.fingerprint,
+    )
+
+
+def _predicate(snapshot: Snapshot) -> dict[str, Any]:
+    document = snapshot.document or {}
+    return build_predicate(
+        {**snapshot.metrics, "run_id": snapshot.run_id},
+        events_sha256=snapshot.events_sha256,
+        events_count=snapshot.events_count,
+        merkle_root=snapshot.merkle_root,
+        tree_size=snapshot.tree_size,
+        snapshot_version=snapshot.version,
+        seal=snapshot.seal,
+        computed_at=document.get("computed_at") or _rfc3339(snapshot),
+        generator=document.get("generator") or {"name": "tpmledger", "version": __version__},
+    )
+
+
+def _sign(predicate: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+    return sign_envelope(statement_payload(build_statement(predicate)), key.private_key)
+
+
+def write_export(summary: RunSummary, out_dir: Path) -> list[Path]:
+    """Write the six export files into ``out_dir`` (created if needed); return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    contents: dict[str, bytes] = {
+        "events.jsonl": summary.events,
+        "summary.dsse.json": _json_bytes(summary.envelope),
+        "summary.sigstore.json": _json_bytes(summary.bundle),
+        "service.pub": summary.public_pem.encode("ascii"),
+        "minute-proofs.json": _json_bytes(summary.minute_proofs),
+        "SUMMARY.txt": summary.text.encode("utf-8"),
+    }
+    paths = []
+    for name in EXPORT_FILES:
+        path = out_dir / name
+        path.write_bytes(contents[name])
+        paths.append(path)
+    return paths
+
+
+def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+    query = (
+        select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version.desc()).limit(1)
+    )
+    with read_session(url) as session:
+        return session.scalars(query).first()
+
+
+def _rfc3339(snapshot: Snapshot) -> str:
+    return snapshot.computed_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _json_bytes(document: dict[str, Any]) -> bytes:
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
