@@ -1,13 +1,30 @@
-"""Runs, run detail, minute series and the canonical event stream."""
+"""Runs, run detail, minute series and the canonical event stream (SPEC §8)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
+from analytics.run_computation import UnknownRun
+from analytics.run_events import load_run_events
+from analytics.run_views import minute_series, run_object
+from provenance.event_file import EventFile, build_event_file
 from storage.runs_read import list_runs
+
+STREAM_CHUNK = 1 << 20
+
+
+def _unknown(run_id: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"unknown run {run_id!r}: no spans stored")
+
+
+def _chunks(file: EventFile) -> Iterator[bytes]:
+    for start in range(0, len(file.data), STREAM_CHUNK):
+        yield bytes(file.data[start : start + STREAM_CHUNK])
 
 
 def build_router(database_url: str) -> APIRouter:
@@ -16,5 +33,56 @@ def build_router(database_url: str) -> APIRouter:
     @router.get("/runs", summary="Every run with attempts, shards, first/last event, latest seal")
     async def get_runs() -> dict[str, Any]:
         return {"runs": await run_in_threadpool(list_runs, database_url)}
+
+    @router.get(
+        "/runs/{run_id}",
+        summary="A run's figures (newest sealed snapshot; computed live if never sealed)",
+        responses={404: {"description": "unknown run"}},
+    )
+    async def get_run(run_id: str) -> dict[str, Any]:
+        try:
+            return await run_in_threadpool(run_object, database_url, run_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+
+    @router.get(
+        "/runs/{run_id}/minutes",
+        summary="Minute series of the whole run (default) or one shard",
+        responses={404: {"description": "unknown run or shard"}},
+    )
+    async def get_minutes(
+        run_id: str,
+        shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
+    ) -> dict[str, Any]:
+        try:
+            minutes = await run_in_threadpool(minute_series, database_url, run_id, shard_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+        if minutes is None:
+            if shard_id == "*":
+                raise _unknown(run_id)
+            raise HTTPException(404, detail=f"run {run_id!r} has no shard {shard_id!r}")
+        return {"minutes": minutes}
+
+    @router.get(
+        "/runs/{run_id}/events.jsonl",
+        summary="The canonical event file (SPEC §5); its SHA-256 is events_sha256",
+        response_class=StreamingResponse,
+        responses={404: {"description": "unknown run"}},
+    )
+    async def get_events(run_id: str) -> StreamingResponse:
+        try:
+            events = await run_in_threadpool(load_run_events, database_url, run_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+        file = await run_in_threadpool(build_event_file, events)
+        return StreamingResponse(
+            _chunks(file),
+            media_type="application/x-ndjson",
+            headers={
+                "Content-Disposition": 'attachment; filename="events.jsonl"',
+                "X-Events-Count": str(file.count),
+            },
+        )
 
     return router

@@ -1,0 +1,105 @@
+"""GET /v1/runs/{run_id}, /minutes and /events.jsonl shapes (SPEC §8) on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+import read_api
+from analytics.sealing import seal_run
+from tests.analytics.seeding import store
+from tests.storage.builders import BASE_NS, attempt_row
+
+SECOND = 1_000_000_000
+RUN_KEYS = {
+    "run_id", "attempts", "logical_calls", "shard_count", "first_event_utc",
+    "last_event_utc", "active_minutes", "peak_minute", "peak_completion_minute",
+    "sustained_tpm_total", "attempt_success_rate", "call_success_rate", "retry_rate",
+    "retry_causes", "ttft_s", "shard_balance", "events_sha256", "seal", "snapshot_version",
+}  # fmt: skip
+EXTRA_KEYS = {
+    "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",
+    "latency_s",
+}  # fmt: skip
+MINUTE_KEYS = [
+    "minute_utc", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",
+    "successes", "failures", "retries", "retry_rate", "success_rate", "ttft_p50_s",
+    "ttft_p95_s", "ttft_p99_s", "in_flight_mean", "in_flight_max", "queue_depth_mean",
+    "queue_depth_max", "shards_active",
+]  # fmt: skip
+PEAK_KEYS = {
+    "minute_utc", "shard_count", "calls_in_minute", "completion_tpm_out", "prompt_tpm_in",
+    "tpm_total",
+}  # fmt: skip
+UTC_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+@pytest.fixture
+def client(database_url: str) -> TestClient:
+    rows = [
+        attempt_row(
+            run_id="api-run",
+            shard_id=str(i % 2),
+            start_ns=BASE_NS + i * 10 * SECOND,
+            end_ns=BASE_NS + i * 10 * SECOND + 3 * SECOND,
+            ttft_s=0.5,
+        )
+        for i in range(20)
+    ]
+    store(database_url, rows)
+    app = FastAPI()
+    app.include_router(read_api.build_router(database_url))
+    return TestClient(app)
+
+
+def test_unsealed_run_is_computed_live_without_seal(client: TestClient) -> None:
+    body = client.get("/v1/runs/api-run").json()
+    assert set(body) == RUN_KEYS | EXTRA_KEYS
+    assert body["seal"] is None and body["snapshot_version"] is None
+    assert body["attempts"] == 20
+
+
+def test_sealed_run_detail_has_exact_names_and_utc_times(
+    client: TestClient, database_url: str
+) -> None:
+    sealed = seal_run(database_url, "api-run")
+    body = client.get("/v1/runs/api-run").json()
+    assert set(body) == RUN_KEYS | EXTRA_KEYS
+    assert body["seal"] == sealed.seal and body["snapshot_version"] == 1
+    assert set(body["peak_minute"]) == PEAK_KEYS
+    assert UTC_Z.match(body["first_event_utc"]) and UTC_Z.match(body["peak_minute"]["minute_utc"])
+    assert set(body["ttft_s"]) == {"p50", "p95", "p99", "mean", "variance"}
+    assert set(body["shard_balance"]) == {"shares", "imbalance"}
+    assert body["retry_rate"] is None  # no resend_count, no explicit call ids: not measured
+
+
+def test_minutes_whole_run_and_per_shard(client: TestClient, database_url: str) -> None:
+    seal_run(database_url, "api-run")
+    minutes = client.get("/v1/runs/api-run/minutes").json()["minutes"]
+    assert [list(m) for m in minutes] == [MINUTE_KEYS] * len(minutes)
+    assert sum(m["calls_in_minute"] for m in minutes) == 20
+    assert all(UTC_Z.match(m["minute_utc"]) for m in minutes)
+    shard = client.get("/v1/runs/api-run/minutes", params={"shard_id": "1"}).json()["minutes"]
+    assert sum(m["calls_in_minute"] for m in shard) == 10
+    assert all(m["shards_active"] in (0, 1) for m in shard)
+
+
+def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url: str) -> None:
+    sealed = seal_run(database_url, "api-run")
+    response = client.get("/v1/runs/api-run/events.jsonl")
+    assert response.status_code == 200
+    assert hashlib.sha256(response.content).hexdigest() == sealed.metrics["events_sha256"]
+    assert response.content.count(b"\n") == 20
+
+
+def test_unknown_run_and_shard_are_404_with_message(client: TestClient) -> None:
+    for path in ("/v1/runs/nope", "/v1/runs/nope/minutes", "/v1/runs/nope/events.jsonl"):
+        response = client.get(path)
+        assert response.status_code == 404
+        assert "unknown run 'nope'" in response.json()["detail"]
+    response = client.get("/v1/runs/api-run/minutes", params={"shard_id": "9"})
+    assert response.status_code == 404 and "no shard '9'" in response.json()["detail"]
