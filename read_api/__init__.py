@@ -5,11 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from read_api import runs_routes, summary_routes
+from tpmledger.settings import Settings
 
 
-def build_router(database_url: str) -> APIRouter:
-    """All read endpoints over ``database_url``; ingest adds its auth dependency around it."""
+def build_router(database_url: str, settings: Settings | None = None) -> APIRouter:
+    """All read endpoints over ``database_url``; ingest adds its auth dependency around it.
+
+    ``settings`` locates the summary signing key (default: read from the environment).
+    """
     router = APIRouter(prefix="/v1")
     router.include_router(runs_routes.build_router(database_url))
-    router.include_router(summary_routes.build_router(database_url))
+    router.include_router(summary_routes.build_router(database_url, settings))
     return router
