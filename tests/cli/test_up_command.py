@@ -1,0 +1,103 @@
+"""`tpmledger up` as a new user runs it: embedded PostgreSQL, exporter lines, runs listed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from tests.fixtures.servers import free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+class OutputReader:
+    """Collects a child's stdout lines on a thread so the test can wait for text."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def _env_line(text: str, name: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(f"export {name}="):
+            return line.split("=", 1)[1]
+    raise AssertionError(f"{name} not printed by `tpmledger up`:\n{text}")
+
+
+def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None:
+    http_port, grpc_port, dash_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    data_dir = tmp_path / "data"
+    cli = [sys.executable, "-m", "tpmledger.cli.main"]
+    ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    up = subprocess.Popen(
+        [*cli, "up", "--data-dir", str(data_dir), *ports, "--dashboard-port", str(dash_port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = OutputReader(up)
+    try:
+        wait_for(lambda: "OTEL_EXPORTER_OTLP_ENDPOINT" in out.text, timeout=120, interval=0.2)
+        endpoint = _env_line(out.text, "OTEL_EXPORTER_OTLP_ENDPOINT")
+        assert endpoint == f"http://127.0.0.1:{http_port}"
+
+        resource = Resource.create(
+            {"tpmledger.run.id": "first_run", "tpmledger.shard.id": "3", "service.name": "w"}
+        )
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"))
+        )
+        tracer = provider.get_tracer("test")
+        for _ in range(3):
+            with tracer.start_as_current_span("chat gpt-test") as span:
+                span.set_attribute("gen_ai.operation.name", "chat")
+                span.set_attribute("gen_ai.usage.input_tokens", 120)
+                span.set_attribute("gen_ai.usage.output_tokens", 30)
+        provider.shutdown()
+
+        def listed() -> list[dict[str, object]]:
+            result = subprocess.run(
+                [*cli, "runs", "--json", "--data-dir", str(data_dir)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 0, result.stderr
+            return [r for r in json.loads(result.stdout)["runs"] if r["run_id"] == "first_run"]
+
+        runs = wait_for(listed, timeout=30, interval=0.5)
+        assert runs[0]["attempts"] == 3
+        assert runs[0]["shard_count"] == 1
+    finally:
+        up.send_signal(signal.SIGINT)
+        code = up.wait(timeout=60)
+    assert code in (0, 130), out.text
+    assert not (data_dir / "postgres" / "postmaster.pid").exists(), "embedded PostgreSQL left up"
