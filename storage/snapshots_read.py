@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from storage.database import read_session
 from storage.models import MinuteMetric, Snapshot
@@ -104,3 +104,26 @@ def snapshot_times(url: str, run_id: str) -> tuple[datetime | None, int]:
     """(data_as_of of the newest snapshot, its version); (None, 0) when never sealed."""
     snap = latest_snapshot(url, run_id)
     return (snap.data_as_of, snap.version) if snap else (None, 0)
+
+
+def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
+    """Runs with data newer than their latest snapshot and quiet for ``quiet_s`` seconds.
+
+    Returns (run_id, updated_at), oldest activity first. "Quiet" means no ingest commit
+    touched the run for ``quiet_s``, so a live run is not resealed on every batch.
+    """
+    query = text(
+        """
+        SELECT r.run_id, r.updated_at
+        FROM runs r
+        LEFT JOIN LATERAL (
+            SELECT s.data_as_of FROM snapshots s
+            WHERE s.run_id = r.run_id ORDER BY s.version DESC LIMIT 1
+        ) latest ON true
+        WHERE (latest.data_as_of IS NULL OR r.updated_at > latest.data_as_of)
+          AND r.updated_at <= now() - make_interval(secs => :quiet)
+        ORDER BY r.updated_at
+        """
+    )
+    with read_session(url) as session:
+        return [(str(r[0]), r[1]) for r in session.execute(query, {"quiet": quiet_s})]

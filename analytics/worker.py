@@ -1,0 +1,99 @@
+"""The analytics worker (``tpmledger serve analytics``): reseals runs that received new data.
+
+Every ``settings.analytics_poll_s`` it asks storage for runs whose ``runs.updated_at`` is
+newer than their latest snapshot's ``data_as_of`` and older than
+``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not on
+every batch), and seals each. A run whose figures turn out unchanged is remembered by its
+``updated_at`` so it is not recomputed on every poll. SIGTERM/SIGINT stop it cleanly
+between seals.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from analytics.run_computation import StageTimer
+from analytics.sealing import seal_run
+from storage.snapshots_read import runs_due_for_seal
+from tpmledger.settings import Settings
+
+log = logging.getLogger("tpmledger.analytics")
+
+
+class ResealLoop:
+    """One polling loop over one database; :meth:`poll_once` is the unit tests drive."""
+
+    def __init__(self, url: str, quiet_s: float) -> None:
+        self.url = url
+        self.quiet_s = quiet_s
+        # run_id -> updated_at already handled (sealed, unchanged, or failed)
+        self.handled: dict[str, datetime] = {}
+
+    def poll_once(self, stop: threading.Event | None = None) -> list[str]:
+        """Seal every due run; returns the run ids that got a new version."""
+        sealed: list[str] = []
+        for run_id, updated_at in runs_due_for_seal(self.url, self.quiet_s):
+            if stop is not None and stop.is_set():
+                break
+            if self.handled.get(run_id) == updated_at:
+                continue
+            self.handled[run_id] = updated_at
+            timer = StageTimer()
+            started = time.perf_counter()
+            try:
+                result = seal_run(self.url, run_id, timer=timer)
+            except Exception:  # one bad run must not stop the worker
+                log.exception("sealing %s failed; will retry when it receives new data", run_id)
+                continue
+            took = time.perf_counter() - started
+            if result.created:
+                sealed.append(run_id)
+                log.info(
+                    "sealed %s v%d seal %s events %s in %.2fs",
+                    run_id,
+                    result.version,
+                    result.seal,
+                    result.metrics.get("attempts"),
+                    took,
+                )
+            else:
+                log.info("%s unchanged since v%d; not resealed", run_id, result.version)
+        return sealed
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        log.info("analytics worker stopping (signal %d)", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run(settings: Settings, stop: threading.Event | None = None) -> None:
+    """Poll and reseal until SIGTERM/SIGINT (or ``stop`` is set)."""
+    if not settings.database_url:
+        raise ValueError("the analytics worker needs settings.database_url")
+    stop = stop or threading.Event()
+    _install_signal_handlers(stop)
+    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s)
+    log.info(
+        "analytics worker polling every %.1fs (quiet period %.1fs)",
+        settings.analytics_poll_s,
+        settings.reseal_quiet_s,
+    )
+    while not stop.is_set():
+        try:
+            loop.poll_once(stop)
+        except Exception:  # database restarts must not kill the worker
+            log.exception("analytics poll failed; retrying")
+        stop.wait(settings.analytics_poll_s)
+    log.info("analytics worker stopped")

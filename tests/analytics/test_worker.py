@@ -1,0 +1,94 @@
+"""The reseal loop and the ``tpmledger serve analytics`` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from analytics.worker import ResealLoop, run
+from storage.snapshots_read import list_snapshots
+from tests.analytics.seeding import store
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.settings import Settings
+
+SECOND = 1_000_000_000
+
+
+def _rows(run_id: str, n: int, offset: int = 0) -> list[tuple[object, ...]]:
+    return [
+        attempt_row(
+            run_id=run_id,
+            start_ns=BASE_NS + (offset + i) * SECOND,
+            end_ns=BASE_NS + (offset + i) * SECOND + SECOND,
+        )
+        for i in range(n)
+    ]
+
+
+def _wait_for(predicate: object, limit_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_new_data_makes_a_new_version_linked_to_the_previous_seal(database_url: str) -> None:
+    store(database_url, _rows("w1", 5))
+    loop = ResealLoop(database_url, quiet_s=0)
+    assert loop.poll_once() == ["w1"]
+    assert loop.poll_once() == []  # nothing new
+    store(database_url, _rows("w1", 3, offset=100))
+    assert loop.poll_once() == ["w1"]
+    versions = list_snapshots(database_url, "w1")
+    assert [v["version"] for v in versions] == [1, 2]
+    assert versions[1]["previous_seal"] == versions[0]["seal"]
+    assert versions[1]["events_count"] == 8
+
+
+def test_quiet_period_defers_a_live_run(database_url: str) -> None:
+    store(database_url, _rows("w2", 5))
+    assert ResealLoop(database_url, quiet_s=3600).poll_once() == []
+    assert list_snapshots(database_url, "w2") == []
+
+
+def test_run_stops_when_told(database_url: str) -> None:
+    store(database_url, _rows("w3", 4))
+    settings = Settings(database_url=database_url, analytics_poll_s=0.05, reseal_quiet_s=0)
+    stop = threading.Event()
+    worker = threading.Thread(target=run, args=(settings, stop))
+    worker.start()
+    try:
+        assert _wait_for(lambda: list_snapshots(database_url, "w3"))
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert not worker.is_alive()
+
+
+def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -> None:
+    store(database_url, _rows("w4", 4))
+    env = {
+        **os.environ,
+        "TPMLEDGER_DATABASE_URL": database_url,
+        "TPMLEDGER_ANALYTICS_POLL_S": "0.1",
+        "TPMLEDGER_RESEAL_QUIET_S": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpmledger.cli.main", "serve", "analytics"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _wait_for(lambda: list_snapshots(database_url, "w4"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()
+    assert b"sealed w4 v1" in out
