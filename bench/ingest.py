@@ -24,6 +24,7 @@ import argparse
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,38 @@ def raw_copy_spans_per_s(url: str, bodies: list[bytes]) -> tuple[float, int, flo
     return len(rows) / elapsed, len(rows), normalize_s
 
 
+def cpu_snapshot(ingest_pid: int, postmaster_pid: int | None) -> tuple[float | None, ...]:
+    return (
+        workload.cpu_seconds(ingest_pid),
+        workload.cpu_seconds(postmaster_pid, with_children=True),
+    )
+
+
+def cpu_per_span(
+    before: tuple[float | None, ...], after: tuple[float | None, ...], spans: int
+) -> list[float | None]:
+    """CPU microseconds per span spent by ingest and by PostgreSQL during the load."""
+    return [
+        None if a is None or b is None else (a - b) / spans * 1e6
+        for b, a in zip(before, after, strict=True)
+    ]
+
+
+def describe_cpu(cpu: list[float | None]) -> list[str]:
+    """CPU per span, and what it implies on an otherwise idle machine."""
+    ingest_us, pg_us = cpu
+    fmt = lambda v: "not measured" if v is None else f"{v:.1f} µs"  # noqa: E731
+    lines = [f"CPU per span: ingest process {fmt(ingest_us)}, PostgreSQL {fmt(pg_us)}"]
+    if ingest_us and pg_us:
+        cores = os.cpu_count() or 1
+        bound = min(1e6 / ingest_us * 1.0, cores * 1e6 / (ingest_us + pg_us))
+        lines.append(
+            f"  => CPU-bound ceiling on {cores} idle cores: ~{bound:,.0f} spans/s "
+            "(ingest's Python is one GIL; PostgreSQL shares the cores)"
+        )
+    return lines
+
+
 def start_profiler(pid: int, seconds: float) -> tuple[subprocess.Popen[bytes], Path] | None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
@@ -82,13 +115,33 @@ def start_profiler(pid: int, seconds: float) -> tuple[subprocess.Popen[bytes], P
     command = [py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
     command += ["--duration", str(int(seconds) + 1), "--output", str(out), "--nonblocking"]
     command += ["--threads", "--gil"] if os.environ.get("PROFILE_GIL") else ["--threads"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
+    log = out.with_suffix(".log").open("wb")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out
 
 
-def summarize_profile(path: Path, top: int = 25) -> list[str]:
-    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
+# Pipeline stages of the ingest hot path, by the function that bounds each one.
+STAGES = (
+    ("HTTP body read + decompress", "BodyReader.feed"),
+    ("protobuf / JSON decode", "decode_request"),
+    ("normalize (span -> row)", "normalize_request"),
+    ("group commit (writer thread)", "_write_group"),
+    ("  COPY rows to staging (client side)", "copy_rows"),
+    ("  psycopg TextFormatter.write_row", "TextFormatter.write_row"),
+    ("  waiting on PostgreSQL", "Connection.wait"),
+)
+
+
+def _function(frame: str) -> str:
+    """``name (file:line)`` without the line, so a function's lines add up."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def summarize_profile(path: Path, top: int = 15) -> list[str]:
+    """Where py-spy's samples of the ingest process landed: threads, stages, functions."""
+    threads: dict[str, int] = {}
     self_counts: dict[str, int] = {}
-    incl_counts: dict[str, int] = {}
+    stage_counts = dict.fromkeys((label for label, _ in STAGES), 0)
     total = 0
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -97,18 +150,25 @@ def summarize_profile(path: Path, top: int = 25) -> list[str]:
         count = int(n)
         frames = stack.split(";")
         total += count
-        self_counts[frames[-1]] = self_counts.get(frames[-1], 0) + count
-        for frame in set(frames[1:]):
-            incl_counts[frame] = incl_counts.get(frame, 0) + count
+        thread = frames[0].split(": ", 1)[-1].rstrip("_0123456789 ")
+        threads[thread] = threads.get(thread, 0) + count
+        leaf = _function(frames[-1])
+        self_counts[leaf] = self_counts.get(leaf, 0) + count
+        names = {f.partition(" (")[0].rsplit(".", 1)[-1] for f in frames[1:]}
+        names |= {f.partition(" (")[0] for f in frames[1:]}
+        for label, function in STAGES:
+            if function in names:
+                stage_counts[label] += count
     if not total:
         return ["profile: no samples"]
-    lines = [f"profile: {total} samples (py-spy --threads; idle threads included)"]
-    lines.append("  top self:")
-    for frame, n in sorted(self_counts.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"    {100 * n / total:5.1f}%  {frame}")
-    lines.append("  top inclusive:")
-    for frame, n in sorted(incl_counts.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"    {100 * n / total:5.1f}%  {frame}")
+    pct = lambda n: f"{100 * n / total:5.1f}%"  # noqa: E731
+    lines = [f"profile: {total} py-spy samples of the ingest process (idle samples not recorded)"]
+    lines.append("  by thread: " + ", ".join(f"{t} {pct(n).strip()}" for t, n in threads.items()))
+    lines.append("  by stage (inclusive):")
+    lines += [f"    {pct(n)}  {label}" for label, n in stage_counts.items()]
+    lines.append("  top functions (self):")
+    for function, n in sorted(self_counts.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"    {pct(n)}  {function}")
     return lines
 
 
@@ -129,16 +189,22 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     lines: list[str] = []
-    with workload.fresh_database() as url:
+    load_before = os.getloadavg()
+    with workload.fresh_database() as db:
+        url = db.url
         ingest = workload.start_ingest(url)
         try:
             rss = workload.RssSampler(ingest.process.pid)
             rss.start()
             profiler = start_profiler(ingest.process.pid, 120) if args.profile else None
+            cpu_before = cpu_snapshot(ingest.process.pid, db.postmaster_pid)
             sent = workload.send_in_child_process(ingest.host, ingest.port, bodies, args.senders)
+            cpu_after = cpu_snapshot(ingest.process.pid, db.postmaster_pid)
+            cpu = cpu_per_span(cpu_before, cpu_after, args.spans)
             peak_rss = rss.stop()
+            load_during = os.getloadavg()
             if profiler:
-                profiler[0].terminate()
+                profiler[0].send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
                 profiler[0].wait()
         finally:
             ingest.stop()
@@ -153,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         f"tpmledger ingest benchmark — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
         f"machine: {os.cpu_count()} cpus, {platform.python_implementation()} "
-        f"{platform.python_version()}, {platform.machine()}",
+        f"{platform.python_version()}, {platform.machine()}; load average before "
+        f"{load_before[0]:.1f}, at end of load {load_during[0]:.1f} (other work shares the cores)",
         f"command: .venv/bin/python bench/ingest.py --spans {args.spans} "
         f"--senders {args.senders} --batch {args.batch}" + (" --profile" if args.profile else ""),
         f"load: {args.spans} spans in {len(bodies)} protobuf requests of {args.batch} spans, "
@@ -166,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         if p50 is not None and p99 is not None
         else "request latency: not measured",
         f"ingest peak RSS (process + children): {peak_rss / 2**20:.0f} MiB",
+        *describe_cpu(cpu),
         f"raw COPY of the same {raw_rows} normalized rows into attempts (one transaction): "
         f"{raw:,.0f} spans/s (normalize alone took {normalize_s:.1f} s, not timed)",
         f"ratio durable/raw: {durable / raw:.2f} (target >= 0.5); "

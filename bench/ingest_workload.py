@@ -149,8 +149,35 @@ def trace_id_prefix(body: bytes) -> bytes:
     return bytes(request.resource_spans[0].scope_spans[0].spans[0].trace_id[:8])
 
 
+@dataclass
+class BenchDatabase:
+    """A fresh database; ``postmaster_pid`` is known for the embedded server only."""
+
+    url: str
+    postmaster_pid: int | None
+
+
+def cpu_seconds(pid: int | None, *, with_children: bool = False) -> float | None:
+    """User + system CPU of a process (and of its live and reaped children), or None."""
+    if pid is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        times = process.cpu_times()
+        total = times.user + times.system
+        if with_children:
+            total += times.children_user + times.children_system
+            for child in process.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child_times = child.cpu_times()
+                    total += child_times.user + child_times.system
+        return total
+    except psutil.Error:
+        return None
+
+
 @contextlib.contextmanager
-def fresh_database() -> Iterator[str]:
+def fresh_database() -> Iterator[BenchDatabase]:
     """A new, migrated database: on ``TPMLEDGER_DATABASE_URL``'s server, else embedded."""
     external = os.environ.get("TPMLEDGER_DATABASE_URL")
     tmp = None
@@ -174,7 +201,7 @@ def fresh_database() -> Iterator[str]:
     migrate.upgrade(url)
     get_engine(url).dispose()
     try:
-        yield url
+        yield BenchDatabase(url, server.get_pid() if server is not None else None)
     finally:
         get_engine(url).dispose()
         with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
