@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from provenance.in_toto_statement import PREDICATE_TYPE
+from provenance.in_toto_statement import PEAK_MINUTE_KEYS, PREDICATE_TYPE
 
 FLATTENED = ("events", "minutes", "snapshot", "generator")
+PEAK_KEYS = ("peak_minute", "peak_completion_minute")
 NOT_MEASURED = "not measured"
 
 
@@ -25,6 +26,9 @@ def summary_text(predicate: Mapping[str, Any], key_fingerprint: str | None = Non
         if key in FLATTENED and isinstance(value, Mapping):
             lines.extend(f"{key}_{sub}: {_scalar(v)}" for sub, v in value.items())
         elif isinstance(value, Mapping):
+            if key in PEAK_KEYS:
+                # Stored figures come back from JSONB with its own key order; use the SPEC's.
+                value = {k: value[k] for k in PEAK_MINUTE_KEYS if k in value} | dict(value)
             lines.append(f"{key}:" if value else f"{key}: {{}}")
             lines.extend(_block(value, "  "))
         else:

@@ -164,8 +164,8 @@ def _signed_predicate(
     except (OSError, ValueError, SigningKeyError) as exc:
         report.add("key", False, f"cannot load the public key {key_file}: {exc}")
         return None
-    origin = "pinned with --key" if pinned else "the export's own service.pub (pin with --key)"
-    report.add("key", True, f"Ed25519 {fingerprint(key)} from {origin}")
+    origin = "pinned with --key" if pinned else f"{key_file.name} shipped with it; pin with --key"
+    report.add("key", True, f"Ed25519 key {fingerprint(key)} ({origin})")
     try:
         verified = verify_envelope(envelope, [key])
         report.add("signature", True, "Ed25519 signature over the DSSE PAE verifies")

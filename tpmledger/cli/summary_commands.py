@@ -88,7 +88,7 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
     settings = settings_from_args(args)
     try:
         key = load_or_create_signing_key(settings)
-        with database(settings) as url:
+        with database(settings, migrate_to_head=True) as url:
             for attempt in range(1, SEAL_ATTEMPTS + 1):
                 seal_run(url, args.run_id)
                 try:
@@ -111,7 +111,7 @@ def show_summary(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     try:
         fingerprint = load_or_create_signing_key(settings).fingerprint
-        with database(settings) as url:
+        with database(settings, migrate_to_head=True) as url:
             predicate = snapshot_predicate(url, args.run_id)
     except (LookupError, SigningKeyError) as exc:
         print(f"error: {_message(exc)}", file=sys.stderr)
