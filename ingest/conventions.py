@@ -37,8 +37,11 @@ LLM_OPERATION_NAMES: Final = frozenset({"chat", "text_completion", "generate_con
 OPENINFERENCE_KIND_KEY: Final = "openinference.span.kind"
 OPENINFERENCE_LLM_KIND: Final = "LLM"
 VLLM_SPAN_NAME: Final = "llm_request"
-# OpenLLMetry records time to first token only as span events with this name.
+# OpenLLMetry records time to first token only as span events with this name (SPEC §2).
 COMPLETION_CHUNK_EVENT: Final = "gen_ai.content.completion.chunk"
+# OpenInference marks the first streamed token with this event (an extension of SPEC §2:
+# without it, OpenInference streams would report no TTFT at all).
+OPENINFERENCE_FIRST_TOKEN_EVENT: Final = "First Token Stream Event"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,8 @@ class ConventionFamily:
     # emitter) that only this family writes. No markers = a generic family.
     markers: frozenset[str] = field(default_factory=frozenset)
     span_names: frozenset[str] = field(default_factory=frozenset)
+    # Span events whose earliest time − span start is the TTFT when no attribute gives it.
+    ttft_events: frozenset[str] = field(default_factory=frozenset)
     description: str = ""
 
 
@@ -176,6 +181,7 @@ OPENLLMETRY = ConventionFamily(
             "traceloop.entity.name",
         }
     ),
+    ttft_events=frozenset({COMPLETION_CHUNK_EVENT}),
 )
 
 OPENLIT = ConventionFamily(
@@ -223,11 +229,13 @@ OPENINFERENCE = ConventionFamily(
     markers=frozenset(
         {OPENINFERENCE_KIND_KEY, "llm.model_name", "llm.provider", "llm.invocation_parameters"}
     ),
+    ttft_events=frozenset({OPENINFERENCE_FIRST_TOKEN_EVENT}),
 )
 
 # Registry order = first-present-wins order across families (SPEC §2).
 FAMILIES: Final = (TPMLEDGER, SEMCONV, SEMCONV_LEGACY, VLLM, OPENLLMETRY, OPENLIT, OPENINFERENCE)
 FAMILY_NAMES: Final = tuple(family.name for family in FAMILIES)
+TTFT_EVENTS: Final = frozenset(name for family in FAMILIES for name in family.ttft_events)
 # When a shared key's owners have markers present, the most specific family wins.
 _MARKED_PREFERENCE: Final = (VLLM, OPENINFERENCE, OPENLIT, OPENLLMETRY, TPMLEDGER)
 

@@ -229,14 +229,15 @@ def _shard_id(fields: dict[str, Any]) -> str:
 
 
 def _first_chunk_ttft(span: Any, start_ns: int) -> float | None:
-    # OpenLLMetry: TTFT = first gen_ai.content.completion.chunk event − span start.
+    # TTFT = earliest first-token event (OpenLLMetry chunk, OpenInference first token)
+    # − span start.
     first = None
     for raw in span.events:
         try:
             event = Span.Event.FromString(raw)
         except DecodeError:
             continue
-        if event.name == conv.COMPLETION_CHUNK_EVENT and (
+        if event.name in conv.TTFT_EVENTS and (
             first is None or event.time_unix_nano < first
         ):
             first = event.time_unix_nano

@@ -315,6 +315,13 @@ def test_openllmetry_span_ttft_from_first_chunk_event() -> None:
     assert early["ttft_s"] is None
 
 
+def test_openinference_first_token_event_is_a_ttft() -> None:
+    attributes = {"openinference.span.kind": "LLM", "llm.token_count.prompt": 3}
+    events = [(conv.OPENINFERENCE_FIRST_TOKEN_EVENT, BASE_NS + 90_000_000)]
+    assert normalize_one(attributes, events=events)["ttft_s"] == pytest.approx(0.09)
+    assert normalize_one(attributes, events=[("exception", BASE_NS + 1)])["ttft_s"] is None
+
+
 def test_openlit_span() -> None:
     row = normalize_one(
         {
