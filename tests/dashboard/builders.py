@@ -300,3 +300,54 @@ def seed_sweep(
         )
         for cap, sustained, retry_rate in zip(caps, tpm, retry, strict=True)
     ]
+
+
+def reseal(url: str, run: SeededRun, *, peak_total: int, sealed: bool = True) -> None:
+    """Version 2 of a run's snapshot (new peak figure), as analytics writes after new data.
+
+    With ``sealed`` the run's ``updated_at`` moves before the new snapshot, so the run
+    reads as sealed (no data since, none in the last two minutes).
+    """
+    from sqlalchemy import text
+
+    now = datetime.now(UTC)
+    metrics = {**run.metrics, "snapshot_version": 2}
+    metrics["peak_minute"] = {**run.metrics["peak_minute"], "tpm_total": peak_total}
+    with transaction(url) as session:
+        session.add(
+            Snapshot(
+                run_id=run.run_id,
+                version=2,
+                computed_at=now,
+                seal=_hex(run.run_id, "seal", 2),
+                previous_seal=run.seal,
+                events_sha256=metrics["events_sha256"],
+                events_count=metrics["attempts"],
+                merkle_root=_hex(run.run_id, "merkle", 2),
+                tree_size=len(run.minutes),
+                metrics_sha256=_hex(run.run_id, "metrics", 2),
+                document={"run_id": run.run_id, "version": 2},
+                metrics=metrics,
+                data_as_of=now,
+            )
+        )
+        session.flush()
+        rest = ", ".join(
+            c.name
+            for c in MinuteMetric.__table__.columns
+            if c.name not in ("run_id", "version", "shard_id", "minute_utc")
+        )
+        session.execute(
+            text(
+                f"INSERT INTO minute_metrics (run_id, version, shard_id, minute_utc, {rest}) "
+                f"SELECT run_id, 2, shard_id, minute_utc, {rest} FROM minute_metrics "
+                "WHERE run_id = :run_id AND version = 1"
+            ),
+            {"run_id": run.run_id},
+        )
+        if sealed:
+            session.execute(
+                text("UPDATE runs SET updated_at = :t WHERE run_id = :run_id"),
+                {"t": now - timedelta(hours=1), "run_id": run.run_id},
+            )
+    run.metrics, run.seal = metrics, _hex(run.run_id, "seal", 2)

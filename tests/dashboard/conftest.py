@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import create_test_database, drop_test_database
 from tests.fixtures.servers import free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -85,18 +86,32 @@ def start_dashboard(database_url: str, *, env: dict[str, str] | None = None) -> 
     return server
 
 
-@pytest.fixture
-def dashboard_server(database_url: str) -> Iterator[RunningDashboard]:
-    """The dashboard over this test's fresh database."""
-    server = start_dashboard(database_url)
+@pytest.fixture(scope="module")
+def page_database_url(pg_server_url: str, template_database: str) -> Iterator[str]:
+    """A fresh migrated database shared by one test module (tests use distinct run ids).
+
+    Starting the dashboard and Chromium costs seconds on a loaded machine, so a module
+    shares one of each; the database is still new for every module.
+    """
+    url = create_test_database(pg_server_url, template_database)
+    try:
+        yield url
+    finally:
+        drop_test_database(pg_server_url, url)
+
+
+@pytest.fixture(scope="module")
+def dashboard_server(page_database_url: str) -> Iterator[RunningDashboard]:
+    """The dashboard over this module's database."""
+    server = start_dashboard(page_database_url)
     try:
         yield server
     finally:
         server.stop()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Headless Chromium through chromedriver with a fresh profile; skipped if absent."""
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         pytest.skip("chromium / chromedriver not installed")
@@ -112,7 +127,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         "--disable-background-networking",
         "--disable-dev-shm-usage",
         "--window-size=1440,2200",
-        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)

@@ -1,0 +1,76 @@
+"""The runs page in a real headless Chromium: the table, statuses, links, empty state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from dashboard.display import fmt_int, fmt_rate
+from tests.dashboard.browser_helpers import screenshot, text_of, wait_text
+from tests.dashboard.builders import seed_sealed_run, seed_unsealed_run
+from tests.dashboard.conftest import API_BASE_URL, RunningDashboard, start_dashboard
+from tests.fixtures.servers import wait_for
+
+pytestmark = pytest.mark.browser
+
+
+def _rows(browser: Any) -> dict[str, list[str]]:
+    table: dict[str, list[str]] = {}
+    for tr in browser.find_elements(By.CSS_SELECTOR, "#runs-table-grid tbody tr"):
+        cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        table[cells[0]] = cells
+    return table
+
+
+def test_runs_table_lists_every_run_and_links_to_it(
+    page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
+) -> None:
+    sealed = seed_sealed_run(
+        page_database_url, "fleet a/b", shards=8, minutes=6, peak=2, completion_peak=3
+    )
+    seed_sealed_run(page_database_url, "run-live", shards=2, live=True, with_ttft=False)
+    seed_unsealed_run(page_database_url, "run-fresh", attempts=42)
+
+    browser.get(dashboard_server.url + "/")
+    rows = wait_for(lambda: len(_rows(browser)) == 3 and _rows(browser), timeout=30)
+
+    cells = rows["fleet a/b"]
+    peak = sealed.metrics["peak_minute"]
+    assert cells[1] == "sealed"
+    assert cells[2] == "8"
+    assert cells[3] == f"{sealed.metrics['attempts']:,}"
+    assert cells[4].splitlines() == [fmt_int(peak["tpm_total"]), "2026-02-01 03:46 UTC"]
+    assert cells[5] == fmt_rate(sealed.metrics["attempt_success_rate"])
+    assert cells[6] == fmt_rate(sealed.metrics["retry_rate"])
+    assert cells[7] == "500 ms"
+    assert cells[8] == sealed.seal[:12]
+    assert cells[9] == "2026-02-01 03:44:00 UTC"
+    assert rows["run-live"][1] == "live" and rows["run-live"][7] == "not measured"
+    assert rows["run-fresh"][1] == "live" and rows["run-fresh"][4] == "not sealed"
+    screenshot(browser, output_dir, "runs-page")
+
+    # Follow the link (the run id holds a space and a slash, so it is URL-quoted).
+    browser.find_element(By.LINK_TEXT, "fleet a/b").click()
+    wait_for(lambda: "/runs/fleet%20a%2Fb" in browser.current_url, timeout=30)
+    assert wait_text(browser, "run-kpi-peak-total-value") == fmt_int(peak["tpm_total"])
+    assert text_of(browser, "run-kpi-shards-value") == "8"
+    screenshot(browser, output_dir, "run-page-from-link")
+
+
+def test_empty_runs_page_shows_the_exporter_environment(
+    database_url: str, browser: Any, output_dir: Path
+) -> None:
+    server = start_dashboard(database_url)
+    try:
+        browser.get(server.url + "/")
+        lines = wait_text(browser, "runs-empty-env").splitlines()
+        assert lines[0] == f"export OTEL_EXPORTER_OTLP_ENDPOINT={API_BASE_URL}"
+        assert any(
+            line.startswith("export OTEL_RESOURCE_ATTRIBUTES=tpmledger.run.id=") for line in lines
+        )
+        screenshot(browser, output_dir, "runs-empty")
+    finally:
+        assert server.stop() == 0  # SIGTERM stops the server cleanly

@@ -1,0 +1,56 @@
+"""The sweep page in a real headless Chromium: TPM against cap, the knee, the thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
+from tests.dashboard.builders import seed_sweep
+from tests.dashboard.conftest import RunningDashboard
+from tests.fixtures.servers import wait_for
+
+pytestmark = pytest.mark.browser
+
+
+def test_sweep_page_marks_the_knee_and_prints_the_rule(
+    page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
+) -> None:
+    # 4 → 8 → 16 each gain > 2 % at flat retry; 32 gains 1 % and retries jump: knee = 16.
+    seed_sweep(
+        page_database_url,
+        "capsweep",
+        caps=[4, 8, 16, 32],
+        tpm=[10_000, 19_000, 30_000, 30_300],
+        retry=[0.0, 0.0, 0.005, 0.03],
+    )
+    seed_sweep(page_database_url, "other", caps=[2, 4], tpm=[1_000, 1_500], retry=[0.0, 0.0])
+
+    browser.get(dashboard_server.url + "/sweeps?sweep_id=capsweep")
+    assert wait_text(browser, "sweep-recommended") == "Recommended cap: 16"
+    thresholds = text_of(browser, "sweep-thresholds")
+    assert "more than 2.0 %" in thresholds and "at most 1.0 points" in thresholds
+    assert "at most 0.5 points" in thresholds
+
+    figure = wait_graph(browser, "sweep-graph", lambda f: annotation(f, "knee") is not None)
+    bars = next(t for t in figure["traces"] if t["type"] == "bar")
+    assert bars["x"] == ["4", "8", "16", "32"]
+    assert bars["y"] == [10_000, 19_000, 30_000, 30_300]
+    assert {t["name"] for t in figure["traces"] if t["type"] == "scatter"} == {
+        "call success rate",
+        "retry rate",
+    }
+    assert annotation(figure, "knee") == "knee: recommended cap 16 (30,000 TPM)"
+    rows = browser.find_elements(By.CSS_SELECTOR, "#sweep-points tbody tr")
+    assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == ["4", "8", "16 knee", "32"]
+    screenshot(browser, output_dir, "sweep-page")
+
+    # Picking the other sweep redraws the chart.
+    browser.find_element(By.CSS_SELECTOR, "#sweep-select").click()
+    browser.find_element(
+        By.XPATH, "//*[contains(@class,'option') and normalize-space()='other']"
+    ).click()
+    wait_for(lambda: text_of(browser, "sweep-recommended") == "Recommended cap: 4", timeout=30)
