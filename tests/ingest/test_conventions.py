@@ -135,3 +135,14 @@ def test_plan_prefers_span_keys_of_equal_rank_and_earlier_keys_across_sources() 
     same_key = plan_for(("service.name",), ("service.name",), False)
     assert [f for f, _, _ in same_key.span_fields] == ["run_id"]
     assert same_key.resource_fields == ()
+
+
+def test_docs_list_every_key_family_and_marker() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "conventions.md").read_text()
+    names = {key for keys in conv.FIELD_KEYS.values() for key in keys}
+    for family in conv.FAMILIES:
+        names |= {family.name, *family.markers, *family.span_names, *family.ttft_events}
+    missing = sorted(name for name in names if f"`{name}`" not in docs)
+    assert not missing, f"docs/conventions.md does not mention {missing}"
