@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from analytics.minute_leaves import minute_leaves
-from analytics.run_figures import compute_run_figures
+from analytics.minute_leaves import leaves_from_minutes
+from analytics.run_figures import analyze_events
 from provenance.event_file import build_event_file, read_events
 
 REL_TOLERANCE = 1e-9
@@ -35,8 +35,11 @@ def recompute_from_events(data: bytes) -> Recomputed:
     events = read_events(data)
     event_file = build_event_file(events)
     canonical = event_file.tobytes() == data
-    figures = _as_json(compute_run_figures(events))
-    leaves = [_as_json(leaf) for leaf in minute_leaves(events, event_file)]
+    # One analysis yields both the run figures and the minute table the leaves come from
+    # (the same functions as compute_run_figures / minute_leaves, without computing twice).
+    analysis = analyze_events(events)
+    figures = _as_json(analysis.figures)
+    leaves = [_as_json(leaf) for leaf in leaves_from_minutes(analysis.minutes, event_file)]
     return Recomputed(figures, leaves, canonical)
 
 

@@ -234,8 +234,13 @@ def _check_proofs(
     entries = proofs.get("minutes") or []
     if proofs.get("merkle_root") != signed["merkle_root"]:
         problems.append("minute-proofs.json names a different Merkle root than the signed one")
-    if len(entries) != signed["tree_size"]:
-        problems.append(f"{len(entries)} proofs for a signed tree of {signed['tree_size']}")
+    indices = [e.get("index") for e in entries if isinstance(e, dict)]
+    if indices != list(range(signed["tree_size"])):
+        # Every minute must be proven once, in order: a copy of one good proof is not enough.
+        problems.append(
+            f"proofs cover indices {len(set(indices))} distinct of {len(indices)}, "
+            f"expected each of 0..{signed['tree_size'] - 1} once"
+        )
     for entry in entries:
         problem = check_minute_proof(entry, signed["merkle_root"], signed["tree_size"])
         index = entry.get("index")

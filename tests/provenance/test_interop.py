@@ -140,3 +140,28 @@ def test_sigstore_js_rejects_a_wrong_key(sigstore_js: Path) -> None:
     result = run_sigstore_js(sigstore_js, bundle, other)
     assert result.returncode == 1
     assert "signature verification failed" in result.stdout
+
+
+def test_a_real_export_verifies_with_securesystemslib_and_sigstore_js(
+    database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from analytics.sealing import seal_run
+    from provenance.signing_keys import load_or_create_signing_key
+    from provenance.summary_export import build_summary, write_export
+    from tests.provenance.sharded_run import RUN_ID, store_sharded_run
+    from tpmledger.settings import Settings
+
+    store_sharded_run(database_url)
+    seal_run(database_url, RUN_ID)
+    key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+    out = tmp_path / "export"
+    write_export(build_summary(database_url, RUN_ID, key), out)
+    envelope = Envelope.from_dict(json.loads((out / "summary.dsse.json").read_text()))
+    assert list(envelope.verify([sslib_key(key.private_key, key.fingerprint)], 1)) == [
+        key.fingerprint
+    ]
+    if shutil.which("node") and shutil.which("npm"):
+        work = request.getfixturevalue("sigstore_js")
+        bundle = json.loads((out / "summary.sigstore.json").read_text())
+        result = run_sigstore_js(work, bundle, (out / "service.pub").read_text())
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -208,3 +208,9 @@ def test_docs_python_script_verifies_the_export(export_dir: Path, tmp_path: Path
         [sys.executable, str(script), str(export_dir)], capture_output=True, text=True
     )
     assert broken.returncode != 0
+
+
+def test_copies_of_one_good_proof_do_not_cover_the_run(export_dir: Path) -> None:
+    path = export_dir / "minute-proofs.json"
+    _edit_json(path, lambda doc: doc.update(minutes=[doc["minutes"][0]] * len(doc["minutes"])))
+    assert "expected each of 0..8 once" in failed(verify_export(export_dir))["minute proofs"]
