@@ -79,6 +79,8 @@ def test_cap_past_capacity_raises_429_and_retry_share_but_not_throughput() -> No
     asked: dict[str, dict[str, int]] = defaultdict(dict)
     for span in received:
         call = str(span.attributes["tpmledger.call.id"]).split("/", 1)[1]
-        asked[call][span.resource["tpmledger.run.id"]] = span.attributes["gen_ai.request.max_tokens"]
+        asked[call][span.resource["tpmledger.run.id"]] = span.attributes[
+            "gen_ai.request.max_tokens"
+        ]
     common = [runs for runs in asked.values() if len(runs) == 3]
     assert common and all(len(set(runs.values())) == 1 for runs in common)

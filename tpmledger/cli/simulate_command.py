@@ -59,9 +59,11 @@ def register(subparsers: Any) -> None:
         description="Start a finite-capacity OpenAI-compatible LLM server and SHARDS worker "
         "processes, each with CONCURRENCY calls in flight, retries with exponential backoff, "
         "and one OpenTelemetry span per HTTP try exported over OTLP. --sweep runs one run per "
-        "cap under one tpmledger.sweep.id with the same request mix.",
+        "cap under one tpmledger.sweep.id with the same request mix. Ctrl-C stops cleanly "
+        "(tries in flight end as cancelled spans; every span is flushed).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--shards", type=int, default=_env_int("SHARD_COUNT", 8))
+    p.add_argument("--shards", type=int, default=_env_int("SHARD_COUNT", 8), help="shard processes")
     p.add_argument(
         "--concurrency", type=int, default=_env_int("LLM_CONCURRENCY", 16), help="cap per shard"
     )
@@ -90,11 +92,15 @@ def register(subparsers: Any) -> None:
         default=float(os.environ.get("LLM_RETRY_BACKOFF_S") or 1.0),
         help="first backoff in seconds (doubles, capped at 30 s)",
     )
-    p.add_argument("--max-attempts", type=int, default=6)
-    p.add_argument("--request-timeout", type=parse_duration, default=60.0)
+    p.add_argument("--max-attempts", type=int, default=6, help="tries per call, first included")
+    p.add_argument(
+        "--request-timeout", type=parse_duration, default=60.0, help="read timeout per try"
+    )
     p.add_argument("--llm-url", default=None, help="call this OpenAI-compatible server instead")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--progress-every", type=parse_duration, default=5.0)
+    p.add_argument("--seed", type=int, default=0, help="request mix and server dice")
+    p.add_argument(
+        "--progress-every", type=parse_duration, default=5.0, help="seconds between lines"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
         "--demo",

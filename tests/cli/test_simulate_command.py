@@ -1,0 +1,70 @@
+"""``tpmledger simulate``: flags, JSON summary, and a clean stop on Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures.servers import wait_for
+from tests.simulator.otlp_recorder import recording_otlp_receiver
+from tpmledger.cli.main import main
+from tpmledger.cli.simulate_command import parse_duration
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30s") == 30.0
+    assert parse_duration("5m") == 300.0
+    assert parse_duration("1.5h") == 5400.0
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration("42") == 42.0
+    for bad in ("", "5 minutes", "-3s", "0s"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_duration(bad)
+
+
+def test_json_summary_matches_what_the_receiver_got(capsys: pytest.CaptureFixture[str]) -> None:
+    with recording_otlp_receiver() as receiver:
+        code = main(
+            ["simulate", "--endpoint", receiver.url, "--run-id", "cli_run", "--shards", "2",
+             "--concurrency", "2", "--duration", "2s", "--speed", "20", "--json",
+             "--progress-every", "1s"]
+        )  # fmt: skip
+        received = list(receiver.spans)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    (run,) = out["runs"]
+    assert out["sweep_id"] is None
+    assert run["run_id"] == "cli_run" and run["shards"] == 2 and run["concurrency"] == 2
+    assert run["counters"]["spans_exported"] == len(received) > 0
+    assert run["tokens_per_minute_total"] > 0
+    assert {s.resource["tpmledger.shard.id"] for s in received} == {"0", "1"}
+
+
+def test_ctrl_c_stops_the_fleet_and_flushes_every_span() -> None:
+    with recording_otlp_receiver() as receiver:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tpmledger.cli.main", "simulate", "--endpoint", receiver.url,
+             "--shards", "2", "--concurrency", "4", "--duration", "5m", "--speed", "5",
+             "--json"],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: len(receiver.spans) >= 4, timeout=60)
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        received = list(receiver.spans)
+    assert proc.returncode == 130
+    (run,) = json.loads(out)["runs"]
+    assert run["interrupted"] is True and run["shards_reported"] == 2
+    counters = run["counters"]
+    assert counters["spans_ended"] == counters["spans_exported"] == len(received)
+    cancelled = [s for s in received if s.attributes.get("error.type") == "cancelled"]
+    assert cancelled and all(s.status_code == 2 for s in cancelled)  # STATUS_CODE_ERROR
