@@ -16,7 +16,9 @@ The fingerprint (and DSSE ``keyid``) is the hex SHA-256 of the public key's SPKI
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from tpmledger.settings import Settings
+
+log = logging.getLogger(__name__)
 
 PRIVATE_KEY_FILE = "signing.key"
 PUBLIC_KEY_FILE = "signing.pub"
@@ -100,10 +104,12 @@ def load_or_create_signing_key(settings: Settings) -> SigningKey:
                 f"TPMLEDGER_SIGNING_KEY_PATH={path} does not exist; create an Ed25519 key with "
                 "`openssl genpkey -algorithm ed25519 -out KEY` or unset it to use a managed key"
             )
+        _warn_if_exposed(path)
         return SigningKey(_read_private_key(path), path)
     path = settings.keys_dir / PRIVATE_KEY_FILE
     if not path.exists():
         _create_key_file(settings.keys_dir)
+    _warn_if_exposed(path)
     return SigningKey(_read_private_key(path), path)
 
 
@@ -140,6 +146,18 @@ def public_keys(settings: Settings) -> list[PublicKeyInfo]:
             if fingerprint(key) != current.fingerprint:
                 keys.append(PublicKeyInfo(key, fingerprint(key), current=False))
     return keys
+
+
+def _warn_if_exposed(path: Path) -> None:
+    """Log (not refuse: Docker secrets are often mode 0444) a key others may read or write."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning(
+            "signing key %s has mode %o; other users may read it (chmod 600 %s)", path, mode, path
+        )
 
 
 def _read_private_key(path: Path) -> Ed25519PrivateKey:

@@ -120,3 +120,14 @@ def test_rotation_keeps_old_public_keys(tmp_path: Path) -> None:
         third.fingerprint,
     }
     assert [k.current for k in listed] == [True, False, False]
+
+
+def test_a_key_others_can_read_is_used_but_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = _settings(tmp_path)
+    key = load_or_create_signing_key(settings)
+    assert "mode" not in caplog.text
+    key.path.chmod(0o644)
+    assert load_or_create_signing_key(settings).fingerprint == key.fingerprint
+    assert "chmod 600" in caplog.text
