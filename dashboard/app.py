@@ -64,8 +64,10 @@ def _navbar() -> dbc.Navbar:
             ],
             fluid=True,
         ),
-        color=None,
-        className="bg-body-tertiary border-bottom mb-3",
+        # No fixed colours: the bar follows the page's light / dark mode.
+        color="body-tertiary",
+        dark=False,
+        className="border-bottom mb-3",
     )
 
 

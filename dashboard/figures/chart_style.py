@@ -32,9 +32,9 @@ def base_layout(**overrides: Any) -> dict[str, Any]:
         "template": "plotly_white",
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
-        "margin": {"l": 64, "r": 64, "t": 40, "b": 96},
-        # Below the axis title, so legend and "minute (UTC)" never overlap.
-        "legend": {"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0},
+        "margin": {"l": 64, "r": 64, "t": 56, "b": 56},
+        # Above the plot: below it, it would collide with the "minute (UTC)" axis title.
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
         "hovermode": "x unified",
         "font": {"size": 12},
         "xaxis": {"gridcolor": GRID, "zeroline": False},
@@ -78,3 +78,19 @@ def message_figure(message: str, *, height: int = 320) -> go.Figure:
         font={"size": 15},
     )
     return figure
+
+
+def add_note(figure: go.Figure, text: str) -> None:
+    """A "… not measured" note in the plot's top-right corner (named for tests and tools)."""
+    figure.add_annotation(
+        name="not-measured",
+        text=text,
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=1,
+        y=0.98,
+        xanchor="right",
+        yanchor="top",
+        bgcolor="rgba(128, 128, 128, 0.15)",
+    )

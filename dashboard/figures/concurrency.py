@@ -14,7 +14,13 @@ import plotly.graph_objects as go
 
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED, fmt_rate
-from dashboard.figures.chart_style import CAP_COLOR, base_layout, message_figure, time_axis
+from dashboard.figures.chart_style import (
+    CAP_COLOR,
+    add_note,
+    base_layout,
+    message_figure,
+    time_axis,
+)
 
 CONCURRENCY_COLUMNS = (
     "in_flight_mean",
@@ -95,14 +101,5 @@ def concurrency_figure(run: MinuteSeries) -> go.Figure:
     )
     figure = go.Figure(data=data, layout=layout)
     if not run.measured("queue_depth_mean"):
-        figure.add_annotation(
-            name="not-measured",
-            text=f"queue depth: {NOT_MEASURED}",
-            showarrow=False,
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=1.08,
-            xanchor="right",
-        )
+        add_note(figure, f"queue depth: {NOT_MEASURED}")
     return figure

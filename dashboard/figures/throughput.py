@@ -19,6 +19,7 @@ from dashboard.figures.chart_style import (
     RETRY_COLOR,
     SHARD_COLORS,
     SUCCESS_COLOR,
+    add_note,
     base_layout,
     message_figure,
     rate_axis,
@@ -86,7 +87,10 @@ def throughput_figure(
     rate_traces, missing = _rate_traces(run)
     data.extend(rate_traces)
     layout = base_layout(
-        height=440,
+        height=460,
+        # The peak label sits above the plot, so the legend goes below the axis title.
+        margin={"l": 64, "r": 64, "t": 40, "b": 130},
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0},
         barmode="stack",
         bargap=0.05,
         xaxis=time_axis(),
@@ -96,16 +100,7 @@ def throughput_figure(
     figure = go.Figure(data=data, layout=layout)
     _mark_peak(figure, token_type, metrics)
     if missing:
-        figure.add_annotation(
-            name="not-measured",
-            text="; ".join(missing),
-            showarrow=False,
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=1.08,
-            xanchor="right",
-        )
+        add_note(figure, "; ".join(missing))
     return figure
 
 

@@ -106,6 +106,12 @@ def test_run_page_shows_sealed_figures_and_switches_token_type(
     ]
     assert f"tpmledger summary verify {RUN_ID}-summary" in text_of(browser, "run-prov-verify")
 
+    # Dark mode: the switch sets Bootstrap's colour mode; charts have no fixed background.
+    browser.find_element(By.CSS_SELECTOR, "#theme-dark").click()
+    theme = "return document.documentElement.getAttribute('data-bs-theme')"
+    wait_for(lambda: browser.execute_script(theme) == "dark", timeout=10)
+    screenshot(browser, output_dir, "run-page-dark")
+
 
 def test_not_measured_figures_say_so(
     page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
