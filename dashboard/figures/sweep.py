@@ -6,7 +6,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dashboard.data.sweep_points import SweepView
+from analytics.cap_sweep import SweepResult
 from dashboard.display import fmt_int
 from dashboard.figures.chart_style import (
     PEAK_COLOR,
@@ -18,7 +18,7 @@ from dashboard.figures.chart_style import (
 )
 
 
-def sweep_figure(view: SweepView) -> go.Figure:
+def sweep_figure(view: SweepResult) -> go.Figure:
     """Bars of sustained total TPM per cap; rates on a second axis; a line at the knee."""
     if not view.points:
         return message_figure("No sealed run of this sweep declares a concurrency cap yet.")

@@ -1,4 +1,8 @@
-"""Sweep page (``/sweeps?sweep_id=…``): TPM against cap, rates, knee and recommended cap."""
+"""Sweep page (``/sweeps?sweep_id=…``): TPM against cap, rates, knee and recommended cap.
+
+The sweep and its knee come from ``analytics.cap_sweep.load_sweep`` (SPEC §4), which reads
+each run's latest sealed snapshot; the page only draws it and prints the thresholds.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,16 @@ import dash_bootstrap_components as dbc
 import plotly.graph_objects as go
 from dash import Input, Output, dcc, html
 
+from analytics.cap_sweep import SweepResult, load_sweep
 from dashboard.components.empty_states import no_sweeps_state
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import list_sweep_ids
-from dashboard.data.sweep_points import SweepView, load_sweep_view
 from dashboard.display import fmt_int, fmt_rate, fmt_seconds
 from dashboard.figures.sweep import sweep_figure
 from dashboard.pages.runs import run_href
 
 
-def thresholds_text(view: SweepView) -> str:
+def thresholds_text(view: SweepResult) -> str:
     """The acceptance rule with its parameters, printed with every result (SPEC §4)."""
     t = view.thresholds
     return (
@@ -31,22 +35,23 @@ def thresholds_text(view: SweepView) -> str:
     )
 
 
-def _points_table(view: SweepView) -> dbc.Table:
-    header = html.Thead(
-        html.Tr(
-            [
-                html.Th(h)
-                for h in (
-                    "Cap",
-                    "Run",
-                    "Sustained TPM (total)",
-                    "Call success",
-                    "Retry rate",
-                    "TTFT p95",
-                )
-            ]
-        )
-    )
+_COLUMNS = (
+    "Cap",
+    "Run",
+    "Sustained TPM (total)",
+    "Call success",
+    "Retry rate",
+    "TTFT p95",
+    "Verdict of the walk",
+)
+
+
+def _verdict(accepted: bool | None, reason: str) -> str:
+    label = {True: "accepted", False: "rejected", None: "not reached"}[accepted]
+    return f"{label}: {reason}" if reason else label
+
+
+def _points_table(view: SweepResult) -> dbc.Table:
     rows = [
         html.Tr(
             [
@@ -60,10 +65,12 @@ def _points_table(view: SweepView) -> dbc.Table:
                 html.Td(fmt_rate(p.call_success_rate)),
                 html.Td(fmt_rate(p.retry_rate)),
                 html.Td(fmt_seconds(p.ttft_p95_s)),
+                html.Td(_verdict(p.accepted, p.reason), className="small"),
             ]
         )
         for p in view.points
     ]
+    header = html.Thead(html.Tr([html.Th(h) for h in _COLUMNS]))
     return dbc.Table([header, html.Tbody(rows)], size="sm", hover=True, id="sweep-points")
 
 
@@ -71,7 +78,7 @@ def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[go.Figu
     """Server-side work of the sweep callback: figure, recommendation, points table."""
     if not sweep_id:
         return go.Figure(), None, None
-    view = load_sweep_view(config.database_url, sweep_id)
+    view = load_sweep(config.database_url, sweep_id)
     recommended = (
         f"Recommended cap: {view.knee_cap}"
         if view.knee_cap is not None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from analytics.cap_sweep import SweepPoint, SweepResult
 from dashboard.data.minute_series import MinuteSeries
-from dashboard.data.sweep_points import SweepPoint, SweepView
 from dashboard.figures.concurrency import concurrency_figure, work_conserving_text
 from dashboard.figures.shard_balance import shard_balance_figure
 from dashboard.figures.sweep import sweep_figure
@@ -73,7 +73,7 @@ def test_shard_balance_bars_in_shard_order() -> None:
 
 
 def test_sweep_figure_marks_the_knee() -> None:
-    view = SweepView(
+    view = SweepResult(
         "sw",
         [SweepPoint(4, "a", 1000, 0.0, 1.0, None), SweepPoint(8, "b", 2000, None, 0.99, None)],
         knee_cap=8,
