@@ -20,7 +20,10 @@ flight, then flushes; on SIGTERM/SIGINT it also cancels tries in flight (their s
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +35,14 @@ from simulator.counters import ShardCounters
 from simulator.workload import CallSpec, request_mix
 
 PROVIDER_NAME = "tpmledger.simulator"
+log = logging.getLogger(__name__)
+
+
+def _reap(done: Iterable[asyncio.Future[Any]]) -> None:
+    """Log calls that died of a bug, rather than losing the traceback."""
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("call task failed", exc_info=task.exception())
 
 
 class ShardWorker:
@@ -70,12 +81,14 @@ class ShardWorker:
                     timeout=deadline - loop.time(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
+                _reap(done)
                 tasks -= done
             self.draining.set()  # no new call, no new retry; waiting calls give up
             while tasks and not stop.is_set():
                 done, _ = await asyncio.wait(
                     {*tasks, stop_waiter}, return_when=asyncio.FIRST_COMPLETED
                 )
+                _reap(done)
                 tasks -= done
             for task in tasks:
                 task.cancel()
