@@ -117,6 +117,11 @@ def parse_statement(payload: bytes) -> dict[str, Any]:
     for key in (*RUN_FIGURE_KEYS, "events", "minutes", "snapshot", "generator"):
         if key not in predicate:
             raise StatementError(f"predicate lacks {key!r}")
+    shapes = {"events": ("sha256", "count"), "minutes": ("merkle_root", "tree_size")}
+    for key, fields in shapes.items():
+        value = predicate[key]
+        if not isinstance(value, dict) or any(f not in value for f in fields):
+            raise StatementError(f"predicate {key!r} lacks {' or '.join(fields)}")
     return statement
 
 

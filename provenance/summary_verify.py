@@ -92,7 +92,7 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
     )
     try:
         recomputed = recompute_from_events(data)
-    except (ValueError, KeyError) as exc:
+    except Exception as exc:  # any parse/compute failure means the file cannot back the claim
         report.add("events canonical", False, f"events.jsonl cannot be read: {exc}")
         return report
     report.add(
@@ -231,7 +231,10 @@ def _check_proofs(
     report: VerifyReport,
 ) -> None:
     problems: list[str] = []
-    entries = proofs.get("minutes") or []
+    if not isinstance(proofs, dict) or not isinstance(proofs.get("minutes"), list):
+        report.add("minute proofs", False, "minute-proofs.json has no list of minutes")
+        return
+    entries = proofs["minutes"]
     if proofs.get("merkle_root") != signed["merkle_root"]:
         problems.append("minute-proofs.json names a different Merkle root than the signed one")
     indices = [e.get("index") for e in entries if isinstance(e, dict)]
@@ -242,6 +245,9 @@ def _check_proofs(
             f"expected each of 0..{signed['tree_size'] - 1} once"
         )
     for entry in entries:
+        if not isinstance(entry, dict):
+            problems.append("a proof entry is not a JSON object")
+            continue
         problem = check_minute_proof(entry, signed["merkle_root"], signed["tree_size"])
         index = entry.get("index")
         in_range = isinstance(index, int) and 0 <= index < len(leaves)
