@@ -250,8 +250,8 @@ def _check_proofs(
             continue
         problem = check_minute_proof(entry, signed["merkle_root"], signed["tree_size"])
         index = entry.get("index")
-        in_range = isinstance(index, int) and 0 <= index < len(leaves)
-        if problem is None and in_range and entry["leaf"] != leaves[index]:
+        expected = leaves[index] if isinstance(index, int) and 0 <= index < len(leaves) else None
+        if problem is None and expected is not None and entry["leaf"] != expected:
             problem = f"minute {entry['leaf'].get('minute_utc')}: leaf differs from events.jsonl"
         if problem:
             problems.append(problem)
