@@ -1,7 +1,7 @@
 """The one seam both listeners call: request → normalize → group commit → response.
 
-HTTP and gRPC decode differently but store identically: :meth:`TraceExportHandler.export`
-normalizes once per request (CPU work, before queueing, outside the writer) and waits for
+HTTP and gRPC decode differently but store identically: the handler normalizes once per
+request (CPU work, before queueing, outside the writer) and waits for
 the group commit. Rejected spans are reported through OTLP partial success
 (``ExportTraceServiceResponse.partial_success``); the valid spans are stored.
 """
@@ -12,51 +12,63 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
+from ingest.error_taxonomy import UndecodableBody
 from ingest.group_commit import GroupCommitWriter
 from ingest.metrics import IngestMetrics
 
 # At most this many distinct reasons are quoted back in partial_success.error_message.
 _MAX_REASONS = 5
 
-Normalizer = Callable[[ExportTraceServiceRequest], Any]
+RequestNormalizer = Callable[[ExportTraceServiceRequest], Any]
+PayloadNormalizer = Callable[[bytes], Any]
 
 
-def default_normalizer() -> Normalizer:
-    """``ingest.normalize.normalize_request`` (imported late: it is a sibling stage)."""
-    return importlib.import_module("ingest.normalize").normalize_request
-
-
-def count_spans(request: ExportTraceServiceRequest) -> int:
-    """How many spans a request carries."""
-    return sum(
-        len(scope_spans.spans)
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-    )
+def _normalize_module() -> Any:
+    # Imported late: normalize is a sibling stage and the handler only needs its interface.
+    return importlib.import_module("ingest.normalize")
 
 
 class TraceExportHandler:
-    """Normalize a request, store its LLM-call spans durably, build the OTLP response."""
+    """Normalize a request, store its LLM-call spans durably, build the OTLP response.
+
+    Two entry points, one path: :meth:`export_payload` takes binary protobuf as it came
+    off the wire (OTLP/HTTP protobuf and gRPC: no decode → re-encode round trip) and
+    :meth:`export` takes a decoded message (OTLP/JSON).
+    """
 
     def __init__(
         self,
         writer: GroupCommitWriter,
         metrics: IngestMetrics,
-        normalize: Normalizer | None = None,
+        normalize: RequestNormalizer | None = None,
+        normalize_payload: PayloadNormalizer | None = None,
     ) -> None:
         self._writer = writer
         self._metrics = metrics
-        self._normalize = normalize or default_normalizer()
+        self._normalize = normalize or _normalize_module().normalize_request
+        self._normalize_payload = normalize_payload or _normalize_module().normalize_payload
 
     async def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
-        """Store the request's valid LLM-call spans; return after they are committed."""
-        self._metrics.spans_received.inc(count_spans(request))
-        batch = self._normalize(request)
+        """Store a decoded request's valid LLM-call spans; return after commit."""
+        return await self._store(self._normalize(request))
+
+    async def export_payload(self, payload: bytes) -> ExportTraceServiceResponse:
+        """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
+        try:
+            batch = self._normalize_payload(payload)
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
+        return await self._store(batch)
+
+    async def _store(self, batch: Any) -> ExportTraceServiceResponse:
+        received = len(batch.rows) + batch.ignored + batch.rejected
+        self._metrics.spans_received.inc(received)
         self._metrics.spans_ignored.inc(batch.ignored)
         self._metrics.spans_rejected.inc(batch.rejected)
         await self._writer.submit(batch.rows)

@@ -3,14 +3,19 @@
 Same path as HTTP (:class:`ingest.export_handler.TraceExportHandler`), same auth, and
 the error mapping of :mod:`ingest.error_taxonomy`: ``UNAVAILABLE`` with a
 ``google.rpc.RetryInfo`` detail when overloaded or the database is down (OTLP spec,
-"OTLP/gRPC Throttling"), ``UNAUTHENTICATED`` without a valid ``authorization`` metadata
-entry. gRPC itself answers ``RESOURCE_EXHAUSTED`` to messages over 64 MiB.
+"OTLP/gRPC Throttling"), ``INVALID_ARGUMENT`` for undecodable requests,
+``UNAUTHENTICATED`` without a valid ``authorization`` metadata entry. gRPC itself answers
+``RESOURCE_EXHAUSTED`` to messages over 64 MiB.
+
+The method is registered with the service and method names of the
+``opentelemetry-proto`` stubs but receives the request as raw bytes: the normalizer reads
+the wire format directly, so the full message is never built just to be re-encoded.
 """
 
 from __future__ import annotations
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from ingest.auth import TokenVerifier
 from ingest.error_taxonomy import IngestError
@@ -18,9 +23,12 @@ from ingest.export_handler import TraceExportHandler
 from ingest.metrics import IngestMetrics
 from ingest.otlp_http_codec import MAX_DECOMPRESSED_BYTES
 
+# "opentelemetry.proto.collector.trace.v1.TraceService", as in the generated stubs.
+SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
 
-class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    """``opentelemetry.proto.collector.trace.v1.TraceService`` backed by the export handler."""
+
+class TraceService:
+    """``TraceService/Export`` backed by the export handler."""
 
     def __init__(
         self, handler: TraceExportHandler, verifier: TokenVerifier, metrics: IngestMetrics
@@ -29,15 +37,13 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self._verifier = verifier
         self._metrics = metrics
 
-    async def Export(  # the name is fixed by the OTLP service definition
-        self,
-        request: trace_service_pb2.ExportTraceServiceRequest,
-        context: grpc.aio.ServicerContext,
+    async def export(
+        self, payload: bytes, context: grpc.aio.ServicerContext
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         """Store the request's spans; answer after commit, or abort with the mapped code."""
         try:
             self._verifier.check_authorization(_metadata_value(context, "authorization"))
-            response = await self._handler.export(request)
+            response = await self._handler.export_payload(payload)
         except IngestError as err:
             self._metrics.requests.labels("grpc", err.grpc_code.name).inc()
             await context.abort(
@@ -46,6 +52,15 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             raise  # unreachable: abort raises
         self._metrics.requests.labels("grpc", "OK").inc()
         return response
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The generic handler that routes ``TraceService/Export`` here (request as bytes)."""
+        export = grpc.unary_unary_rpc_method_handler(
+            self.export,
+            request_deserializer=None,  # raw bytes
+            response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": export})
 
 
 def _metadata_value(context: grpc.aio.ServicerContext, key: str) -> str | None:
@@ -60,10 +75,10 @@ def build_grpc_server(service: TraceService, host: str, port: int) -> grpc.aio.S
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_DECOMPRESSED_BYTES),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share
         ]
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((service.handler(),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind OTLP/gRPC on {address}")

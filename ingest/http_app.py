@@ -24,6 +24,7 @@ from ingest.metrics import IngestMetrics
 from ingest.otlp_http_codec import (
     JSON,
     MAX_COMPRESSED_BYTES,
+    PROTOBUF,
     BodyReader,
     decode_request,
     encode_message,
@@ -74,9 +75,12 @@ def build_app(
             reader = BodyReader(request.headers.get("content-encoding"))
             async for chunk in request.stream():
                 reader.feed(chunk)
-            export_request = decode_request(reader.finish(), media)
-            del reader  # the decoded body can be large; the message holds what we need
-            response = await handler.export(export_request)
+            payload = bytes(reader.finish())
+            del reader  # the decoded body can be large
+            if media == PROTOBUF:
+                response = await handler.export_payload(payload)
+            else:
+                response = await handler.export(decode_request(payload, media))
         except IngestError as err:
             metrics.requests.labels("http", str(err.http_status)).inc()
             return error_response(err, error_media)

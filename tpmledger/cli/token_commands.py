@@ -67,7 +67,7 @@ def run_create(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     with database(settings_from_args(args), migrate_to_head=True) as url:
         tokens = list_tokens(url)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": t.name,
             "created_utc": _utc(t.created_at),
