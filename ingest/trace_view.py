@@ -80,12 +80,34 @@ def parse_request_view(payload: bytes) -> Any:
     return RequestView.FromString(payload)
 
 
+class _EncodingCache(dict[bytes, tuple[str, Any]]):
+    """Raw ``KeyValue`` bytes → (key, plain value); decodes on a miss, bounded in size."""
+
+    def __init__(self, max_entries: int) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+
+    def __missing__(self, raw: bytes) -> tuple[str, Any]:
+        key_value = KeyValue.FromString(raw)
+        entry = (key_value.key, any_value_to_python(key_value.value))
+        if len(self) >= self.max_entries:
+            # Crude but O(1) amortized: distinct encodings beyond the bound (unique ids,
+            # token counts) churn; the common ones are back after a few spans.
+            self.clear()
+        self[raw] = entry
+        return entry
+
+
 class AttributeDecoder:
     """Raw ``KeyValue`` encodings → plain ``dict``, with a bounded cache of encodings."""
 
     def __init__(self, max_entries: int = 65_536) -> None:
-        self._cache: dict[bytes, tuple[str, Any]] = {}
-        self._max_entries = max_entries
+        self._cache = _EncodingCache(max_entries)
+        self._lookup = self._cache.__getitem__
+
+    def __len__(self) -> int:
+        """How many distinct encodings are cached right now."""
+        return len(self._cache)
 
     def decode(self, encoded: Any) -> dict[str, Any]:
         """Decode repeated raw ``KeyValue`` bytes; a repeated key keeps its last value.
@@ -93,21 +115,5 @@ class AttributeDecoder:
         Raises ``google.protobuf.message.DecodeError`` for an undecodable attribute.
         Cached values are shared between spans: callers must not mutate them.
         """
-        cache = self._cache
-        result: dict[str, Any] = {}
-        for raw in encoded:
-            entry = cache.get(raw)
-            if entry is None:
-                entry = self._decode_one(raw)
-            result[entry[0]] = entry[1]
-        return result
-
-    def _decode_one(self, raw: bytes) -> tuple[str, Any]:
-        key_value = KeyValue.FromString(raw)
-        entry = (key_value.key, any_value_to_python(key_value.value))
-        if len(self._cache) >= self._max_entries:
-            # Crude but O(1) amortized: distinct encodings beyond the bound (unique ids,
-            # token counts) churn; the common ones are back after a few spans.
-            self._cache.clear()
-        self._cache[raw] = entry
-        return entry
+        # dict(map(...)) keeps the per-attribute work in C; only cache misses run Python.
+        return dict(map(self._lookup, encoded))
