@@ -42,12 +42,6 @@ from storage.database import libpq_url
 RESULTS = workload.REPO / "bench" / "results" / "ingest.txt"
 
 
-def count_rows(url: str) -> int:
-    with psycopg.connect(libpq_url(url)) as conn:
-        row = conn.execute("SELECT count(*) FROM attempts").fetchone()
-    return int(row[0]) if row else 0
-
-
 def raw_copy_spans_per_s(url: str, bodies: list[bytes]) -> tuple[float, int, float]:
     """Time one COPY (+ commit) of the normalized rows; returns (spans/s, rows, normalize s)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -208,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 profiler[0].wait()
         finally:
             ingest.stop()
-        stored = count_rows(url)
+        stored = workload.count_rows(url)
         elapsed = sent.finished - sent.started
         durable = args.spans / elapsed
         raw, raw_rows, normalize_s = raw_copy_spans_per_s(url, bodies)

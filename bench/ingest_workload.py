@@ -212,6 +212,13 @@ def fresh_database() -> Iterator[BenchDatabase]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def count_rows(url: str) -> int:
+    """Rows in ``attempts``."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        row = conn.execute("SELECT count(*) FROM attempts").fetchone()
+    return int(row[0]) if row else 0
+
+
 def free_port() -> int:
     import socket
 
