@@ -101,7 +101,7 @@ class _EncodingCache(dict[bytes, tuple[str, Any]]):
 class AttributeDecoder:
     """Raw ``KeyValue`` encodings → plain ``dict``, with a bounded cache of encodings."""
 
-    def __init__(self, max_entries: int = 65_536) -> None:
+    def __init__(self, max_entries: int = 16_384) -> None:
         self._cache = _EncodingCache(max_entries)
         self._lookup = self._cache.__getitem__
 
