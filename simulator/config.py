@@ -78,7 +78,7 @@ class ShardConfig(BaseModel):
     retry_backoff_s: float = Field(default=1.0, ge=0, description="LLM_RETRY_BACKOFF_S")
     retry_backoff_cap_s: float = Field(default=30.0, ge=0)
     max_attempts: int = Field(default=6, gt=0)
-    request_timeout_s: float = Field(default=60.0, gt=0, description="httpx read timeout")
+    request_timeout_s: float = Field(default=30.0, gt=0, description="httpx read timeout")
     backlog_factor: float = Field(
         default=2.0, ge=1.0, description="calls kept outstanding per shard = factor × cap"
     )

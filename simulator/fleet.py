@@ -37,7 +37,7 @@ class FleetConfig(BaseModel):
     otlp_protocol: str = Field(default="http/protobuf", pattern="^(http/protobuf|grpc)$")
     retry_backoff_s: float = Field(default=1.0, ge=0)
     max_attempts: int = Field(default=6, gt=0)
-    request_timeout_s: float = Field(default=60.0, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0)
     seed: int = 0
     workload: WorkloadConfig = WorkloadConfig()
     server: ServerConfig = ServerConfig()

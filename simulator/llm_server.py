@@ -92,14 +92,23 @@ class SimulatedLLM:
             return _error(status, "simulated server error", "server_error")
         if roll < self.config.error_rate + self.config.timeout_rate:
             self._count("stall")
-            await asyncio.sleep(self.config.stall_s)
-            return _error(504, "simulated stall ended", "server_error")
+            return await self._stall(request)
         completion, finish = reply_length(max_tokens, body.get("seed"))
         options = body.get("stream_options") or {}
         if body.get("stream"):
             include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
             return await self._stream(prompt, completion, finish, include_usage)
         return await self._complete(prompt, completion, finish)
+
+    async def _stall(self, request: Request) -> Response:
+        """Send nothing until the client gives up (or ``stall_s`` passes)."""
+        deadline = time.monotonic() + self.config.stall_s
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                self._count("stall_abandoned")
+                break
+            await asyncio.sleep(0.2)
+        return _error(504, "simulated stall ended", "server_error")
 
     async def _complete(self, prompt: int, completion: int, finish: str) -> Response:
         try:

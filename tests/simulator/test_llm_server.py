@@ -13,6 +13,7 @@ from simulator.config import ServerConfig
 from simulator.llm_server import build_app, reply_length
 from simulator.server_process import running_llm_server
 from simulator.workload import prompt_text
+from tests.fixtures.servers import wait_for
 
 FAST = {"speed": 50.0, "error_rate": 0.0, "timeout_rate": 0.0}
 
@@ -109,3 +110,20 @@ def test_stream_has_usage_last_and_ttft_grows_with_queueing() -> None:
     assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
     # The queued stream's first chunk came after the other's whole decode (≥ 32 tokens).
     assert slow_ttft > fast_ttft + 0.2
+
+
+def test_stalled_request_times_the_client_out_and_ends_when_it_leaves() -> None:
+    config = ServerConfig(speed=50.0, error_rate=0.0, timeout_rate=1.0)
+    with running_llm_server(config) as url:
+        try:
+            timeout = httpx.Timeout(0.5, connect=10.0)
+            httpx.post(f"{url}/v1/chat/completions", json=_body(), timeout=timeout)
+            raise AssertionError("a stalled request must not answer")
+        except httpx.ReadTimeout:
+            pass
+        counts = wait_for(
+            lambda: (
+                (c := httpx.get(f"{url}/sim/stats").json()["counts"]).get("stall_abandoned") and c
+            )
+        )
+    assert counts == {"stall": 1, "stall_abandoned": 1}

@@ -94,7 +94,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--max-attempts", type=int, default=6, help="tries per call, first included")
     p.add_argument(
-        "--request-timeout", type=parse_duration, default=60.0, help="read timeout per try"
+        "--request-timeout", type=parse_duration, default=30.0, help="read timeout per try"
     )
     p.add_argument("--llm-url", default=None, help="call this OpenAI-compatible server instead")
     p.add_argument("--seed", type=int, default=0, help="request mix and server dice")
