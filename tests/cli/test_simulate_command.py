@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.fixtures.servers import wait_for
+from tests.fixtures.servers import free_port, wait_for
 from tests.simulator.otlp_recorder import recording_otlp_receiver
 from tpmledger.cli.main import main
 from tpmledger.cli.simulate_command import parse_duration
@@ -68,3 +68,11 @@ def test_ctrl_c_stops_the_fleet_and_flushes_every_span() -> None:
     assert counters["spans_ended"] == counters["spans_exported"] == len(received)
     cancelled = [s for s in received if s.attributes.get("error.type") == "cancelled"]
     assert cancelled and all(s.status_code == 2 for s in cancelled)  # STATUS_CODE_ERROR
+
+
+def test_refuses_to_start_when_nothing_listens_at_the_endpoint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    assert main(["simulate", "--endpoint", endpoint, "--duration", "1s"]) == 2
+    assert "start tpmledger first" in capsys.readouterr().err

@@ -11,9 +11,11 @@ import argparse
 import json
 import os
 import re
+import socket
 import sys
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from simulator.config import ServerConfig, WorkloadConfig
 from simulator.fleet import FleetConfig, FleetResult, run_fleet
@@ -159,8 +161,26 @@ def _plan(args: argparse.Namespace) -> list[tuple[FleetConfig, list[int] | None]
     return [(fleet_config(args, run_id), args.sweep)]
 
 
+def endpoint_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
+    """True if something accepts TCP connections at the OTLP endpoint's host and port."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """Run the plan; progress on stderr, summary on stdout (text or ``--json``)."""
+    if not endpoint_reachable(args.endpoint):
+        print(
+            f"nothing listens at {args.endpoint}: start tpmledger first (`tpmledger up`) or "
+            "pass --endpoint (OTLP/HTTP base URL, or the gRPC address with --protocol grpc)",
+            file=sys.stderr,
+        )
+        return 2
     results: list[FleetResult] = []
 
     def report(result: FleetResult) -> None:
