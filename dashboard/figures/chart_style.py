@@ -1,13 +1,19 @@
-"""The look every chart shares: transparent backgrounds (light and dark), UTC time axes."""
+"""The look every chart shares: transparent backgrounds (light and dark), UTC time axes.
+
+Figures are plain Plotly JSON dicts (``{"data": [...], "layout": {...}}``), which Dash
+sends to plotly.js as they are. Building ``plotly.graph_objects.Figure`` objects instead
+validates every property in Python and cost 60–80 ms per chart here, a quarter of the
+300 ms callback budget (SPEC §7); the tests check the dicts' content instead.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import plotly.graph_objects as go
+Figure = dict[str, Any]
 
 GRID = "rgba(128, 128, 128, 0.22)"
-# Okabe–Ito palette (colour-blind safe) for rates and markers; shards use Plotly's qualitative set.
+# Okabe–Ito palette (colour-blind safe) for rates and markers; shards use a Tableau-like set.
 SUCCESS_COLOR = "#009E73"
 RETRY_COLOR = "#D55E00"
 PEAK_COLOR = "#CC79A7"
@@ -29,7 +35,6 @@ SHARD_COLORS = (
 def base_layout(**overrides: Any) -> dict[str, Any]:
     """Layout defaults; text colour follows the page theme through ``assets/theme.css``."""
     layout: dict[str, Any] = {
-        "template": "plotly_white",
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         "margin": {"l": 64, "r": 64, "t": 56, "b": 56},
@@ -38,7 +43,10 @@ def base_layout(**overrides: Any) -> dict[str, Any]:
         "hovermode": "x unified",
         "font": {"size": 12},
         "xaxis": {"gridcolor": GRID, "zeroline": False},
-        "yaxis": {"gridcolor": GRID, "zeroline": False, "rangemode": "tozero"},
+        "yaxis": value_axis(""),
+        "annotations": [],
+        "shapes": [],
+        # Keep the user's zoom when a live refresh redraws the chart.
         "uirevision": "keep",
     }
     layout.update(overrides)
@@ -48,6 +56,12 @@ def base_layout(**overrides: Any) -> dict[str, Any]:
 def time_axis(title: str = "minute (UTC)") -> dict[str, Any]:
     """A minute axis whose labels are UTC (the x values already are UTC strings)."""
     return {"title": {"text": title}, "type": "date", "gridcolor": GRID, "zeroline": False}
+
+
+def value_axis(title: str, **extra: Any) -> dict[str, Any]:
+    """A y axis starting at zero."""
+    return {"title": {"text": title}, "rangemode": "tozero", "gridcolor": GRID,
+            "zeroline": False, **extra}  # fmt: skip
 
 
 def rate_axis(title: str = "rate") -> dict[str, Any]:
@@ -63,34 +77,46 @@ def rate_axis(title: str = "rate") -> dict[str, Any]:
     }
 
 
-def message_figure(message: str, *, height: int = 320) -> go.Figure:
+def figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> Figure:
+    """A figure dict as ``dcc.Graph`` takes it."""
+    return {"data": data, "layout": layout}
+
+
+def message_figure(message: str, *, height: int = 320) -> Figure:
     """An empty chart that says why it is empty (e.g. "TTFT: not measured")."""
-    figure = go.Figure(layout=base_layout(height=height))
-    figure.update_xaxes(visible=False)
-    figure.update_yaxes(visible=False)
-    figure.add_annotation(
-        text=message,
-        showarrow=False,
-        xref="paper",
-        yref="paper",
-        x=0.5,
-        y=0.5,
-        font={"size": 15},
-    )
-    return figure
+    layout = base_layout(height=height, xaxis={"visible": False}, yaxis={"visible": False})
+    layout["annotations"].append(
+        {"text": message, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5,
+         "y": 0.5, "font": {"size": 15}}
+    )  # fmt: skip
+    return figure([], layout)
 
 
-def add_note(figure: go.Figure, text: str) -> None:
+def add_note(fig: Figure, text: str) -> None:
     """A "… not measured" note in the plot's top-right corner (named for tests and tools)."""
-    figure.add_annotation(
-        name="not-measured",
-        text=text,
-        showarrow=False,
-        xref="paper",
-        yref="paper",
-        x=1,
-        y=0.98,
-        xanchor="right",
-        yanchor="top",
-        bgcolor="rgba(128, 128, 128, 0.15)",
+    fig["layout"]["annotations"].append(
+        {
+            "name": "not-measured",
+            "text": text,
+            "showarrow": False,
+            "xref": "paper",
+            "yref": "paper",
+            "x": 1,
+            "y": 0.98,
+            "xanchor": "right",
+            "yanchor": "top",
+            "bgcolor": "rgba(128, 128, 128, 0.15)",
+        }
     )
+
+
+def add_marker(fig: Figure, x: Any, text: str, name: str, color: str = PEAK_COLOR) -> None:
+    """A dashed vertical line at ``x`` with a label above the plot (peak minute, knee)."""
+    fig["layout"]["shapes"].append(
+        {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
+         "line": {"color": color, "width": 2, "dash": "dash"}}
+    )  # fmt: skip
+    fig["layout"]["annotations"].append(
+        {"name": name, "text": text, "x": x, "y": 1, "xref": "x", "yref": "paper",
+         "yanchor": "bottom", "showarrow": False, "font": {"color": color}}
+    )  # fmt: skip

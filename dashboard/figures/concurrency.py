@@ -1,7 +1,7 @@
 """In-flight versus cap with queue depth (SPEC §4 concurrency, §6 run page).
 
 In-flight and queue depth are per-minute summaries of the 1-second series analytics
-computes from span intervals: the mean as a line, the max as a thinner line. The cap is the
+computes from span intervals: the mean as a line, the max as a dotted line. The cap is the
 run's total concurrency cap per minute (sum over active shards) when shards declared one.
 """
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import plotly.graph_objects as go
-
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED, fmt_rate
 from dashboard.figures.chart_style import (
     CAP_COLOR,
+    Figure,
     add_note,
     base_layout,
+    figure,
     message_figure,
     time_axis,
+    value_axis,
 )
 
 CONCURRENCY_COLUMNS = (
@@ -29,6 +30,8 @@ CONCURRENCY_COLUMNS = (
     "queue_depth_max",
     "concurrency_cap",
 )
+IN_FLIGHT_COLOR = "#4C78A8"
+QUEUE_COLOR = "#B279A2"
 
 
 def work_conserving_text(metrics: Mapping[str, Any]) -> str:
@@ -46,60 +49,36 @@ def work_conserving_text(metrics: Mapping[str, Any]) -> str:
     )
 
 
-def concurrency_figure(run: MinuteSeries) -> go.Figure:
+def _line(run: MinuteSeries, column: str, name: str, color: str, **style: Any) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": run.minutes,
+        "y": run.column(column),
+        "name": name,
+        "mode": "lines",
+        "line": {"color": color, "width": style.pop("width", 2), **style},
+    }
+
+
+def concurrency_figure(run: MinuteSeries) -> Figure:
     """In-flight mean/max, the cap, and queue depth mean/max on one time axis."""
     if not run.measured("in_flight_mean"):
         return message_figure(f"In-flight: {NOT_MEASURED}")
-    data: list[Any] = [
-        go.Scatter(
-            x=run.minutes,
-            y=run.column("in_flight_mean"),
-            name="in-flight (mean)",
-            mode="lines",
-            line={"width": 2, "color": "#4C78A8"},
-        ),
-        go.Scatter(
-            x=run.minutes,
-            y=run.column("in_flight_max"),
-            name="in-flight (max)",
-            mode="lines",
-            line={"width": 1, "color": "#4C78A8", "dash": "dot"},
-        ),
+    data = [
+        _line(run, "in_flight_mean", "in-flight (mean)", IN_FLIGHT_COLOR),
+        _line(run, "in_flight_max", "in-flight (max)", IN_FLIGHT_COLOR, width=1, dash="dot"),
     ]
     if run.measured("concurrency_cap"):
+        data.append(_line(run, "concurrency_cap", "cap", CAP_COLOR, dash="dash", shape="hv"))
+    queue_measured = run.measured("queue_depth_mean")
+    if queue_measured:
+        mean = _line(run, "queue_depth_mean", "queue depth (mean)", QUEUE_COLOR, width=1)
+        data.append({**mean, "fill": "tozeroy"})
         data.append(
-            go.Scatter(
-                x=run.minutes,
-                y=run.column("concurrency_cap"),
-                name="cap",
-                mode="lines",
-                line={"width": 2, "color": CAP_COLOR, "shape": "hv", "dash": "dash"},
-            )
+            _line(run, "queue_depth_max", "queue depth (max)", QUEUE_COLOR, width=1, dash="dot")
         )
-    if run.measured("queue_depth_mean"):
-        data.append(
-            go.Scatter(
-                x=run.minutes,
-                y=run.column("queue_depth_mean"),
-                name="queue depth (mean)",
-                mode="lines",
-                fill="tozeroy",
-                line={"width": 1, "color": "#B279A2"},
-            )
-        )
-        data.append(
-            go.Scatter(
-                x=run.minutes,
-                y=run.column("queue_depth_max"),
-                name="queue depth (max)",
-                mode="lines",
-                line={"width": 1, "color": "#B279A2", "dash": "dot"},
-            )
-        )
-    layout = base_layout(
-        height=340, xaxis=time_axis(), yaxis={"title": {"text": "requests"}, "rangemode": "tozero"}
-    )
-    figure = go.Figure(data=data, layout=layout)
-    if not run.measured("queue_depth_mean"):
-        add_note(figure, f"queue depth: {NOT_MEASURED}")
-    return figure
+    layout = base_layout(height=340, xaxis=time_axis(), yaxis=value_axis("requests"))
+    fig = figure(data, layout)
+    if not queue_measured:
+        add_note(fig, f"queue depth: {NOT_MEASURED}")
+    return fig

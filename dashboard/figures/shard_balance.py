@@ -5,14 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import plotly.graph_objects as go
-
 from dashboard.data.minute_series import shard_sort_key
 from dashboard.display import NOT_MEASURED
-from dashboard.figures.chart_style import SHARD_COLORS, base_layout, message_figure
+from dashboard.figures.chart_style import (
+    SHARD_COLORS,
+    Figure,
+    base_layout,
+    figure,
+    message_figure,
+    value_axis,
+)
 
 
-def shard_balance_figure(balance: Mapping[str, Any] | None) -> go.Figure:
+def shard_balance_figure(balance: Mapping[str, Any] | None) -> Figure:
     """Bars of token shares, a dashed line at the mean share, imbalance in the title."""
     shares: Mapping[str, float] = (balance or {}).get("shares") or {}
     if not shares:
@@ -22,34 +27,28 @@ def shard_balance_figure(balance: Mapping[str, Any] | None) -> go.Figure:
     title = "imbalance (max share / mean share): " + (
         f"{imbalance:.2f}" if imbalance is not None else NOT_MEASURED
     )
-    figure = go.Figure(
-        data=[
-            go.Bar(
-                x=[f"shard {s}" for s in shard_ids],
-                y=[shares[s] for s in shard_ids],
-                marker={
-                    "color": [SHARD_COLORS[i % len(SHARD_COLORS)] for i in range(len(shard_ids))]
-                },
-                hovertemplate="%{y:.1%} of tokens<extra></extra>",
-                name="share of tokens",
-            )
-        ],
-        layout=base_layout(
-            height=320,
-            title={"text": title, "font": {"size": 13}},
-            yaxis={
-                "title": {"text": "share of tokens (total)"},
-                "tickformat": ".0%",
-                "rangemode": "tozero",
-            },
-            showlegend=False,
-            hovermode="closest",
-        ),
+    even = 1 / len(shard_ids)
+    bars = {
+        "type": "bar",
+        "x": [f"shard {s}" for s in shard_ids],
+        "y": [shares[s] for s in shard_ids],
+        "marker": {"color": [SHARD_COLORS[i % len(SHARD_COLORS)] for i in range(len(shard_ids))]},
+        "hovertemplate": "%{y:.1%} of tokens<extra></extra>",
+        "name": "share of tokens",
+    }
+    layout = base_layout(
+        height=320,
+        title={"text": title, "font": {"size": 13}},
+        yaxis=value_axis("share of tokens (total)", tickformat=".0%"),
+        showlegend=False,
+        hovermode="closest",
     )
-    figure.add_hline(
-        y=1 / len(shard_ids),
-        line={"dash": "dash", "width": 1},
-        annotation_text="even split",
-        annotation_position="top right",
-    )
-    return figure
+    layout["shapes"].append(
+        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": even, "y1": even,
+         "line": {"dash": "dash", "width": 1, "color": "rgba(128, 128, 128, 0.9)"}}
+    )  # fmt: skip
+    layout["annotations"].append(
+        {"name": "even-split", "text": "even split", "xref": "paper", "x": 1, "xanchor": "right",
+         "yref": "y", "y": even, "yanchor": "bottom", "showarrow": False}
+    )  # fmt: skip
+    return figure([bars], layout)

@@ -4,33 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-import plotly.graph_objects as go
-
 from analytics.cap_sweep import SweepResult
 from dashboard.display import fmt_int
 from dashboard.figures.chart_style import (
-    PEAK_COLOR,
     RETRY_COLOR,
     SUCCESS_COLOR,
+    Figure,
+    add_marker,
     base_layout,
+    figure,
     message_figure,
     rate_axis,
+    value_axis,
 )
 
 
-def sweep_figure(view: SweepResult) -> go.Figure:
+def sweep_figure(view: SweepResult) -> Figure:
     """Bars of sustained total TPM per cap; rates on a second axis; a line at the knee."""
     if not view.points:
         return message_figure("No sealed run of this sweep declares a concurrency cap yet.")
     caps = [str(p.cap) for p in view.points]  # category axis: even spacing per cap
-    data: list[Any] = [
-        go.Bar(
-            x=caps,
-            y=[p.sustained_tpm_total for p in view.points],
-            name="sustained TPM (total: prompt + completion)",
-            marker={"color": "#4C78A8"},
-            hovertemplate="%{y:,.0f}",
-        )
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "x": caps,
+            "y": [p.sustained_tpm_total for p in view.points],
+            "name": "sustained TPM (total: prompt + completion)",
+            "marker": {"color": "#4C78A8"},
+            "hovertemplate": "%{y:,.0f}",
+        }
     ]
     for attr, name, color, dash in (
         ("call_success_rate", "call success rate", SUCCESS_COLOR, "solid"),
@@ -39,46 +41,28 @@ def sweep_figure(view: SweepResult) -> go.Figure:
         values = [getattr(p, attr) for p in view.points]
         if any(v is not None for v in values):
             data.append(
-                go.Scatter(
-                    x=caps,
-                    y=values,
-                    name=name,
-                    yaxis="y2",
-                    mode="lines+markers",
-                    line={"color": color, "dash": dash, "width": 2},
-                    hovertemplate="%{y:.1%}",
-                )
+                {
+                    "type": "scatter",
+                    "x": caps,
+                    "y": values,
+                    "name": name,
+                    "yaxis": "y2",
+                    "mode": "lines+markers",
+                    "line": {"color": color, "dash": dash, "width": 2},
+                    "hovertemplate": "%{y:.1%}",
+                }
             )
-    figure = go.Figure(
-        data=data,
-        layout=base_layout(
-            height=420,
-            xaxis={"title": {"text": "concurrency cap per shard"}, "type": "category"},
-            yaxis={"title": {"text": "sustained TPM (total)"}, "rangemode": "tozero"},
-            yaxis2=rate_axis("call success / retry rate"),
-        ),
+    layout = base_layout(
+        height=420,
+        margin={"l": 64, "r": 64, "t": 40, "b": 120},
+        legend={"orientation": "h", "y": -0.25, "yanchor": "top", "x": 0},
+        xaxis={"title": {"text": "concurrency cap per shard"}, "type": "category"},
+        yaxis=value_axis("sustained TPM (total)"),
+        yaxis2=rate_axis("call success / retry rate"),
     )
-    if view.knee_cap is not None:
-        knee = next(p for p in view.points if p.cap == view.knee_cap)
-        figure.add_shape(
-            type="line",
-            x0=str(knee.cap),
-            x1=str(knee.cap),
-            xref="x",
-            y0=0,
-            y1=1,
-            yref="paper",
-            line={"color": PEAK_COLOR, "width": 2, "dash": "dash"},
-        )
-        figure.add_annotation(
-            name="knee",
-            x=str(knee.cap),
-            y=1,
-            xref="x",
-            yref="paper",
-            yanchor="bottom",
-            showarrow=False,
-            font={"color": PEAK_COLOR},
-            text=f"knee: recommended cap {knee.cap} ({fmt_int(knee.sustained_tpm_total)} TPM)",
-        )
-    return figure
+    fig = figure(data, layout)
+    knee = next((p for p in view.points if p.cap == view.knee_cap), None)
+    if knee is not None:
+        text = f"knee: recommended cap {knee.cap} ({fmt_int(knee.sustained_tpm_total)} TPM)"
+        add_marker(fig, str(knee.cap), text, "knee")
+    return fig

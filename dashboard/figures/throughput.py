@@ -10,20 +10,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import plotly.graph_objects as go
-
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED, TOKEN_COLUMNS, TOKEN_LABELS, fmt_int, plot_minute
 from dashboard.figures.chart_style import (
-    PEAK_COLOR,
     RETRY_COLOR,
     SHARD_COLORS,
     SUCCESS_COLOR,
+    Figure,
+    add_marker,
     add_note,
     base_layout,
+    figure,
     message_figure,
     rate_axis,
     time_axis,
+    value_axis,
 )
 
 
@@ -38,8 +39,8 @@ def peak_for(token_type: str, metrics: Mapping[str, Any]) -> tuple[str, dict[str
     return "peak total minute", metrics.get("peak_minute")
 
 
-def _rate_traces(run: MinuteSeries) -> tuple[list[go.Scatter], list[str]]:
-    traces: list[go.Scatter] = []
+def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
+    traces: list[dict[str, Any]] = []
     missing: list[str] = []
     for column, name, color, dash in (
         ("success_rate", "success rate", SUCCESS_COLOR, "solid"),
@@ -49,16 +50,17 @@ def _rate_traces(run: MinuteSeries) -> tuple[list[go.Scatter], list[str]]:
             missing.append(f"{name}: {NOT_MEASURED}")
             continue
         traces.append(
-            go.Scatter(
-                x=run.minutes,
-                y=run.column(column),
-                name=name,
-                yaxis="y2",
-                mode="lines",
-                line={"color": color, "dash": dash, "width": 2},
-                hovertemplate="%{y:.1%}",
-                connectgaps=False,
-            )
+            {
+                "type": "scatter",
+                "x": run.minutes,
+                "y": run.column(column),
+                "name": name,
+                "yaxis": "y2",
+                "mode": "lines",
+                "line": {"color": color, "dash": dash, "width": 2},
+                "hovertemplate": "%{y:.1%}",
+                "connectgaps": False,
+            }
         )
     return traces, missing
 
@@ -68,22 +70,22 @@ def throughput_figure(
     run: MinuteSeries,
     token_type: str,
     metrics: Mapping[str, Any],
-) -> go.Figure:
+) -> Figure:
     """The chart for ``token_type`` ("prompt", "completion" or "total")."""
     column = TOKEN_COLUMNS[token_type]
     if not shards:
         return message_figure("No minutes sealed for this run yet.")
-    data: list[Any] = []
-    for i, (shard_id, series) in enumerate(shards.items()):
-        data.append(
-            go.Bar(
-                x=series.minutes,
-                y=series.column(column),
-                name=f"shard {shard_id}",
-                marker={"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
-                hovertemplate="%{y:,}",
-            )
-        )
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "x": series.minutes,
+            "y": series.column(column),
+            "name": f"shard {shard_id}",
+            "marker": {"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
+            "hovertemplate": "%{y:,}",
+        }
+        for i, (shard_id, series) in enumerate(shards.items())
+    ]
     rate_traces, missing = _rate_traces(run)
     data.extend(rate_traces)
     layout = base_layout(
@@ -94,40 +96,15 @@ def throughput_figure(
         barmode="stack",
         bargap=0.05,
         xaxis=time_axis(),
-        yaxis={"title": {"text": TOKEN_LABELS[token_type]}, "rangemode": "tozero"},
+        yaxis=value_axis(TOKEN_LABELS[token_type]),
         yaxis2=rate_axis("success / retry rate"),
     )
-    figure = go.Figure(data=data, layout=layout)
-    _mark_peak(figure, token_type, metrics)
-    if missing:
-        add_note(figure, "; ".join(missing))
-    return figure
-
-
-def _mark_peak(figure: go.Figure, token_type: str, metrics: Mapping[str, Any]) -> None:
+    fig = figure(data, layout)
     label, peak = peak_for(token_type, metrics)
-    if not peak or not peak.get("minute_utc"):
-        return
-    x = plot_minute(peak["minute_utc"])
-    value = peak.get(TOKEN_COLUMNS[token_type])
-    figure.add_shape(
-        type="line",
-        x0=x,
-        x1=x,
-        xref="x",
-        y0=0,
-        y1=1,
-        yref="paper",
-        line={"color": PEAK_COLOR, "width": 2, "dash": "dash"},
-    )
-    figure.add_annotation(
-        name="peak",
-        x=x,
-        y=1,
-        xref="x",
-        yref="paper",
-        yanchor="bottom",
-        showarrow=False,
-        font={"color": PEAK_COLOR},
-        text=f"{label} {x} UTC: {fmt_int(value)} {token_type} TPM",
-    )
+    if peak and peak.get("minute_utc"):
+        x = plot_minute(peak["minute_utc"])
+        value = fmt_int(peak.get(column))
+        add_marker(fig, x, f"{label} {x} UTC: {value} {token_type} TPM", "peak")
+    if missing:
+        add_note(fig, "; ".join(missing))
+    return fig

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED
-from dashboard.figures.chart_style import base_layout, message_figure, time_axis
+from dashboard.figures.chart_style import (
+    Figure,
+    base_layout,
+    figure,
+    message_figure,
+    time_axis,
+    value_axis,
+)
 
 TTFT_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")
 _STYLES = {
@@ -16,7 +21,7 @@ _STYLES = {
 }
 
 
-def ttft_figure(run: MinuteSeries) -> go.Figure:
+def ttft_figure(run: MinuteSeries) -> Figure:
     """Three percentile lines; minutes without TTFT leave gaps rather than zeros."""
     if not any(run.measured(c) for c in TTFT_COLUMNS):
         return message_figure(f"TTFT: {NOT_MEASURED} (no span of this run reports it)")
@@ -24,19 +29,16 @@ def ttft_figure(run: MinuteSeries) -> go.Figure:
     for column in TTFT_COLUMNS:
         name, color, dash = _STYLES[column]
         data.append(
-            go.Scatter(
-                x=run.minutes,
-                y=run.column(column),
-                name=f"TTFT {name}",
-                mode="lines",
-                line={"color": color, "dash": dash, "width": 2},
-                connectgaps=False,
-                hovertemplate="%{y:.3f} s",
-            )
+            {
+                "type": "scatter",
+                "x": run.minutes,
+                "y": run.column(column),
+                "name": f"TTFT {name}",
+                "mode": "lines",
+                "line": {"color": color, "dash": dash, "width": 2},
+                "connectgaps": False,
+                "hovertemplate": "%{y:.3f} s",
+            }
         )
-    layout = base_layout(
-        height=320,
-        xaxis=time_axis(),
-        yaxis={"title": {"text": "time to first token (s)"}, "rangemode": "tozero"},
-    )
-    return go.Figure(data=data, layout=layout)
+    layout = base_layout(height=320, xaxis=time_axis(), yaxis=value_axis("time to first token (s)"))
+    return figure(data, layout)

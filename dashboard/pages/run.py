@@ -15,7 +15,6 @@ from urllib.parse import unquote
 
 import dash
 import dash_bootstrap_components as dbc
-import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
 from dashboard.components.empty_states import not_sealed_yet, run_not_found
@@ -25,7 +24,7 @@ from dashboard.config import DashboardConfig
 from dashboard.data.minute_series import load_run_minutes, load_shard_minutes
 from dashboard.data.run_records import RunRecord, load_run
 from dashboard.display import TOKEN_COLUMNS, fmt_utc
-from dashboard.figures.chart_style import message_figure
+from dashboard.figures.chart_style import Figure, message_figure
 from dashboard.figures.concurrency import (
     CONCURRENCY_COLUMNS,
     concurrency_figure,
@@ -49,10 +48,10 @@ class RunPanels:
 
     header: Any
     kpis: Any
-    concurrency: go.Figure
+    concurrency: Figure
     work_conserving: str
-    ttft: go.Figure
-    balance: go.Figure
+    ttft: Figure
+    balance: Figure
     provenance: Any
     body_style: dict[str, str]
     refresh_disabled: bool
@@ -123,7 +122,7 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
     )
 
 
-def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> go.Figure:
+def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Figure:
     """Server-side work of the token-type switch: stacked shards plus the run's rates."""
     run = load_run(config.database_url, run_id)
     if run is None or run.snapshot is None:
@@ -268,5 +267,5 @@ def register(app: dash.Dash, config: DashboardConfig) -> None:
         Input("run-refresh", "n_intervals"),
         State("run-id", "data"),
     )
-    def switch_token_type(token_type: str, _n_intervals: int | None, run_id: str) -> go.Figure:
+    def switch_token_type(token_type: str, _n_intervals: int | None, run_id: str) -> Figure:
         return throughput_view(config, run_id, token_type)

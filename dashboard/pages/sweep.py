@@ -11,7 +11,6 @@ from typing import Any
 
 import dash
 import dash_bootstrap_components as dbc
-import plotly.graph_objects as go
 from dash import Input, Output, dcc, html
 
 from analytics.cap_sweep import SweepResult, load_sweep
@@ -19,6 +18,7 @@ from dashboard.components.empty_states import no_sweeps_state
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import list_sweep_ids
 from dashboard.display import fmt_int, fmt_rate, fmt_seconds
+from dashboard.figures.chart_style import Figure, message_figure
 from dashboard.figures.sweep import sweep_figure
 from dashboard.pages.runs import run_href
 
@@ -74,10 +74,10 @@ def _points_table(view: SweepResult) -> dbc.Table:
     return dbc.Table([header, html.Tbody(rows)], size="sm", hover=True, id="sweep-points")
 
 
-def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[go.Figure, Any, Any]:
+def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[Figure, Any, Any]:
     """Server-side work of the sweep callback: figure, recommendation, points table."""
     if not sweep_id:
-        return go.Figure(), None, None
+        return message_figure(""), None, None
     view = load_sweep(config.database_url, sweep_id)
     recommended = (
         f"Recommended cap: {view.knee_cap}"
@@ -145,5 +145,5 @@ def register(app: dash.Dash, config: DashboardConfig) -> None:
         Output("sweep-table", "children"),
         Input("sweep-select", "value"),
     )
-    def draw_sweep(sweep_id: str | None) -> tuple[go.Figure, Any, Any]:
+    def draw_sweep(sweep_id: str | None) -> tuple[Figure, Any, Any]:
         return sweep_panels(config, sweep_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from analytics.cap_sweep import SweepPoint, SweepResult
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.figures.concurrency import concurrency_figure, work_conserving_text
@@ -12,8 +14,12 @@ from dashboard.figures.ttft import ttft_figure
 MINUTES = ["2026-02-01 03:44", "2026-02-01 03:45"]
 
 
-def _texts(figure: object) -> list[str]:
-    return [a.text for a in figure.layout.annotations]  # type: ignore[attr-defined]
+def _texts(figure: dict[str, Any]) -> list[str]:
+    return [a["text"] for a in figure["layout"]["annotations"]]
+
+
+def _names(figure: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in figure["data"]]
 
 
 def test_ttft_not_measured_says_so() -> None:
@@ -21,12 +27,12 @@ def test_ttft_not_measured_says_so() -> None:
         MINUTES,
         {"ttft_p50_s": [None, None], "ttft_p95_s": [None, None], "ttft_p99_s": [None, None]},
     )
-    assert not ttft_figure(empty).data
+    assert not ttft_figure(empty)["data"]
     assert _texts(ttft_figure(empty))[0].startswith("TTFT: not measured")
     some = MinuteSeries(
         MINUTES, {"ttft_p50_s": [0.1, None], "ttft_p95_s": [0.2, None], "ttft_p99_s": [0.3, None]}
     )
-    assert [t.name for t in ttft_figure(some).data] == ["TTFT p50", "TTFT p95", "TTFT p99"]
+    assert _names(ttft_figure(some)) == ["TTFT p50", "TTFT p95", "TTFT p99"]
 
 
 def test_concurrency_draws_cap_and_queue_depth() -> None:
@@ -40,7 +46,7 @@ def test_concurrency_draws_cap_and_queue_depth() -> None:
             "queue_depth_max": [0, 5],
         },
     )
-    names = [t.name for t in concurrency_figure(run).data]
+    names = _names(concurrency_figure(run))
     assert names == [
         "in-flight (mean)",
         "in-flight (max)",
@@ -67,8 +73,8 @@ def test_work_conserving_text_reports_the_verdict_or_not_measured() -> None:
 
 def test_shard_balance_bars_in_shard_order() -> None:
     figure = shard_balance_figure({"shares": {"10": 0.2, "2": 0.5, "0": 0.3}, "imbalance": 1.5})
-    assert list(figure.data[0].x) == ["shard 0", "shard 2", "shard 10"]
-    assert "1.50" in figure.layout.title.text
+    assert figure["data"][0]["x"] == ["shard 0", "shard 2", "shard 10"]
+    assert "1.50" in figure["layout"]["title"]["text"]
     assert "not measured" in _texts(shard_balance_figure(None))[0]
 
 
@@ -79,6 +85,6 @@ def test_sweep_figure_marks_the_knee() -> None:
         knee_cap=8,
     )
     figure = sweep_figure(view)
-    assert list(figure.data[0].x) == ["4", "8"]
-    knee = [a.text for a in figure.layout.annotations if a.name == "knee"]
+    assert figure["data"][0]["x"] == ["4", "8"]
+    knee = [a["text"] for a in figure["layout"]["annotations"] if a.get("name") == "knee"]
     assert knee == ["knee: recommended cap 8 (2,000 TPM)"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.figures.throughput import throughput_figure
 
@@ -33,19 +35,21 @@ def _rates(retry: list[float | None]) -> MinuteSeries:
     return MinuteSeries(MINUTES, {"retry_rate": retry, "success_rate": [1.0, 0.9, 0.95]})
 
 
-def _peak_text(figure: object) -> str:
-    return next(a.text for a in figure.layout.annotations if a.name == "peak")  # type: ignore[attr-defined]
+def _peak_text(figure: dict[str, Any]) -> str:
+    return next(a["text"] for a in figure["layout"]["annotations"] if a.get("name") == "peak")
 
 
 def test_stacks_one_bar_trace_per_shard_and_rates_on_second_axis() -> None:
     figure = throughput_figure(_shards("tpm_total"), _rates([0.0, 0.1, 0.0]), "total", METRICS)
-    bars = [t for t in figure.data if t.type == "bar"]
-    lines = [t for t in figure.data if t.type == "scatter"]
-    assert [t.name for t in bars] == ["shard 0", "shard 1"]
-    assert figure.layout.barmode == "stack"
-    assert {t.name for t in lines} == {"retry rate", "success rate"}
-    assert all(t.yaxis == "y2" for t in lines)
-    assert "Total TPM" in figure.layout.yaxis.title.text
+    bars = [t for t in figure["data"] if t["type"] == "bar"]
+    lines = [t for t in figure["data"] if t["type"] == "scatter"]
+    assert [t["name"] for t in bars] == ["shard 0", "shard 1"]
+    assert figure["layout"]["barmode"] == "stack"
+    assert {t["name"] for t in lines} == {"retry rate", "success rate"}
+    assert all(t["yaxis"] == "y2" for t in lines)
+    assert "Total TPM" in figure["layout"]["yaxis"]["title"]["text"]
+    peak_line = figure["layout"]["shapes"][0]
+    assert peak_line["x0"] == peak_line["x1"] == "2026-02-01 03:45"
     assert _peak_text(figure) == "peak total minute 2026-02-01 03:45 UTC: 900 total TPM"
 
 
@@ -53,12 +57,12 @@ def test_completion_view_marks_the_completion_peak() -> None:
     figure = throughput_figure(
         _shards("completion_tpm_out"), _rates([0.0, 0.1, 0.0]), "completion", METRICS
     )
-    assert list(figure.data[0].y) == [100, 300, 200]
+    assert figure["data"][0]["y"] == [100, 300, 200]
     assert _peak_text(figure) == "peak completion minute 2026-02-01 03:46 UTC: 400 completion TPM"
 
 
 def test_unmeasured_retry_rate_is_said_not_drawn_as_zero() -> None:
     figure = throughput_figure(_shards("tpm_total"), _rates([None, None, None]), "total", METRICS)
-    assert "retry rate" not in {t.name for t in figure.data}
-    notes = [a.text for a in figure.layout.annotations if a.name == "not-measured"]
+    assert "retry rate" not in {t["name"] for t in figure["data"]}
+    notes = [a["text"] for a in figure["layout"]["annotations"] if a.get("name") == "not-measured"]
     assert notes == ["retry rate: not measured"]
