@@ -24,6 +24,8 @@ from analytics.event_plans import MINUTE_NS, SECOND_NS
 
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
+# Queue samples reach back at most this far before the first start (bounds the grid).
+MAX_QUEUE_WAIT_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -34,23 +36,34 @@ class SecondSeries:
     queue_shards: frozenset[str]
 
 
-def _ceil_second(col: pl.Expr) -> pl.Expr:
-    return -((-col) // SECOND_NS)
+def _ceil_second(ns: pl.Series) -> pl.Series:
+    return -((-ns) // SECOND_NS)
 
 
-def _interval_diffs(events: pl.LazyFrame) -> pl.LazyFrame:
-    """+1/-1 steps at the first sampled second inside each interval and the first after."""
-    queued = events.filter(pl.col("queue_wait_s").is_not_null())
-    queued_ns = pl.col("start_ns") - (pl.col("queue_wait_s") * SECOND_NS).round().cast(pl.Int64)
-    zero = pl.lit(0, dtype=pl.Int64)
-    one = pl.lit(1, dtype=pl.Int64)
-    parts = [
-        events.select("shard_id", second=_ceil_second(pl.col("start_ns")), f=one, q=zero),
-        events.select("shard_id", second=_ceil_second(pl.col("end_ns")), f=-one, q=zero),
-        queued.select("shard_id", second=_ceil_second(queued_ns), f=zero, q=one),
-        queued.select("shard_id", second=_ceil_second(pl.col("start_ns")), f=zero, q=-one),
-    ]
-    return pl.concat(parts).group_by("shard_id", "second").agg(pl.col("f").sum(), pl.col("q").sum())
+def _counts_at(sorted_steps: pl.Series, seconds: pl.Series) -> pl.Series:
+    """How many steps are at or before each second (``sorted_steps`` ascending)."""
+    return sorted_steps.search_sorted(seconds, side="right").cast(pl.Int64)
+
+
+def _shard_seconds(shard: pl.DataFrame, seconds: pl.Series) -> pl.DataFrame:
+    """Samples of one shard: count(start <= t) - count(end <= t), same for the queue.
+
+    With whole-second sample instants t, ``start <= t`` is ``ceil(start / 1 s) <= t``,
+    so sorted ceil-seconds and a binary search give each sample without any hashing.
+    """
+    starts = _ceil_second(shard.get_column("start_ns")).sort()
+    ends = _ceil_second(shard.get_column("end_ns")).sort()
+    queued = shard.filter(pl.col("queue_wait_s") >= 0)  # a negative wait is no queue
+    wait_ns = (queued.get_column("queue_wait_s") * SECOND_NS).round().cast(pl.Int64)
+    queued_at = _ceil_second(queued.get_column("start_ns") - wait_ns).sort()
+    admitted = _ceil_second(queued.get_column("start_ns")).sort()
+    return pl.DataFrame(
+        {
+            "second": seconds,
+            "in_flight": _counts_at(starts, seconds) - _counts_at(ends, seconds),
+            "queue_depth": _counts_at(queued_at, seconds) - _counts_at(admitted, seconds),
+        }
+    )
 
 
 def second_series(events: pl.DataFrame) -> SecondSeries:
@@ -58,30 +71,23 @@ def second_series(events: pl.DataFrame) -> SecondSeries:
     queue_shards = frozenset(
         events.filter(pl.col("queue_wait_s").is_not_null())["shard_id"].unique().to_list()
     )
+    schema = {"shard_id": pl.String, "second": pl.Int64}
+    schema |= {"in_flight": pl.Int64, "queue_depth": pl.Int64}
     if events.height == 0:
-        schema = {"shard_id": pl.String, "second": pl.Int64}
-        schema |= {"in_flight": pl.Int64, "queue_depth": pl.Int64}
-        empty = pl.DataFrame(schema=schema)
-        return SecondSeries(empty, queue_shards)
-    diffs = _interval_diffs(events.lazy()).collect()
-    # Whole minutes (epoch seconds are minute-aligned every 60 s).
-    first = int(diffs.get_column("second").min()) // 60 * 60  # type: ignore[arg-type]
-    last = int(diffs.get_column("second").max()) // 60 * 60 + 60  # type: ignore[arg-type]
-    shards = events.select(pl.col("shard_id").unique().sort())
-    seconds = pl.DataFrame({"second": pl.int_range(first, last, eager=True, dtype=pl.Int64)})
-    grid = (
-        shards.join(seconds, how="cross")
-        .join(diffs, on=["shard_id", "second"], how="left")
-        .with_columns(pl.col("f", "q").fill_null(0))
-        .sort("shard_id", "second")
-        .select(
-            "shard_id",
-            "second",
-            in_flight=pl.col("f").cum_sum().over("shard_id"),
-            queue_depth=pl.col("q").cum_sum().over("shard_id"),
-        )
-    )
-    return SecondSeries(grid, queue_shards)
+        return SecondSeries(pl.DataFrame(schema=schema), queue_shards)
+    wait = pl.col("queue_wait_s").clip(0, MAX_QUEUE_WAIT_S).fill_null(0)
+    bounds = events.select(
+        lo=(pl.col("start_ns") - wait * SECOND_NS).min(), hi=pl.col("end_ns").max()
+    ).row(0)
+    # Whole minutes (epoch seconds are minute-aligned every 60 s); one sample past the end.
+    first = int(bounds[0]) // SECOND_NS // 60 * 60 - 60
+    last = -(-int(bounds[1]) // SECOND_NS) // 60 * 60 + 60
+    seconds = pl.int_range(first, last, eager=True, dtype=pl.Int64)
+    parts = [
+        _shard_seconds(shard, seconds).with_columns(shard_id=pl.lit(key[0]))
+        for key, shard in sorted(events.partition_by("shard_id", as_dict=True).items())
+    ]
+    return SecondSeries(pl.concat(parts).select(list(schema)), queue_shards)
 
 
 def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> pl.DataFrame:

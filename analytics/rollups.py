@@ -20,18 +20,34 @@ import polars as pl
 from provenance.event_file import EVENT_COLUMNS, EVENT_SCHEMA
 
 
-def rollup_mask(attempts: pl.LazyFrame) -> pl.LazyFrame:
-    """(trace_id, span_id) of every stored span that is another stored span's parent."""
-    return (
-        attempts.filter(pl.col("parent_span_id").is_not_null())
-        .select("trace_id", span_id=pl.col("parent_span_id"))
-        .unique()
-    )
+def _key(trace: str, span: str) -> pl.Expr:
+    return pl.struct(pl.col(trace), pl.col(span).alias("span")).hash()
 
 
 def exclude_rollups(attempts: pl.LazyFrame) -> pl.LazyFrame:
-    """Attempts without rollup spans."""
-    return attempts.join(rollup_mask(attempts), on=["trace_id", "span_id"], how="anti")
+    """Attempts without rollup spans (exact; 64-bit hashes only narrow the candidates).
+
+    Every span's (trace_id, span_id) and every (trace_id, parent_span_id) is hashed; a
+    span whose hash is not among the parent hashes is certainly no rollup. The few that
+    are (true rollups, or a hash collision) are settled by an exact join on the ids.
+    """
+    keyed = attempts.with_columns(
+        _key=_key("trace_id", "span_id"), _parent_key=_key("trace_id", "parent_span_id")
+    ).cache()
+    parent_keys = keyed.filter(pl.col("parent_span_id").is_not_null()).select("_parent_key")
+    maybe = pl.col("_key").is_in(parent_keys.collect().to_series().implode())
+    candidates = keyed.filter(maybe)
+    parents = (
+        keyed.filter(
+            pl.col("_parent_key").is_in(candidates.select("_key").collect().to_series().implode())
+        )
+        .select("trace_id", span_id=pl.col("parent_span_id"))
+        .unique()
+    )
+    kept = pl.concat(
+        [keyed.filter(~maybe), candidates.join(parents, on=["trace_id", "span_id"], how="anti")]
+    )
+    return kept.drop("_key", "_parent_key")
 
 
 def attempts_to_events(attempts: pl.DataFrame) -> pl.DataFrame:

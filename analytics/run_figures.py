@@ -81,7 +81,6 @@ def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
     return (
         plan.select(
             attempts=pl.len(),
-            logical_calls=pl.col("call_id").n_unique(),
             shard_count=pl.col("shard_id").n_unique(),
             first_ns=pl.col("end_ns").min(),
             last_ns=pl.col("end_ns").max(),
@@ -105,33 +104,42 @@ def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
     )
 
 
-def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int | None, Any]:
-    """(calls whose last attempt succeeded, retry causes or None)."""
+def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int, Any]:
+    """(logical calls, calls whose last attempt succeeded, retry causes or None).
+
+    The last attempt of a call is the latest by (start_ns, end_ns, span_id). Only calls
+    with several attempts need ordering, so they are split off first (they are few).
+    """
     if not explicit:
         # Every attempt is its own logical call; causes cannot be linked to a retry.
-        ok = plan.select(pl.col("ok").sum()).collect().item()
-        return ok, None
+        row = plan.select(n=pl.len(), ok=pl.col("ok").sum()).collect().row(0)
+        return int(row[0]), int(row[1] or 0), None
+    flagged = plan.with_columns(_many=pl.col("call_id").is_duplicated()).cache()
+    single = flagged.filter(~pl.col("_many")).select(n=pl.len(), ok=pl.col("ok").sum())
     order = list(_CALL_ORDER)
     failed_type = pl.when(~pl.col("ok")).then(pl.col("error_type").fill_null("error"))
     per_call = (
-        plan.group_by("call_id")
+        flagged.filter(pl.col("_many"))
+        .group_by("call_id")
         .agg(
             last_ok=pl.col("ok").sort_by(order).last(),
             # failed attempts that a later attempt of the same call retried
             retried=failed_type.sort_by(order).head(pl.len() - 1),
         )
-        .collect()
     )
-    ok_calls = int(per_call.get_column("last_ok").sum())
+    single_row, multi = pl.collect_all([single, per_call])
+    n_single, ok_single = single_row.row(0)
+    calls = int(n_single) + multi.height
+    ok_calls = int(ok_single or 0) + int(multi.get_column("last_ok").sum())
     if not measured:
-        return ok_calls, None
+        return calls, ok_calls, None
     causes = (
-        per_call.select(pl.col("retried").explode().drop_nulls())
+        multi.select(pl.col("retried").explode().drop_nulls())
         .group_by("retried")
         .len()
         .sort("retried")
     )
-    return ok_calls, {r: int(n) for r, n in causes.iter_rows()}
+    return calls, ok_calls, {r: int(n) for r, n in causes.iter_rows()}
 
 
 def _shard_balance(plan: pl.LazyFrame) -> dict[str, Any]:
@@ -162,14 +170,14 @@ def _figures(
     plan, measured = prepared_events(events)
     plan = plan.cache()
     t = _totals(plan)
-    ok_calls, causes = _calls(plan, explicit_call_ids(events), measured)
+    calls, ok_calls, causes = _calls(plan, explicit_call_ids(events), measured)
     whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     run_ids = events.get_column("run_id").unique().to_list()
     ttft_measured = bool(t["ttft_n"])
     figures: dict[str, Any] = {
         "run_id": context.run_id or (run_ids[0] if run_ids else None),
         "attempts": t["attempts"],
-        "logical_calls": t["logical_calls"],
+        "logical_calls": calls,
         "shard_count": t["shard_count"],
         "first_event_utc": ns_to_rfc3339(t["first_ns"]),
         "last_event_utc": ns_to_rfc3339(t["last_ns"]),
@@ -178,7 +186,7 @@ def _figures(
         "peak_completion_minute": _peak(whole, "completion_tpm_out"),
         "sustained_tpm_total": _sustained(whole),
         "attempt_success_rate": _ratio(t["successes"], t["attempts"]),
-        "call_success_rate": _ratio(ok_calls, t["logical_calls"]),
+        "call_success_rate": _ratio(ok_calls, calls),
         "retry_rate": _ratio(t["retries"], t["attempts"]) if measured else None,
         "retry_causes": causes,
         "ttft_s": {

@@ -5,11 +5,11 @@ exactly the keys of :data:`EVENT_SCHEMA` (already in JCS order), nanosecond time
 decimal strings and absent values are ``null``. ``events_sha256`` is the SHA-256 of the
 file's bytes, so ``sha256sum events.jsonl`` reproduces it.
 
-The writer is vectorised: the key set is fixed, so each line is a Polars ``concat_str``
-of literal key fragments and per-column value text. Only values Polars cannot format
-the JCS way (strings needing escapes, floats outside ECMAScript's plain-decimal range)
-go through the ``rfc8785`` package, one distinct value at a time. Tests prove the bytes
-identical to ``rfc8785.dumps`` of each record.
+The writer is vectorised: the key set is fixed and sorted, so Polars' JSON encoder writes
+the non-float keys and the two floats (``queue_wait_s``, ``ttft_s``) are spliced in as
+ECMAScript number text. Only floats Polars does not print the ECMAScript way (outside
+the plain-decimal range) go through the ``rfc8785`` package, one distinct value at a
+time. Tests prove the bytes identical to ``rfc8785.dumps`` of each record.
 """
 
 from __future__ import annotations
@@ -50,10 +50,6 @@ EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
 NS_COLUMNS = frozenset({"start_ns", "end_ns"})
 ORDER_COLUMNS = ("end_ns", "trace_id", "span_id")
 
-# ECMAScript prints numbers in plain decimal notation for 1e-6 <= |x| < 1e21.
-_PLAIN_DECIMAL = r"^-?[0-9]+\.[0-9]+$"
-_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
-
 
 @dataclass(frozen=True)
 class EventFile:
@@ -89,31 +85,24 @@ def _jcs_text(value: object) -> str:
     return rfc8785.dumps(value).decode("utf-8")  # type: ignore[arg-type]
 
 
-def _string_values(series: pl.Series) -> pl.Series:
-    quoted = '"' + series + '"'
-    needs = series.str.contains(_NEEDS_ESCAPE).fill_null(False)
-    if needs.any():
-        special = {v: _jcs_text(v) for v in series.filter(needs).unique().to_list()}
-        quoted = (
-            pl.DataFrame({"s": series, "q": quoted, "n": needs})
-            .select(
-                pl.when(pl.col("n"))
-                .then(pl.col("s").replace_strict(special, default=None, return_dtype=pl.String))
-                .otherwise(pl.col("q"))
-            )
-            .to_series()
-        )
-    return quoted.fill_null("null")
-
-
 def _float_values(series: pl.Series) -> pl.Series:
-    text = series.cast(pl.String)
-    magnitude = series.abs()
-    plain = text.str.contains(_PLAIN_DECIMAL).fill_null(False) & (
-        ((magnitude >= 1e-6) & (magnitude < 1e21)) | (magnitude == 0)
-    ).fill_null(False)
-    # "12.0" -> "12" and "-0.0" -> "0", as ECMAScript Number::toString prints them.
-    text = text.str.replace(r"\.0$", "").str.replace(r"^-0$", "0")
+    frame = pl.DataFrame({"v": series})
+    v = pl.col("v")
+    # Polars prints the shortest round-trip digits; in ECMAScript's plain-decimal range
+    # (1e-6 <= |x| < 1e21) it does so without an exponent whenever it has no "e".
+    text, plain = frame.select(
+        t=pl.when(v == 0)
+        .then(pl.lit("0"))  # "-0.0" and "0.0" print as 0
+        .otherwise(v.cast(pl.String).str.strip_suffix(".0")),  # "12.0" prints as 12
+        p=(
+            (v == 0)
+            | (
+                (v.abs() >= 1e-6)
+                & (v.abs() < 1e21)
+                & ~v.cast(pl.String).str.contains("e", literal=True)
+            )
+        ).fill_null(False),
+    ).get_columns()
     if (~plain & series.is_not_null()).any():
         odd = series.filter(~plain & series.is_not_null()).unique().to_list()
         special = {v: _jcs_text(float(v)) for v in odd}
@@ -131,32 +120,44 @@ def _float_values(series: pl.Series) -> pl.Series:
     return text.fill_null("null")
 
 
-def _value_text(name: str, series: pl.Series) -> pl.Series:
-    if name in NS_COLUMNS:
-        return ('"' + series.cast(pl.String) + '"').fill_null("null")
-    dtype = EVENT_SCHEMA[name]
-    if dtype == pl.String():
-        return _string_values(series)
-    if dtype == pl.Float64():
-        return _float_values(series)
-    return series.cast(pl.String).fill_null("null")
+# Keys before and after the one float in the middle of a line (queue_wait_s); ttft_s is last.
+_HEAD = EVENT_COLUMNS[: EVENT_COLUMNS.index("queue_wait_s")]
+_TAIL = EVENT_COLUMNS[EVENT_COLUMNS.index("queue_wait_s") + 1 : EVENT_COLUMNS.index("ttft_s")]
+
+
+def _json_objects(frame: pl.DataFrame, names: tuple[str, ...]) -> pl.Expr:
+    """JSON object text of ``names`` (no floats among them), ns columns as strings.
+
+    Polars' (serde) encoder escapes exactly as JCS does: ``"``, ``\\`` and U+0000–U+001F
+    (``\\b \\f \\n \\r \\t`` short forms, the rest ``\\u00xx``), everything else
+    verbatim UTF-8; keys keep the struct's (already sorted) order.
+    """
+    fields = [pl.col(n).cast(pl.String) if n in NS_COLUMNS else pl.col(n) for n in names]
+    return pl.struct(fields).struct.json_encode()
 
 
 def canonical_lines(events: pl.DataFrame) -> pl.Series:
     """One JCS line (with its trailing newline) per event, in canonical order."""
     ordered = canonical_order(events)
-    parts: list[pl.Series] = []
-    for i, name in enumerate(EVENT_COLUMNS):
-        prefix = "{" if i == 0 else ","
-        parts.append(pl.Series([f'{prefix}"{name}":']))
-        parts.append(_value_text(name, ordered.get_column(name)))
-    parts.append(pl.Series(["}\n"]))
-    frame = pl.DataFrame({f"c{i}": p for i, p in enumerate(parts) if len(p) != 1})
-    literals = {i: p.item() for i, p in enumerate(parts) if len(p) == 1}
-    exprs = [pl.lit(literals[i]) if i in literals else pl.col(f"c{i}") for i in range(len(parts))]
     if ordered.height == 0:
         return pl.Series("line", [], dtype=pl.String)
-    return frame.select(pl.concat_str(exprs).alias("line")).to_series().rechunk()
+    frame = ordered.with_columns(
+        _q=_float_values(ordered.get_column("queue_wait_s")),
+        _t=_float_values(ordered.get_column("ttft_s")),
+    )
+    head = _json_objects(frame, _HEAD)
+    tail = _json_objects(frame, _TAIL)
+    line = pl.concat_str(
+        head.str.strip_suffix("}"),
+        pl.lit(',"queue_wait_s":'),
+        pl.col("_q"),
+        pl.lit(","),
+        tail.str.strip_prefix("{").str.strip_suffix("}"),
+        pl.lit(',"ttft_s":'),
+        pl.col("_t"),
+        pl.lit("}\n"),
+    )
+    return frame.select(line.alias("line")).to_series().rechunk()
 
 
 def build_event_file(events: pl.DataFrame) -> EventFile:

@@ -1,0 +1,217 @@
+"""Seal a generated 1,000,000-attempt run end to end and time every stage (SPEC §7).
+
+    .venv/bin/python bench/seal.py [--attempts 1000000] [--shards 8] [--repeat 3]
+                                   [--out bench/results/seal.txt]
+
+1. A fresh, migrated database (``TPMLEDGER_DATABASE_URL``'s server, else an embedded
+   pgserver in a temp dir).
+2. A realistic run is generated with Polars (8 shards × cap 16 slots, 1.5–4 s calls,
+   prompt 200–2000 / completion 50–750 tokens, 2 % rate-limit errors retried on the same
+   call id with resend_count 1, 30 % of attempts reporting queue waits, TTFT on every
+   success) and COPYed into ``attempts`` (plus its ``runs`` row). Not timed.
+3. ``seal_run`` with ``force=True`` runs ``--repeat`` times; each prints wall seconds for
+   fetch (COPY → Polars), compute (rollups, minute table, concurrency, run figures),
+   canonical file, hash, Merkle, store, and end to end. The best repeat is reported.
+4. Analytics alone: ``analyze_events`` on the in-memory events → attempts/s.
+
+Targets (SPEC §7): end to end ≤ 5 s; analytics alone ≥ 5 M attempts/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+from analytics.rollups import attempts_to_events, shard_caps
+from analytics.run_computation import StageTimer, load_run
+from analytics.run_figures import RunContext, analyze_events
+from analytics.sealing import seal_run
+from storage import migrate
+from storage.database import raw_transaction
+
+RUN_ID = "bench_seal_1m"
+BASE_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z
+STAGES = ("fetch", "compute", "canonical_file", "hash", "merkle", "store")
+COPY_COLUMNS = (
+    "trace_id", "span_id", "parent_span_id", "run_id", "shard_id", "declared_shard_count",
+    "concurrency_cap", "call_id", "call_id_explicit", "resend_count", "start_ns", "end_ns",
+    "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens", "model", "provider",
+    "operation_name", "status", "error_type", "http_status", "convention", "span_name",
+    "span_kind", "span_attributes", "resource_attributes",
+)  # fmt: skip
+
+
+def _hex_id(expr: pl.Expr, width: int, prefix: str = "") -> pl.Expr:
+    """A deterministic id of ``width`` bytes as lowercase hex (digits of ``expr``)."""
+    text = pl.lit(prefix) + expr.cast(pl.String).str.zfill(width - len(prefix))
+    return text.cast(pl.Binary).bin.encode("hex")
+
+
+def generate(attempts: int, shards: int, cap: int = 16) -> pl.DataFrame:
+    """The run's attempts in COPY_COLUMNS order (CSV-ready: bytea as \\x hex)."""
+    i = pl.col("i")
+
+    def rnd(seed: int, modulo: int) -> pl.Expr:
+        return (i.hash(seed) % modulo).cast(pl.Int64)
+
+    j = i // shards  # attempt number within the shard
+    slot_seq = j // cap  # back-to-back calls of one slot
+    error = rnd(1, 50) == 0
+    start = BASE_NS + slot_seq * 4_000_000_000 + rnd(2, 500) * 1_000_000
+    latency = 1_500_000_000 + rnd(3, 2_500) * 1_000_000
+    own_call = pl.format("call-{}", i)
+    # An attempt after a failed one in the same slot retries that call.
+    prev = i - shards * cap
+    prev_failed = (prev >= 0) & ((prev.hash(1) % 50) == 0)
+    frame = pl.DataFrame({"i": pl.int_range(0, attempts, eager=True, dtype=pl.Int64)})
+    out = frame.select(
+        trace_id=pl.lit("\\x") + _hex_id(i, 16),
+        span_id=pl.lit("\\x") + _hex_id(i, 8),
+        parent_span_id=pl.lit("\\x") + _hex_id(i, 8, prefix="p"),
+        run_id=pl.lit(RUN_ID),
+        shard_id=(i % shards).cast(pl.String),
+        declared_shard_count=pl.lit(shards),
+        concurrency_cap=pl.lit(cap),
+        call_id=pl.when(prev_failed).then(pl.format("call-{}", prev)).otherwise(own_call),
+        call_id_explicit=pl.lit(True),
+        resend_count=pl.when(prev_failed).then(1).otherwise(0),
+        start_ns=start,
+        end_ns=start + latency,
+        queue_wait_s=pl.when(rnd(4, 10) < 3).then(rnd(5, 3000) / 1000),
+        ttft_s=pl.when(~error).then(0.05 + rnd(6, 1000) / 2000),
+        prompt_tokens=pl.when(~error).then(200 + rnd(7, 1800)),
+        completion_tokens=pl.when(~error).then(50 + rnd(8, 700)),
+        model=pl.lit("gpt-4o-mini"),
+        provider=pl.lit("openai"),
+        operation_name=pl.lit("chat"),
+        status=pl.when(error).then(pl.lit("error")).otherwise(pl.lit("ok")),
+        error_type=pl.when(error).then(pl.lit("rate_limit")),
+        http_status=pl.when(error).then(429).otherwise(200),
+        convention=pl.lit("semconv"),
+        span_name=pl.lit("chat gpt-4o-mini"),
+        span_kind=pl.lit(3),
+        span_attributes=pl.lit("{}"),
+        resource_attributes=pl.lit("{}"),
+    )
+    return out.select(COPY_COLUMNS)
+
+
+def load(url: str, frame: pl.DataFrame) -> None:
+    """COPY the generated rows and the run's ``runs`` row (as ingest would leave it)."""
+    buffer = io.BytesIO()
+    frame.write_csv(buffer, include_header=False)
+    columns = ", ".join(COPY_COLUMNS)
+    with raw_transaction(url) as conn:
+        with (
+            conn.cursor() as cur,
+            cur.copy(f"COPY attempts ({columns}) FROM STDIN (FORMAT csv)") as copy,
+        ):
+            copy.write(buffer.getvalue())
+        shards = sorted(frame.get_column("shard_id").unique().to_list())
+        conn.execute(
+            "INSERT INTO runs (run_id, first_event_ns, last_event_ns, shard_ids, "
+            "declared_shard_count, concurrency_cap, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (
+                RUN_ID,
+                frame.get_column("end_ns").min(),
+                frame.get_column("end_ns").max(),
+                shards,
+                len(shards),
+                16,
+                frame.height,
+            ),
+        )
+    with raw_transaction(url) as conn:
+        conn.execute("ANALYZE attempts")
+
+
+def _database() -> tuple[str, object | None]:
+    url = os.environ.get("TPMLEDGER_DATABASE_URL")
+    if url:
+        return url, None
+    from storage.embedded_postgres import EmbeddedPostgres
+
+    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="tpmledger-bench-seal-")))
+    return server.start(), server
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attempts", type=int, default=1_000_000)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/seal.txt"))
+    args = parser.parse_args()
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    url, server = _database()
+    try:
+        migrate.upgrade(url)
+        started = time.perf_counter()
+        frame = generate(args.attempts, args.shards)
+        load(url, frame)
+        del frame
+        say(f"# tpmledger seal benchmark — {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        say(
+            f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}, Polars {pl.__version__}"
+        )
+        say(
+            f"run: {args.attempts:,} attempts, {args.shards} shards, loaded in "
+            f"{time.perf_counter() - started:.1f} s (not timed below)"
+        )
+        best: dict[str, float] | None = None
+        for n in range(args.repeat):
+            timer = StageTimer()
+            t0 = time.perf_counter()
+            result = seal_run(url, RUN_ID, force=True, timer=timer)
+            total = time.perf_counter() - t0
+            stages = {s: timer.seconds.get(s, 0.0) for s in STAGES} | {"end_to_end": total}
+            say(
+                f"seal #{n + 1}: "
+                + "  ".join(f"{k} {v:.3f}s" for k, v in stages.items())
+                + f"  (v{result.version}, {result.metrics['attempts']:,} events)"
+            )
+            if best is None or total < best["end_to_end"]:
+                best = stages
+        facts, attempts = load_run(url, RUN_ID)
+        events = attempts_to_events(attempts)
+        context = RunContext(RUN_ID, shard_caps(attempts), facts.declared_shard_count, 16)
+        timings = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            analyze_events(events, context)
+            timings.append(time.perf_counter() - t0)
+        analytics_s = min(timings)
+        assert best is not None
+        say("")
+        say(f"best end to end: {best['end_to_end']:.3f} s (target <= 5 s)")
+        for stage in STAGES:
+            say(f"  {stage:<15} {best[stage]:.3f} s")
+        say(
+            f"analytics alone (analyze_events, events in memory): {analytics_s:.3f} s = "
+            f"{events.height / analytics_s / 1e6:.2f} M attempts/s (target >= 5 M/s)"
+        )
+        say(f"command: .venv/bin/python bench/seal.py --attempts {args.attempts}")
+    finally:
+        if server is not None:
+            server.stop()  # type: ignore[attr-defined]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
