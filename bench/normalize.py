@@ -22,7 +22,7 @@ sys.path.insert(0, str(_ROOT))
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
 
 from ingest.normalize import normalize_payload, normalize_request  # noqa: E402
@@ -39,7 +39,7 @@ def _kv(key: str, value: object) -> KeyValue:
         return KeyValue(key=key, value=AnyValue(double_value=value))
     if isinstance(value, list):
         items = [AnyValue(string_value=str(v)) for v in value]
-        return KeyValue(key=key, value=AnyValue(array_value={"values": items}))
+        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 

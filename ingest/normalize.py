@@ -237,9 +237,7 @@ def _first_chunk_ttft(span: Any, start_ns: int) -> float | None:
             event = Span.Event.FromString(raw)
         except DecodeError:
             continue
-        if event.name in conv.TTFT_EVENTS and (
-            first is None or event.time_unix_nano < first
-        ):
+        if event.name in conv.TTFT_EVENTS and (first is None or event.time_unix_nano < first):
             first = event.time_unix_nano
     if first is None or first < start_ns:
         return None

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from ingest.normalize import NormalizedBatch, normalize_request
@@ -31,7 +31,7 @@ def any_value(value: Any) -> AnyValue:
     if isinstance(value, bytes):
         return AnyValue(bytes_value=value)
     if isinstance(value, list):
-        return AnyValue(array_value={"values": [any_value(v) for v in value]})
+        return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
     if isinstance(value, dict):
         return AnyValue(kvlist_value=KeyValueList(values=key_values(value)))
     return AnyValue(string_value=str(value))

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import psycopg
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -33,7 +34,7 @@ from tests.ingest.openai_compatible_server import (
     usage_for,
 )
 
-MESSAGES = [{"role": "user", "content": "Say hello."}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 USAGE = usage_for(MESSAGES)
 
 
@@ -45,12 +46,12 @@ def openai_base_url() -> Iterator[str]:
 
 def _instrumentor(family: str) -> Any:
     if family == "openllmetry":
-        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
-    else:
-        from openinference.instrumentation.openai import (  # type: ignore[no-redef]
-            OpenAIInstrumentor,
-        )
-    return OpenAIInstrumentor()
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OpenLLMetry
+
+        return OpenLLMetry()
+    from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInference
+
+    return OpenInference()
 
 
 def _exporter(family: str, ingest: RunningIngest) -> SpanExporter:
@@ -62,18 +63,18 @@ def _exporter(family: str, ingest: RunningIngest) -> SpanExporter:
 def _make_calls(base_url: str) -> None:
     # max_retries=0: one attempt (one span) per call, so the failures stay failures.
     client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
-    client.chat.completions.create(model="model-plain", messages=MESSAGES)  # type: ignore[arg-type]
+    client.chat.completions.create(model="model-plain", messages=MESSAGES)
     stream = client.chat.completions.create(
         model="model-stream",
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         stream=True,
         stream_options={"include_usage": True},
     )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     with pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(model="status-429", messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model="status-429", messages=MESSAGES)
     with pytest.raises(openai.InternalServerError):
-        client.chat.completions.create(model="status-500", messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model="status-500", messages=MESSAGES)
 
 
 def _stored(database_url: str, run_id: str) -> list[dict[str, Any]]:
@@ -127,8 +128,8 @@ def _check_stored(family: str, database_url: str) -> None:
     plain, streamed, rate_limited, server_error = rows
     for row in rows:
         assert (row["convention"], row["shard_id"]) == (family, "7")
-    for row, model in ((plain, "model-plain"), (streamed, "model-stream")):
-        assert (row["status"], row["error_type"], row["model"]) == ("ok", None, model)
+    for row, ok_model in ((plain, "model-plain"), (streamed, "model-stream")):
+        assert (row["status"], row["error_type"], row["model"]) == ("ok", None, ok_model)
         assert (row["prompt_tokens"], row["completion_tokens"]) == (
             USAGE["prompt_tokens"],
             USAGE["completion_tokens"],
