@@ -54,6 +54,10 @@ class TraceExportHandler:
         self._normalize = normalize or _normalize_module().normalize_request
         self._normalize_payload = normalize_payload or _normalize_module().normalize_payload
 
+    def check_admission(self) -> None:
+        """Refuse early (503) when the queue is full or the server is stopping."""
+        self._writer.check_admission()
+
     async def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         """Store a decoded request's valid LLM-call spans; return after commit."""
         return await self._store(self._normalize(request))

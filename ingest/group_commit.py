@@ -84,6 +84,20 @@ class GroupCommitWriter:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
+    def check_admission(self) -> None:
+        """Raise :class:`Overloaded` / :class:`ShuttingDown` now if a request would be refused.
+
+        Listeners call it before reading and normalizing a body, so an overloaded server
+        spends no CPU or memory on requests it is going to refuse anyway.
+        """
+        if self._closing:
+            raise ShuttingDown("ingest is shutting down", retry_after_s=self._retry_after_s)
+        if self._outstanding_spans >= self._max_queue_spans:
+            raise Overloaded(
+                f"ingest queue full ({self._outstanding_spans} spans waiting); retry later",
+                retry_after_s=self._retry_after_s,
+            )
+
     async def submit(self, rows: Sequence[Row]) -> None:
         """Store ``rows``; returns once they are committed, raises an ``IngestError`` if not."""
         if self._closing:

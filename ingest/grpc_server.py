@@ -43,6 +43,7 @@ class TraceService:
         """Store the request's spans; answer after commit, or abort with the mapped code."""
         try:
             self._verifier.check_authorization(_metadata_value(context, "authorization"))
+            self._handler.check_admission()
             response = await self._handler.export_payload(payload)
         except IngestError as err:
             self._metrics.requests.labels("grpc", err.grpc_code.name).inc()

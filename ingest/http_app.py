@@ -1,9 +1,10 @@
 """The OTLP/HTTP listener (port 4318): ``POST /v1/traces``, health, metrics, read API.
 
 Order of checks on ``POST /v1/traces`` (SPEC §3): auth (401) → content type (415) →
-declared length (413) → streamed, size-limited decoding of the body (413 / 415 / 400) →
-decode (400) → normalize → group commit (503 when overloaded or the database is down) →
-200 with an ``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
+declared length (413) → queue admission (503, before the body is read) → streamed,
+size-limited decoding of the body (413 / 415 / 400) → decode (400) → normalize → group
+commit (503 when overloaded or the database is down) → 200 with an
+``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
 ``google.rpc.Status`` in the request's encoding (OTLP spec, "OTLP/HTTP Response").
 """
 
@@ -72,6 +73,7 @@ def build_app(
             media = media_type(content_type)
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
+            handler.check_admission()  # overloaded: refuse before reading the body
             reader = BodyReader(request.headers.get("content-encoding"))
             async for chunk in request.stream():
                 reader.feed(chunk)

@@ -86,11 +86,15 @@ def test_full_queue_answers_overloaded_without_blocking(database_url: str) -> No
         tasks = [asyncio.create_task(writer.submit([attempt_row() for _ in range(6)]))]
         await asyncio.sleep(0.05)  # let the writer take it; the gate holds the commit
         assert writer.outstanding_spans == 6
+        writer.check_admission()  # 6 of 10: still admitted
         with pytest.raises(Overloaded) as raised:
             await writer.submit([attempt_row() for _ in range(5)])
         assert raised.value.retry_after_s == 7
         assert raised.value.http_status == 503
         tasks.append(asyncio.create_task(writer.submit([attempt_row() for _ in range(4)])))
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded):
+            writer.check_admission()  # 10 of 10: refused before any body is read
         gate.set()
         await asyncio.gather(*tasks)
         await writer.close()
@@ -178,6 +182,8 @@ def test_close_flushes_the_queue_and_refuses_new_requests(database_url: str) -> 
         await asyncio.sleep(0.05)
         with pytest.raises(ShuttingDown):
             await writer.submit([attempt_row()])
+        with pytest.raises(ShuttingDown):
+            writer.check_admission()
         gate.set()
         await asyncio.gather(*queued, closing)
 

@@ -265,3 +265,12 @@ def test_database_outage_answers_503_and_the_retry_is_stored(
         assert run_attempts(separate_postgres.url, "outage") == 3
     finally:
         server.stop()
+
+
+def test_sigterm_answers_in_flight_requests_and_exits_cleanly(database_url: str) -> None:
+    server = start_ingest(database_url)
+    body = export_request([llm_span() for _ in range(50)], run_id="stop").SerializeToString()
+    assert post(server, body, PROTOBUF).status_code == 200
+    assert server.stop() == 0
+    assert "ingest stopped" in server.log_path.read_text()
+    assert run_attempts(database_url, "stop") == 50
