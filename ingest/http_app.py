@@ -32,6 +32,7 @@ from ingest.otlp_http_codec import (
     media_type,
 )
 from storage import migrate
+from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,9 @@ def build_app(
     database_url: str,
     verifier: TokenVerifier,
     metrics: IngestMetrics,
+    settings: Settings | None = None,
 ) -> FastAPI:
-    """The FastAPI app of the ingest HTTP listener."""
+    """The FastAPI app of the ingest HTTP listener (``settings`` go to the read API)."""
     app = FastAPI(
         title="tpmledger",
         summary="OTLP/HTTP trace ingest and the read API of tpmledger",
@@ -104,7 +106,9 @@ def build_app(
     async def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    app.include_router(read_api.build_router(database_url), dependencies=[Depends(require_token)])
+    app.include_router(
+        read_api.build_router(database_url, settings), dependencies=[Depends(require_token)]
+    )
     return app
 
 

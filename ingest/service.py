@@ -70,7 +70,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     writer.start()
     handler = TraceExportHandler(writer, metrics)
-    app = build_app(handler, database_url=url, verifier=verifier, metrics=metrics)
+    app = build_app(
+        handler, database_url=url, verifier=verifier, metrics=metrics, settings=settings
+    )
     http = _HttpServer(
         uvicorn.Config(
             app,
