@@ -71,6 +71,7 @@ def rate_axis(title: str = "rate") -> dict[str, Any]:
         "overlaying": "y",
         "side": "right",
         "range": [0, 1.05],
+        "tickvals": [0, 0.25, 0.5, 0.75, 1],
         "tickformat": ".0%",
         "showgrid": False,
         "zeroline": False,

@@ -38,7 +38,8 @@ def shard_balance_figure(balance: Mapping[str, Any] | None) -> Figure:
     }
     layout = base_layout(
         height=320,
-        title={"text": title, "font": {"size": 13}},
+        # Left-aligned, clear of the mode bar in the top-right corner.
+        title={"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
         yaxis=value_axis("share of tokens (total)", tickformat=".0%"),
         showlegend=False,
         hovermode="closest",

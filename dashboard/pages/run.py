@@ -140,7 +140,9 @@ def _card(title: Any, body: Any, card_id: str) -> dbc.Card:
 
 
 def _graph(graph_id: str) -> dcc.Graph:
-    return dcc.Graph(id=graph_id, config={"displaylogo": False}, className="run-graph")
+    return dcc.Graph(
+        id=graph_id, config={"displaylogo": False, "displayModeBar": "hover"}, className="run-graph"
+    )
 
 
 def layout(config: DashboardConfig, run_id: str | None = None, **_query: Any) -> html.Div:
