@@ -117,7 +117,7 @@ def start_profiler(pid: int, seconds: float) -> tuple[subprocess.Popen[bytes], P
 STAGES = (
     ("HTTP body read + decompress", "BodyReader.feed"),
     ("protobuf / JSON decode", "decode_request"),
-    ("normalize (span -> row)", "normalize_request"),
+    ("normalize (span -> row)", "normalize_request", "normalize_payload"),
     ("group commit (writer thread)", "_write_group"),
     ("  COPY rows to staging (client side)", "copy_rows"),
     ("  psycopg TextFormatter.write_row", "TextFormatter.write_row"),
@@ -135,7 +135,7 @@ def summarize_profile(path: Path, top: int = 15) -> list[str]:
     """Where py-spy's samples of the ingest process landed: threads, stages, functions."""
     threads: dict[str, int] = {}
     self_counts: dict[str, int] = {}
-    stage_counts = dict.fromkeys((label for label, _ in STAGES), 0)
+    stage_counts = dict.fromkeys((label for label, *_ in STAGES), 0)
     total = 0
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -150,8 +150,8 @@ def summarize_profile(path: Path, top: int = 15) -> list[str]:
         self_counts[leaf] = self_counts.get(leaf, 0) + count
         names = {f.partition(" (")[0].rsplit(".", 1)[-1] for f in frames[1:]}
         names |= {f.partition(" (")[0] for f in frames[1:]}
-        for label, function in STAGES:
-            if function in names:
+        for label, *functions in STAGES:
+            if names.intersection(functions):
                 stage_counts[label] += count
     if not total:
         return ["profile: no samples"]
@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--senders {args.senders} --batch {args.batch}" + (" --profile" if args.profile else ""),
         f"load: {args.spans} spans in {len(bodies)} protobuf requests of {args.batch} spans, "
         f"{args.senders} concurrent senders (separate process, bodies pre-serialized)",
+        f"sender process CPU: {sent.cpu_s / args.spans * 1e6:.1f} µs per span",
         f"HTTP statuses: {dict(sorted(sent.statuses.items()))}; 503 with Retry-After: "
         f"{sent.retry_after_503}; sender errors: {len(sent.errors)}",
         f"rows stored: {stored} of {args.spans} sent ({'complete' if complete else 'INCOMPLETE'})",

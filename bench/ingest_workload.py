@@ -304,6 +304,7 @@ class SendResult:
     started: float = 0.0
     finished: float = 0.0
     errors: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # CPU the senders themselves used (they share the machine)
 
 
 def _post(conn: http.client.HTTPConnection, body: bytes) -> tuple[int, str | None]:
@@ -329,6 +330,7 @@ def send_bodies(
     same body after Retry-After. In loop mode each pass swaps the trace-id prefix so every
     request carries new spans."""
     result = SendResult()
+    cpu_started = time.process_time()
     lock = threading.Lock()
     next_index = [0]
     prefix = trace_id_prefix(bodies[0]) if loop_seconds else b""
@@ -393,6 +395,7 @@ def send_bodies(
     for t in threads:
         t.join()
     result.finished = time.perf_counter()
+    result.cpu_s = time.process_time() - cpu_started
     return result
 
 
