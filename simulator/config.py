@@ -41,7 +41,9 @@ class ServerConfig(BaseModel):
         description="token budget per (real) minute; each request is charged "
         "prompt + max_tokens at admission, like provider rate limits",
     )
-    burst_s: float = Field(default=5.0, gt=0, description="bucket size, in seconds of budget")
+    burst_s: float = Field(
+        default=10.0, gt=0, description="bucket size, in seconds of budget (absorbs the start)"
+    )
     max_parallel: int = Field(default=256, gt=0, description="requests decoded at once")
     max_queue: int = Field(default=1024, ge=0, description="waiting beyond this answers 429")
     ttft_base_s: float = Field(default=0.25, ge=0)
