@@ -1,6 +1,6 @@
 """Group commit: many export requests, one COPY-based transaction (SPEC §3 "200 means committed").
 
-Requests wait in a BOUNDED queue (counted in spans). One writer task takes as many
+Requests wait in a BOUNDED queue (counted in spans). A writer task takes as many
 waiting requests as fit into ``max_commit_spans`` and stores all their rows with
 :func:`storage.bulk_writer.write_attempts` inside one
 :func:`storage.database.in_transaction`; every request's future resolves only after that
@@ -12,8 +12,10 @@ or refused connection fails the group with :class:`DatabaseUnavailable` and the 
 reconnects; rows the database refuses (a poison request) are isolated by committing that
 group's requests one by one, so only the bad request is answered 400.
 
-The psycopg connection is used from one dedicated thread only; the event loop never blocks
-on the database.
+``connections`` writer tasks (lanes) may drain the same queue, each with its own
+connection used from its own thread only, so COPY of one group overlaps the commit of
+another; the event loop never blocks on the database. Concurrent lanes stay deadlock-free
+on ``runs`` because the bulk writer upserts runs in ``run_id`` order.
 """
 
 from __future__ import annotations
@@ -47,6 +49,23 @@ class _Pending:
     future: asyncio.Future[None]
 
 
+class _Lane:
+    """One writer connection and the one thread that may use it."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"group-commit-{number}"
+        )
+        self.conn: psycopg.Connection | None = None
+
+    def disconnect(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+            self.conn = None
+
+
 class GroupCommitWriter:
     """Bounded queue + one writer task that commits many requests per transaction."""
 
@@ -59,6 +78,7 @@ class GroupCommitWriter:
         retry_after_s: int = 2,
         metrics: IngestMetrics | None = None,
         connect: Callable[[str], psycopg.Connection] | None = None,
+        connections: int = 1,
     ) -> None:
         self._url = database_url
         self._max_queue_spans = max_queue_spans
@@ -70,9 +90,8 @@ class GroupCommitWriter:
         self._outstanding_spans = 0  # waiting + being committed: the memory bound
         self._wakeup = asyncio.Event()
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-commit")
-        self._conn: psycopg.Connection | None = None
+        self._lanes = [_Lane(i) for i in range(max(1, connections))]
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def outstanding_spans(self) -> int:
@@ -80,9 +99,13 @@ class GroupCommitWriter:
         return self._outstanding_spans
 
     def start(self) -> None:
-        """Start the writer task on the running event loop."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+        """Start one writer task per connection on the running event loop."""
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._run(lane), name=f"group-commit-{lane.number}")
+                for lane in self._lanes
+            ]
 
     def check_admission(self) -> None:
         """Raise :class:`Overloaded` / :class:`ShuttingDown` now if a request would be refused.
@@ -122,22 +145,24 @@ class GroupCommitWriter:
         """Stop accepting, commit everything already queued, then release the connection."""
         self._closing = True
         self._wakeup.set()
-        if self._task is not None:
-            await self._task
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
-        self._executor.shutdown(wait=True)
+        await asyncio.gather(*self._tasks)
+        loop = asyncio.get_running_loop()
+        for lane in self._lanes:
+            await loop.run_in_executor(lane.executor, lane.disconnect)
+            lane.executor.shutdown(wait=True)
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         while True:
             if not self._queue:
                 if self._closing:
+                    self._wakeup.set()  # let the other lanes see it too
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             group = self._take_group()
             try:
-                await self._commit(group)
+                await self._commit(lane, group)
             finally:
                 self._outstanding_spans -= sum(len(p.rows) for p in group)
                 self._update_gauges()
@@ -150,13 +175,13 @@ class GroupCommitWriter:
             group.append(self._queue.popleft())
         return group
 
-    async def _commit(self, group: list[_Pending]) -> None:
+    async def _commit(self, lane: _Lane, group: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            new = await loop.run_in_executor(self._executor, self._write_group, group)
+            new = await loop.run_in_executor(lane.executor, self._write_group, lane, group)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("database unavailable, %d requests answered 503: %s", len(group), exc)
-            await loop.run_in_executor(self._executor, self._disconnect)
+            await loop.run_in_executor(lane.executor, lane.disconnect)
             self._fail(
                 group,
                 DatabaseUnavailable(
@@ -165,8 +190,8 @@ class GroupCommitWriter:
             )
             return
         except Exception as exc:
-            if self._conn is not None and self._conn.broken:
-                await loop.run_in_executor(self._executor, self._disconnect)
+            if lane.conn is not None and lane.conn.broken:
+                await loop.run_in_executor(lane.executor, lane.disconnect)
                 self._fail(
                     group,
                     DatabaseUnavailable(
@@ -177,7 +202,7 @@ class GroupCommitWriter:
             if len(group) > 1:
                 # One request's rows broke the whole group: commit them one by one.
                 for pending in group:
-                    await self._commit([pending])
+                    await self._commit(lane, [pending])
                 return
             log.warning("rows of one request refused (answered 400): %r", exc)
             self._fail(group, PoisonRequest(f"the database refused these spans: {exc}"))
@@ -188,39 +213,30 @@ class GroupCommitWriter:
             if not pending.future.done():
                 pending.future.set_result(None)
 
-    def _write_group(self, group: list[_Pending]) -> int:
-        """Runs in the writer thread: one transaction for every row of the group."""
-        reused = self._conn is not None
+    def _write_group(self, lane: _Lane, group: list[_Pending]) -> int:
+        """Runs in the lane's thread: one transaction for every row of the group."""
+        reused = lane.conn is not None
         try:
-            return self._write_once(group)
+            return self._write_once(lane, group)
         except (psycopg.OperationalError, psycopg.InterfaceError):
             if not reused:
                 raise
             # A connection that sat idle may have died with a database restart; one fresh
             # attempt avoids a needless 503. Safe: the insert is idempotent.
-            self._disconnect()
-            return self._write_once(group)
+            lane.disconnect()
+            return self._write_once(lane, group)
 
-    def _write_once(self, group: list[_Pending]) -> int:
-        conn = self._connection()
+    def _write_once(self, lane: _Lane, group: list[_Pending]) -> int:
+        if lane.conn is None or lane.conn.closed or lane.conn.broken:
+            lane.disconnect()
+            lane.conn = self._connect(self._url)
+            log.info("group-commit writer %d connected to the database", lane.number)
+        conn = lane.conn
         started = time.perf_counter()
         with in_transaction(conn):
             new = write_attempts(conn, itertools.chain.from_iterable(p.rows for p in group))
         self._metrics.commit_latency.observe(time.perf_counter() - started)
         return new
-
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._disconnect()
-            self._conn = self._connect(self._url)
-            log.info("group-commit writer connected to the database")
-        return self._conn
-
-    def _disconnect(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-            self._conn = None
 
     @staticmethod
     def _fail(group: list[_Pending], error: Exception) -> None:

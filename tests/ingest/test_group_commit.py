@@ -37,11 +37,14 @@ def gated_connect(gate: threading.Event) -> Callable[[str], psycopg.Connection]:
     return connect
 
 
-def test_concurrent_requests_share_transactions_and_return_after_commit(database_url: str) -> None:
+@pytest.mark.parametrize("connections", [1, 2])
+def test_concurrent_requests_share_transactions_and_return_after_commit(
+    database_url: str, connections: int
+) -> None:
     metrics = IngestMetrics()
 
     async def scenario() -> None:
-        writer = GroupCommitWriter(database_url, metrics=metrics)
+        writer = GroupCommitWriter(database_url, metrics=metrics, connections=connections)
         writer.start()
 
         async def send() -> None:
