@@ -16,6 +16,8 @@ import base64
 import gzip
 import json
 import os
+import random
+import string
 import zlib
 from collections.abc import Iterator
 from functools import lru_cache
@@ -437,14 +439,31 @@ def test_many_spans_and_huge_values(client: httpx.Client) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(size=st.integers(1, 200_000), where=st.sampled_from(["run", "shard", "model", "call"]))
+@given(size=st.integers(1, 200_000), where=st.sampled_from(["shard", "model", "call"]))
 def test_absurd_identifier_lengths(client: httpx.Client, size: int, where: str) -> None:
-    """Long ids can pass decoding yet exceed index limits: 200 or 400, never a crash."""
+    """Long ids of any length: 200 (stored or rejected) or 400, never a crash."""
     key = {
-        "run": "tpmledger.run.id",
         "shard": "tpmledger.shard.id",
         "model": "gen_ai.response.model",
         "call": "tpmledger.call.id",
     }[where]
-    body = request_with([KeyValue(key=key, value=AnyValue(string_value="r" * size))])
+    value = random.Random(size).choices(string.ascii_letters, k=size)
+    body = request_with([KeyValue(key=key, value=AnyValue(string_value="".join(value)))])
+    assert post(client, body).status_code in {200, 400}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: an incompressible run_id/sweep_id over ~2.7 kB breaks the btree "
+    "index limit; psycopg raises ProgramLimitExceeded, a subclass of OperationalError, "
+    "which ingest/group_commit.py treats as 'database unavailable' -> 503, so the sender "
+    "retries the poison request forever and every request committed in the same group "
+    "gets 503 too. Expected: partial-success rejection (normalize) or 400 (PoisonRequest).",
+)
+@pytest.mark.parametrize("key", ["tpmledger.run.id", "tpmledger.sweep.id"])
+def test_incompressible_long_run_and_sweep_ids_are_not_retryable(
+    client: httpx.Client, key: str
+) -> None:
+    value = "".join(random.Random(7).choices(string.ascii_letters, k=10_000))
+    body = request_with([KeyValue(key=key, value=AnyValue(string_value=value))])
     assert post(client, body).status_code in {200, 400}
