@@ -43,17 +43,20 @@ class UnknownRun(LookupError):
 
 @dataclass
 class StageTimer:
-    """Wall-clock seconds per stage (the benchmark prints them)."""
+    """Wall-clock and this process's CPU seconds per stage (the benchmark prints them)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            spent = time.process_time() - cpu
+            self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + spent
 
 
 @dataclass(frozen=True)

@@ -155,3 +155,11 @@ def test_read_events_round_trips_bytes(records: list[dict[str, Any]]) -> None:
     )
     assert_frame_equal(got, expected)
     assert all(not math.isnan(v) for v in got["ttft_s"].drop_nulls())
+
+
+def test_nan_and_infinity_are_refused_like_rfc8785() -> None:
+    import pytest
+
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(rfc8785.CanonicalizationError):
+            build_event_file(frame([record(0, ttft_s=bad)]))
