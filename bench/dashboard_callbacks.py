@@ -37,7 +37,7 @@ import seal as seal_bench  # the 1M-attempt generator shared with bench/seal.py
 from analytics.sealing import seal_run
 from dashboard.app import create_app
 from dashboard.config import DashboardConfig
-from dashboard.pages.run import run_panels, throughput_view
+from dashboard.pages.run_panels import run_panels, throughput_view
 from dashboard.pages.runs import runs_table_view
 from dashboard.pages.sweep import sweep_panels
 from storage import migrate

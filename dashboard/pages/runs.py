@@ -11,6 +11,7 @@ import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
 from dashboard.components.empty_states import no_runs_state
+from dashboard.components.status_badge import status_badge
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import RunRecord, load_runs
 from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc, short_hash
@@ -33,14 +34,6 @@ HEADERS = (
 def run_href(run_id: str) -> str:
     """The run page's path for ``run_id`` (URL-quoted: run ids may hold any character)."""
     return f"/runs/{quote(run_id, safe='')}"
-
-
-def status_badge(status: str, badge_id: str | None = None) -> dbc.Badge:
-    """Green "live" (still receiving data) or grey "sealed"."""
-    kwargs: dict[str, Any] = {"id": badge_id} if badge_id else {}
-    return dbc.Badge(
-        status, color="success" if status == "live" else "secondary", className="me-1", **kwargs
-    )
 
 
 def _cell(value: str) -> html.Td:

@@ -43,11 +43,13 @@ def wait_graph(
 
 
 def text_of(driver: Any, element_id: str) -> str:
-    """Visible text of the element with ``element_id`` ('' when absent)."""
-    from selenium.webdriver.common.by import By
+    """Visible text of the element with ``element_id`` ('' when absent).
 
-    found = driver.find_elements(By.ID, element_id)
-    return str(found[0].text) if found else ""
+    Read in one script call: a live page re-renders on its refresh interval, and a
+    WebElement found a moment earlier could be stale by the time its text is asked for.
+    """
+    script = "const e = document.getElementById(arguments[0]); return e ? e.innerText : '';"
+    return str(driver.execute_script(script, element_id)).strip()
 
 
 def wait_text(driver: Any, element_id: str, timeout: float = 30) -> str:
@@ -68,3 +70,24 @@ def screenshot(driver: Any, folder: Path, name: str) -> Path:
     path = folder / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+def table_cells(driver: Any, css: str) -> list[list[str]]:
+    """The text of every cell of the table rows matching ``css``, read in one script call."""
+    script = (
+        "return Array.from(document.querySelectorAll(arguments[0])).map("
+        "tr => Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()));"
+    )
+    return list(driver.execute_script(script, css))
+
+
+def click_link(driver: Any, text: str) -> bool:
+    """Click the link showing ``text``; False (retry) if the page re-rendered under us."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.find_element(By.LINK_TEXT, text).click()
+    except (StaleElementReferenceException, NoSuchElementException):
+        return False
+    return True

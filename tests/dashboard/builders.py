@@ -19,7 +19,8 @@ from storage.models import MinuteMetric, Run, Snapshot
 START = datetime(2026, 2, 1, 3, 44, tzinfo=UTC)
 
 
-def _hex(*parts: object) -> str:
+def fake_digest(*parts: object) -> str:
+    """A stable 64-hex stand-in for a digest or seal."""
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
 
 
@@ -73,7 +74,7 @@ def seed_sealed_run(
     shard_ids = [str(s) for s in range(shards)]
     minute_list = [START + timedelta(minutes=m) for m in range(minutes)]
     rows: list[MinuteMetric] = []
-    seeded = SeededRun(run_id, shard_ids, minute_list, {}, _hex(run_id, "seal"))
+    seeded = SeededRun(run_id, shard_ids, minute_list, {}, fake_digest(run_id, "seal"))
     totals = {"calls": 0, "ok": 0, "retries": 0, "prompt": 0, "completion": 0}
     shard_tokens = dict.fromkeys(shard_ids, 0)
     for m, minute in enumerate(minute_list):
@@ -191,7 +192,7 @@ def _metrics(
         if with_ttft
         else {"p50": None, "p95": None, "p99": None, "mean": None, "variance": None},
         "shard_balance": {"shares": shares, "imbalance": max(shares.values()) * len(shares)},
-        "events_sha256": _hex(seeded.run_id, "events"),
+        "events_sha256": fake_digest(seeded.run_id, "events"),
         "seal": seeded.seal,
         "snapshot_version": 1,
         "concurrency_cap": cap,
@@ -210,7 +211,8 @@ def _metrics(
     }
 
 
-def _ns(dt: datetime) -> int:
+def epoch_ns(dt: datetime) -> int:
+    """Whole seconds of ``dt`` as nanoseconds since the epoch."""
     return int(dt.timestamp()) * 1_000_000_000
 
 
@@ -231,8 +233,8 @@ def _insert(
         session.add(
             Run(
                 run_id=seeded.run_id,
-                first_event_ns=_ns(seeded.minutes[0]),
-                last_event_ns=_ns(seeded.minutes[-1]) + 59 * 1_000_000_000,
+                first_event_ns=epoch_ns(seeded.minutes[0]),
+                last_event_ns=epoch_ns(seeded.minutes[-1]) + 59 * 1_000_000_000,
                 shard_ids=seeded.shard_ids,
                 declared_shard_count=len(seeded.shard_ids),
                 concurrency_cap=cap,
@@ -250,104 +252,12 @@ def _insert(
                 previous_seal=None,
                 events_sha256=seeded.metrics["events_sha256"],
                 events_count=attempts,
-                merkle_root=_hex(seeded.run_id, "merkle"),
+                merkle_root=fake_digest(seeded.run_id, "merkle"),
                 tree_size=len(seeded.minutes),
-                metrics_sha256=_hex(seeded.run_id, "metrics"),
+                metrics_sha256=fake_digest(seeded.run_id, "metrics"),
                 document={"run_id": seeded.run_id, "version": 1},
                 metrics=seeded.metrics,
                 data_as_of=sealed_at,
             )
         )
         session.add_all(rows)
-
-
-def seed_unsealed_run(url: str, run_id: str = "run-unsealed", attempts: int = 42) -> None:
-    """A run ingest has seen but analytics has not sealed yet."""
-    with transaction(url) as session:
-        session.add(
-            Run(
-                run_id=run_id,
-                first_event_ns=_ns(START),
-                last_event_ns=_ns(START) + 10**9,
-                shard_ids=["0"],
-                declared_shard_count=None,
-                concurrency_cap=None,
-                sweep_id=None,
-                attempts=attempts,
-            )
-        )
-
-
-def seed_sweep(
-    url: str,
-    sweep_id: str,
-    caps: list[int],
-    tpm: list[float],
-    retry: list[float],
-) -> list[SeededRun]:
-    """One sealed run per cap with the given sustained total TPM and retry rate."""
-    return [
-        seed_sealed_run(
-            url,
-            f"{sweep_id}-cap{cap}",
-            shards=2,
-            minutes=4,
-            peak=1,
-            completion_peak=2,
-            sweep_id=sweep_id,
-            cap=cap,
-            overrides={"sustained_tpm_total": sustained, "retry_rate": retry_rate},
-        )
-        for cap, sustained, retry_rate in zip(caps, tpm, retry, strict=True)
-    ]
-
-
-def reseal(url: str, run: SeededRun, *, peak_total: int, sealed: bool = True) -> None:
-    """Version 2 of a run's snapshot (new peak figure), as analytics writes after new data.
-
-    With ``sealed`` the run's ``updated_at`` moves before the new snapshot, so the run
-    reads as sealed (no data since, none in the last two minutes).
-    """
-    from sqlalchemy import text
-
-    now = datetime.now(UTC)
-    metrics = {**run.metrics, "snapshot_version": 2}
-    metrics["peak_minute"] = {**run.metrics["peak_minute"], "tpm_total": peak_total}
-    with transaction(url) as session:
-        session.add(
-            Snapshot(
-                run_id=run.run_id,
-                version=2,
-                computed_at=now,
-                seal=_hex(run.run_id, "seal", 2),
-                previous_seal=run.seal,
-                events_sha256=metrics["events_sha256"],
-                events_count=metrics["attempts"],
-                merkle_root=_hex(run.run_id, "merkle", 2),
-                tree_size=len(run.minutes),
-                metrics_sha256=_hex(run.run_id, "metrics", 2),
-                document={"run_id": run.run_id, "version": 2},
-                metrics=metrics,
-                data_as_of=now,
-            )
-        )
-        session.flush()
-        rest = ", ".join(
-            c.name
-            for c in MinuteMetric.__table__.columns
-            if c.name not in ("run_id", "version", "shard_id", "minute_utc")
-        )
-        session.execute(
-            text(
-                f"INSERT INTO minute_metrics (run_id, version, shard_id, minute_utc, {rest}) "
-                f"SELECT run_id, 2, shard_id, minute_utc, {rest} FROM minute_metrics "
-                "WHERE run_id = :run_id AND version = 1"
-            ),
-            {"run_id": run.run_id},
-        )
-        if sealed:
-            session.execute(
-                text("UPDATE runs SET updated_at = :t WHERE run_id = :run_id"),
-                {"t": now - timedelta(hours=1), "run_id": run.run_id},
-            )
-    run.metrics, run.seal = metrics, _hex(run.run_id, "seal", 2)

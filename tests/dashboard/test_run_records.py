@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dashboard.data.run_records import list_sweep_ids, load_run, load_runs, load_sweep_runs
-from tests.dashboard.builders import seed_sealed_run, seed_unsealed_run
+from tests.dashboard.builders import seed_sealed_run
+from tests.dashboard.lifecycle_builders import seed_unsealed_run
 
 
 def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> None:

@@ -11,8 +11,9 @@ from selenium.webdriver.common.by import By
 
 from dashboard.display import fmt_int, fmt_rate
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
-from tests.dashboard.builders import reseal, seed_sealed_run
+from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.conftest import API_BASE_URL, RunningDashboard
+from tests.dashboard.lifecycle_builders import reseal
 from tests.fixtures.servers import wait_for
 
 pytestmark = pytest.mark.browser

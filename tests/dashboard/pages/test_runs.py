@@ -6,23 +6,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selenium.webdriver.common.by import By
 
 from dashboard.display import fmt_int, fmt_rate
-from tests.dashboard.browser_helpers import screenshot, text_of, wait_text
-from tests.dashboard.builders import seed_sealed_run, seed_unsealed_run
+from tests.dashboard.browser_helpers import (
+    click_link,
+    screenshot,
+    table_cells,
+    text_of,
+    wait_text,
+)
+from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.conftest import API_BASE_URL, RunningDashboard, start_dashboard
+from tests.dashboard.lifecycle_builders import seed_unsealed_run
 from tests.fixtures.servers import wait_for
 
 pytestmark = pytest.mark.browser
 
 
 def _rows(browser: Any) -> dict[str, list[str]]:
-    table: dict[str, list[str]] = {}
-    for tr in browser.find_elements(By.CSS_SELECTOR, "#runs-table-grid tbody tr"):
-        cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-        table[cells[0]] = cells
-    return table
+    """Runs table rows keyed by run id (the list refreshes itself, so read it atomically)."""
+    return {cells[0]: cells for cells in table_cells(browser, "#runs-table-grid tbody tr")}
 
 
 def test_runs_table_lists_every_run_and_links_to_it(
@@ -53,7 +56,7 @@ def test_runs_table_lists_every_run_and_links_to_it(
     screenshot(browser, output_dir, "runs-page")
 
     # Follow the link (the run id holds a space and a slash, so it is URL-quoted).
-    browser.find_element(By.LINK_TEXT, "fleet a/b").click()
+    wait_for(lambda: click_link(browser, "fleet a/b"), timeout=30)
     wait_for(lambda: "/runs/fleet%20a%2Fb" in browser.current_url, timeout=30)
     assert wait_text(browser, "run-kpi-peak-total-value") == fmt_int(peak["tpm_total"])
     assert text_of(browser, "run-kpi-shards-value") == "8"

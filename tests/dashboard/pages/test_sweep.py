@@ -9,8 +9,8 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
-from tests.dashboard.builders import seed_sweep
 from tests.dashboard.conftest import RunningDashboard
+from tests.dashboard.lifecycle_builders import seed_sweep
 from tests.fixtures.servers import wait_for
 
 pytestmark = pytest.mark.browser

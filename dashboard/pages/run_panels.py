@@ -1,0 +1,124 @@
+"""Server-side work of the run page's callbacks (SPEC §6), kept apart from its layout.
+
+Each function reads one ``runs``/``snapshots`` row and the snapshot's minute rows only, so
+it costs the same for a thousand attempts or a million; ``bench/dashboard_callbacks.py``
+times them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dash import dcc, html
+
+from dashboard.components.empty_states import not_sealed_yet, run_not_found
+from dashboard.components.kpi_cards import run_kpi_cards
+from dashboard.components.provenance_panel import provenance_panel
+from dashboard.components.status_badge import status_badge
+from dashboard.config import DashboardConfig
+from dashboard.data.minute_series import load_run_minutes, load_shard_minutes
+from dashboard.data.run_records import RunRecord, load_run
+from dashboard.display import TOKEN_COLUMNS, fmt_utc
+from dashboard.figures.chart_style import Figure, message_figure
+from dashboard.figures.concurrency import (
+    CONCURRENCY_COLUMNS,
+    concurrency_figure,
+    work_conserving_text,
+)
+from dashboard.figures.shard_balance import shard_balance_figure
+from dashboard.figures.throughput import throughput_figure
+from dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
+
+
+@dataclass
+class RunPanels:
+    """Everything the refresh callback writes, in its output order."""
+
+    header: Any
+    kpis: Any
+    concurrency: Figure
+    work_conserving: str
+    ttft: Figure
+    balance: Figure
+    provenance: Any
+    body_style: dict[str, str]
+    refresh_disabled: bool
+
+    def outputs(self) -> tuple[Any, ...]:
+        return (
+            self.header,
+            self.kpis,
+            self.concurrency,
+            self.work_conserving,
+            self.ttft,
+            self.balance,
+            self.provenance,
+            self.body_style,
+            self.refresh_disabled,
+        )
+
+
+def _header(run: RunRecord) -> html.Div:
+    snap = run.snapshot
+    as_of = (
+        f"snapshot v{snap.version} · data as of {fmt_utc(snap.data_as_of, seconds=True)}"
+        if snap
+        else "no snapshot yet"
+    )
+    sweep: list[Any] = []
+    if run.sweep_id:
+        sweep = [" · sweep ", dcc.Link(run.sweep_id, href=f"/sweeps?sweep_id={run.sweep_id}")]
+    first, last = fmt_utc(run.first_event_utc, True), fmt_utc(run.last_event_utc, True)
+    return html.Div(
+        [
+            html.H2([run.run_id, " ", status_badge(run.status, "run-status")], className="h4 mb-1"),
+            html.Div(
+                [
+                    f"{run.attempts:,} attempts · first event {first} · last event {last}"
+                    f" · {as_of}",
+                    *sweep,
+                ],
+                className="small text-body-secondary mb-3",
+            ),
+        ]
+    )
+
+
+def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
+    """Server-side work of the refresh callback (also timed by ``bench/dashboard_callbacks.py``)."""
+    run = load_run(config.database_url, run_id)
+    hidden = {"display": "none"}
+    empty = message_figure("")
+    if run is None:
+        return RunPanels(run_not_found(run_id), None, empty, "", empty, empty, None, hidden, True)
+    if run.snapshot is None:
+        header = html.Div([_header(run), not_sealed_yet(run_id)])
+        return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
+    minutes = load_run_minutes(
+        config.database_url, run_id, run.snapshot.version, CONCURRENCY_COLUMNS + TTFT_COLUMNS
+    )
+    return RunPanels(
+        header=_header(run),
+        kpis=run_kpi_cards(run),
+        concurrency=concurrency_figure(minutes),
+        work_conserving=work_conserving_text(run.metrics),
+        ttft=ttft_figure(minutes),
+        balance=shard_balance_figure(run.metrics.get("shard_balance")),
+        provenance=provenance_panel(run, config.api_base_url),
+        body_style={},
+        refresh_disabled=not run.is_live,
+    )
+
+
+def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Figure:
+    """Server-side work of the token-type switch: stacked shards plus the run's rates."""
+    run = load_run(config.database_url, run_id)
+    if run is None or run.snapshot is None:
+        return message_figure("")
+    if token_type not in TOKEN_COLUMNS:
+        token_type = "total"
+    version = run.snapshot.version
+    shards = load_shard_minutes(config.database_url, run_id, version, (TOKEN_COLUMNS[token_type],))
+    rates = load_run_minutes(config.database_url, run_id, version, ("retry_rate", "success_rate"))
+    return throughput_figure(shards, rates, token_type, run.metrics)
