@@ -9,6 +9,7 @@ the group commit. Rejected spans are reported through OTLP partial success
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ingest.error_taxonomy import UndecodableBody
 from ingest.group_commit import GroupCommitWriter
 from ingest.metrics import IngestMetrics
+
+log = logging.getLogger(__name__)
 
 # At most this many distinct reasons are quoted back in partial_success.error_message.
 _MAX_REASONS = 5
@@ -60,7 +63,11 @@ class TraceExportHandler:
 
     async def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         """Store a decoded request's valid LLM-call spans; return after commit."""
-        return await self._store(self._normalize(request))
+        try:
+            batch = self._normalize(request)
+        except Exception as exc:
+            raise _unreadable(exc) from exc
+        return await self._store(batch)
 
     async def export_payload(self, payload: bytes) -> ExportTraceServiceResponse:
         """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
@@ -68,6 +75,8 @@ class TraceExportHandler:
             batch = self._normalize_payload(payload)
         except (DecodeError, RecursionError, ValueError) as exc:
             raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
+        except Exception as exc:
+            raise _unreadable(exc) from exc
         return await self._store(batch)
 
     async def _store(self, batch: Any) -> ExportTraceServiceResponse:
@@ -81,6 +90,13 @@ class TraceExportHandler:
             response.partial_success.rejected_spans = batch.rejected
             response.partial_success.error_message = rejection_message(batch.reject_reasons)
         return response
+
+
+def _unreadable(exc: Exception) -> UndecodableBody:
+    # Bad input must never become a 500 that the sender re-sends forever (SPEC §3): an
+    # unexpected normalizer failure is logged loudly and answered as a permanent 400.
+    log.exception("normalizing a request failed; answered 400")
+    return UndecodableBody(f"could not read the spans of this request ({type(exc).__name__})")
 
 
 def rejection_message(reasons: list[str]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 import read_api
 from ingest.auth import TokenVerifier
@@ -77,8 +78,12 @@ def build_app(
             _check_declared_length(request.headers.get("content-length"))
             handler.check_admission()  # overloaded: refuse before reading the body
             reader = BodyReader(request.headers.get("content-encoding"))
-            async for chunk in request.stream():
-                reader.feed(chunk)
+            try:
+                async for chunk in request.stream():
+                    reader.feed(chunk)
+            except ClientDisconnect:
+                # The sender went away mid-body; nothing was stored, nobody reads the answer.
+                return Response(status_code=400)
             payload = bytes(reader.finish())
             del reader  # the decoded body can be large
             if media == PROTOBUF:
