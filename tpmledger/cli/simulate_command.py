@@ -72,8 +72,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--duration", type=parse_duration, default=300.0, help="e.g. 30s, 5m")
     p.add_argument(
         "--endpoint",
-        default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://127.0.0.1:4318",
-        help="OTLP endpoint of tpmledger ingest (http/protobuf: the base URL; grpc: :4317)",
+        default=None,
+        help="OTLP endpoint of tpmledger ingest (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else "
+        "http://127.0.0.1:4318, or :4317 with --protocol grpc)",
     )
     p.add_argument(
         "--protocol",
@@ -174,6 +175,9 @@ def endpoint_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Run the plan; progress on stderr, summary on stdout (text or ``--json``)."""
+    if args.endpoint is None:
+        port = 4317 if args.protocol == "grpc" else 4318
+        args.endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or f"http://127.0.0.1:{port}"
     if not endpoint_reachable(args.endpoint):
         print(
             f"nothing listens at {args.endpoint}: start tpmledger first (`tpmledger up`) or "
