@@ -85,7 +85,11 @@ def second_series(events: pl.DataFrame) -> SecondSeries:
     seconds = pl.int_range(first, last, eager=True, dtype=pl.Int64)
     parts = [
         _shard_seconds(shard, seconds).with_columns(shard_id=pl.lit(key[0]))
-        for key, shard in sorted(events.partition_by("shard_id", as_dict=True).items())
+        for key, shard in sorted(
+            events.select("shard_id", "start_ns", "end_ns", "queue_wait_s")
+            .partition_by("shard_id", as_dict=True)
+            .items()
+        )
     ]
     return SecondSeries(pl.concat(parts).select(list(schema)), queue_shards)
 
