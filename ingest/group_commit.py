@@ -49,6 +49,27 @@ class _Pending:
     future: asyncio.Future[None]
 
 
+# SQLSTATE classes that mean "the database cannot take this now", not "these rows are bad":
+# 08 connection exception, 40 transaction rollback (deadlock, serialization), 53
+# insufficient resources, 57 operator intervention (shutdown, statement timeout), 58 system
+# error (I/O). Anything else — e.g. 54 program limit exceeded (a key too long for a btree
+# index) or 22 data exception — is a property of the rows: retrying would fail forever.
+_RETRYABLE_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def is_unavailable(exc: BaseException, conn: psycopg.Connection | None) -> bool:
+    """True if ``exc`` means the database is unreachable or busy (503), not bad rows (400)."""
+    if conn is not None and (conn.broken or conn.closed):
+        return True
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    # No SQLSTATE: raised by the client (refused connection, lost socket, timeout).
+    return sqlstate is None or sqlstate[:2] in _RETRYABLE_SQLSTATE_CLASSES
+
+
 class _Lane:
     """One writer connection and the one thread that may use it."""
 
@@ -179,25 +200,14 @@ class GroupCommitWriter:
         loop = asyncio.get_running_loop()
         try:
             new = await loop.run_in_executor(lane.executor, self._write_group, lane, group)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("database unavailable, %d requests answered 503: %s", len(group), exc)
-            await loop.run_in_executor(lane.executor, lane.disconnect)
-            self._fail(
-                group,
-                DatabaseUnavailable(
-                    "database unavailable; retry later", retry_after_s=self._retry_after_s
-                ),
-            )
-            return
         except Exception as exc:
-            if lane.conn is not None and lane.conn.broken:
+            if is_unavailable(exc, lane.conn):
+                log.warning("database unavailable, %d requests answered 503: %s", len(group), exc)
                 await loop.run_in_executor(lane.executor, lane.disconnect)
-                self._fail(
-                    group,
-                    DatabaseUnavailable(
-                        "database connection lost; retry later", retry_after_s=self._retry_after_s
-                    ),
+                error = DatabaseUnavailable(
+                    "database unavailable; retry later", retry_after_s=self._retry_after_s
                 )
+                self._fail(group, error)
                 return
             if len(group) > 1:
                 # One request's rows broke the whole group: commit them one by one.
@@ -218,8 +228,8 @@ class GroupCommitWriter:
         reused = lane.conn is not None
         try:
             return self._write_once(lane, group)
-        except (psycopg.OperationalError, psycopg.InterfaceError):
-            if not reused:
+        except Exception as exc:
+            if not reused or not is_unavailable(exc, lane.conn):
                 raise
             # A connection that sat idle may have died with a database restart; one fresh
             # attempt avoids a needless 503. Safe: the insert is idempotent.

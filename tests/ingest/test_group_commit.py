@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 import threading
 from collections.abc import Callable
 
@@ -10,7 +12,7 @@ import psycopg
 import pytest
 
 from ingest.error_taxonomy import DatabaseUnavailable, Overloaded, PoisonRequest, ShuttingDown
-from ingest.group_commit import GroupCommitWriter
+from ingest.group_commit import GroupCommitWriter, is_unavailable
 from ingest.metrics import IngestMetrics
 from storage.database import connect_raw, libpq_url
 from tests.storage.builders import attempt_row
@@ -192,3 +194,39 @@ def test_close_flushes_the_queue_and_refuses_new_requests(database_url: str) -> 
 
     asyncio.run(scenario())
     assert stored_count(database_url) == 5
+
+
+def test_rows_over_a_database_limit_are_poison_not_unavailable(database_url: str) -> None:
+    """ProgramLimitExceeded is an OperationalError, but retrying cannot help: 400, not 503."""
+    gate = threading.Event()
+    incompressible = "".join(random.Random(7).choices(string.ascii_letters, k=10_000))
+
+    async def scenario() -> list[BaseException | None]:
+        writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
+        writer.start()
+        tasks = [
+            asyncio.create_task(writer.submit([attempt_row()])),
+            asyncio.create_task(writer.submit([attempt_row(run_id=incompressible)])),
+            asyncio.create_task(writer.submit([attempt_row()])),
+        ]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await writer.close()
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    results = asyncio.run(scenario())
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], PoisonRequest)
+    assert stored_count(database_url) == 2
+
+
+def test_unavailable_classification() -> None:
+    assert is_unavailable(psycopg.OperationalError("connection refused"), None)
+    assert is_unavailable(psycopg.errors.AdminShutdown(), None)
+    assert is_unavailable(psycopg.errors.DeadlockDetected(), None)
+    assert is_unavailable(psycopg.errors.DiskFull(), None)
+    assert is_unavailable(psycopg.InterfaceError("closed"), None)
+    assert not is_unavailable(psycopg.errors.ProgramLimitExceeded(), None)
+    assert not is_unavailable(psycopg.errors.UntranslatableCharacter(), None)
+    assert not is_unavailable(ValueError("bad row"), None)
