@@ -176,10 +176,10 @@ def summarize_profile(path: Path, top: int = 15) -> list[str]:
     stage_counts = dict.fromkeys((label for label, *_ in STAGES), 0)
     total = 0
     for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
+        stack, _, samples = line.rpartition(" ")
+        if not samples.isdigit():
             continue
-        count = int(n)
+        count = int(samples)
         frames = stack.split(";")
         total += count
         thread = frames[0].split(": ", 1)[-1].rstrip("_0123456789 ")
@@ -199,8 +199,8 @@ def summarize_profile(path: Path, top: int = 15) -> list[str]:
     lines.append("  by stage (inclusive):")
     lines += [f"    {pct(n)}  {label}" for label, n in stage_counts.items()]
     lines.append("  top functions (self):")
-    for function, n in sorted(self_counts.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"    {pct(n)}  {function}")
+    for name, n in sorted(self_counts.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"    {pct(n)}  {name}")
     return lines
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 import psycopg
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def _kv(key: str, value: str | int | float | bool | list[str]) -> KeyValue:
         return KeyValue(key=key, value=AnyValue(double_value=value))
     if isinstance(value, list):
         items = [AnyValue(string_value=v) for v in value]
-        return KeyValue(key=key, value=AnyValue(array_value={"values": items}))
+        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 

@@ -488,13 +488,14 @@ def test_grpc_random_and_mutated_requests(
 ) -> None:
     import grpc
 
+    body: bytes
     if data.draw(st.booleans()):
         body = data.draw(st.binary(max_size=4096))
     else:
-        body = bytearray(valid_body())
-        position = data.draw(st.integers(0, len(body) - 1))
-        body[position] ^= data.draw(st.integers(1, 255))
-        body = bytes(body[: data.draw(st.integers(position, len(body)))])
+        mutated = bytearray(valid_body())
+        position = data.draw(st.integers(0, len(mutated) - 1))
+        mutated[position] ^= data.draw(st.integers(1, 255))
+        body = bytes(mutated[: data.draw(st.integers(position, len(mutated)))])
     try:
         grpc_export(body, timeout=30)
         code = "OK"

@@ -11,6 +11,8 @@ table counts each attempt once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -18,6 +20,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.fixtures.fault_servers import (
     ExportLoad,
@@ -41,13 +44,13 @@ def http_exporters(http_url: str, count: int = SENDERS) -> list[OTLPSpanExporter
     return [OTLPSpanExporter(endpoint=f"{http_url}/v1/traces", timeout=5) for _ in range(count)]
 
 
-def requests_for(spans: list) -> int:  # type: ignore[type-arg]
+def requests_for(spans: Sequence[ReadableSpan]) -> int:
     """Acknowledged exports of a whole ExportLoad: every batch, every 10th one twice."""
     count = len(batches(spans, BATCH))
     return count + len(range(0, count, 10))
 
 
-def assert_stored_exactly_once(database_url: str, sent: list) -> None:  # type: ignore[type-arg]
+def assert_stored_exactly_once(database_url: str, sent: Sequence[ReadableSpan]) -> None:
     count, ids = stored_ids(database_url)
     expected = span_ids(sent)
     assert len(expected) == len(sent)
