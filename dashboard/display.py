@@ -56,10 +56,8 @@ def fmt_utc(value: str | datetime | None, seconds: bool = False) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
 
 
-def plot_minute(value: str | None) -> str | None:
+def plot_minute(value: str) -> str:
     """An RFC 3339 minute as the ``YYYY-MM-DD HH:MM`` x value the charts use (UTC)."""
-    if value is None:
-        return None
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
     return parsed.strftime("%Y-%m-%d %H:%M")
 

@@ -32,6 +32,16 @@ SHARD_COLORS = (
 )
 
 
+# Per-minute traces: each value covers its whole UTC minute [HH:MM, HH:MM+1) and is drawn at
+# the minute's middle, so a bar spans exactly its minute whatever the zoom.
+MINUTE_PERIOD: dict[str, Any] = {"xperiod": 60_000, "xperiodalignment": "middle"}
+
+
+def minute_middle(minute: str) -> str:
+    """The x position of a ``YYYY-MM-DD HH:MM`` minute's middle (for markers)."""
+    return f"{minute}:30"
+
+
 def base_layout(**overrides: Any) -> dict[str, Any]:
     """Layout defaults; text colour follows the page theme through ``assets/theme.css``."""
     layout: dict[str, Any] = {

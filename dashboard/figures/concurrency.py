@@ -14,6 +14,7 @@ from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED, fmt_rate
 from dashboard.figures.chart_style import (
     CAP_COLOR,
+    MINUTE_PERIOD,
     Figure,
     add_note,
     base_layout,
@@ -42,8 +43,9 @@ def work_conserving_text(metrics: Mapping[str, Any]) -> str:
     verdict = "passes" if check.get("passes") else "fails"
     threshold = check.get("threshold")
     limit = f" (limit {fmt_rate(threshold)})" if threshold is not None else ""
+    below = check.get("sag_below_fraction_of_cap", 0.9)
     return (
-        f"Work-conserving check {verdict}: in-flight below 90 % of cap in "
+        f"Work-conserving check {verdict}: in-flight below {below * 100:.0f} % of cap in "
         f"{fmt_rate(check['sag_share'])} of {check.get('seconds_with_queue', 0):,} "
         f"seconds with a queue{limit}."
     )
@@ -57,6 +59,7 @@ def _line(run: MinuteSeries, column: str, name: str, color: str, **style: Any) -
         "name": name,
         "mode": "lines",
         "line": {"color": color, "width": style.pop("width", 2), **style},
+        **MINUTE_PERIOD,
     }
 
 

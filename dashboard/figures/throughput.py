@@ -13,6 +13,7 @@ from typing import Any
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED, TOKEN_COLUMNS, TOKEN_LABELS, fmt_int, plot_minute
 from dashboard.figures.chart_style import (
+    MINUTE_PERIOD,
     RETRY_COLOR,
     SHARD_COLORS,
     SUCCESS_COLOR,
@@ -22,6 +23,7 @@ from dashboard.figures.chart_style import (
     base_layout,
     figure,
     message_figure,
+    minute_middle,
     rate_axis,
     time_axis,
     value_axis,
@@ -60,6 +62,7 @@ def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
                 "line": {"color": color, "dash": dash, "width": 2},
                 "hovertemplate": "%{y:.1%}",
                 "connectgaps": False,
+                **MINUTE_PERIOD,
             }
         )
     return traces, missing
@@ -83,6 +86,7 @@ def throughput_figure(
             "name": f"shard {shard_id}",
             "marker": {"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
             "hovertemplate": "%{y:,}",
+            **MINUTE_PERIOD,
         }
         for i, (shard_id, series) in enumerate(shards.items())
     ]
@@ -104,7 +108,8 @@ def throughput_figure(
     if peak and peak.get("minute_utc"):
         x = plot_minute(peak["minute_utc"])
         value = fmt_int(peak.get(column))
-        add_marker(fig, x, f"{label} {x} UTC: {value} {token_type} TPM", "peak")
+        text = f"{label} {x} UTC: {value} {token_type} TPM"
+        add_marker(fig, minute_middle(x), text, "peak")
     if missing:
         add_note(fig, "; ".join(missing))
     return fig

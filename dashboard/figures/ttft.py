@@ -5,6 +5,7 @@ from __future__ import annotations
 from dashboard.data.minute_series import MinuteSeries
 from dashboard.display import NOT_MEASURED
 from dashboard.figures.chart_style import (
+    MINUTE_PERIOD,
     Figure,
     base_layout,
     figure,
@@ -38,6 +39,7 @@ def ttft_figure(run: MinuteSeries) -> Figure:
                 "line": {"color": color, "dash": dash, "width": 2},
                 "connectgaps": False,
                 "hovertemplate": "%{y:.3f} s",
+                **MINUTE_PERIOD,
             }
         )
     layout = base_layout(height=320, xaxis=time_axis(), yaxis=value_axis("time to first token (s)"))

@@ -49,7 +49,7 @@ def test_stacks_one_bar_trace_per_shard_and_rates_on_second_axis() -> None:
     assert all(t["yaxis"] == "y2" for t in lines)
     assert "Total TPM" in figure["layout"]["yaxis"]["title"]["text"]
     peak_line = figure["layout"]["shapes"][0]
-    assert peak_line["x0"] == peak_line["x1"] == "2026-02-01 03:45"
+    assert peak_line["x0"] == peak_line["x1"] == "2026-02-01 03:45:30"  # middle of the minute
     assert _peak_text(figure) == "peak total minute 2026-02-01 03:45 UTC: 900 total TPM"
 
 
