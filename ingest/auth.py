@@ -16,7 +16,7 @@ import hmac
 import logging
 from collections.abc import Iterable
 
-from ingest.error_taxonomy import Unauthenticated
+from ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
 from storage.ingest_tokens import active_token_hashes, hash_token
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ class TokenVerifier:
         self._static = [hash_token(t) for t in static_tokens if t]
         self._stored: list[bytes] = []
         self._refresh_s = refresh_s
+        # Until the database tokens were read once, nobody knows whether auth is required.
+        self._loaded = not database_url
 
     @property
     def required(self) -> bool:
@@ -52,11 +54,12 @@ class TokenVerifier:
         """Re-read the active database tokens (blocking; run it off the event loop)."""
         if self._url:
             self._stored = active_token_hashes(self._url)
+            self._loaded = True
 
     async def refresh_forever(self) -> None:
         """Reload database tokens periodically; keeps the last known set if the DB is down."""
         while True:
-            await asyncio.sleep(self._refresh_s)
+            await asyncio.sleep(self._refresh_s if self._loaded else min(1.0, self._refresh_s))
             try:
                 await asyncio.to_thread(self.load)
             except Exception as exc:  # the database may be down; keep the known tokens
@@ -76,6 +79,15 @@ class TokenVerifier:
         return matched
 
     def check_authorization(self, authorization: str | None) -> None:
-        """Raise :class:`Unauthenticated` unless the header carries an accepted token."""
-        if not self.is_valid(bearer_token(authorization)):
+        """Raise :class:`Unauthenticated` unless the header carries an accepted token.
+
+        Before the database tokens could be read (database down at start), only a static
+        token is accepted; anything else is a retryable 503, never an open door.
+        """
+        token = bearer_token(authorization)
+        if not self._loaded:
+            if self._static and self.is_valid(token):
+                return
+            raise DatabaseUnavailable("ingest tokens not loaded yet (database unreachable)")
+        if not self.is_valid(token):
             raise Unauthenticated("missing or invalid bearer token")

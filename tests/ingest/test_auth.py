@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from ingest.auth import TokenVerifier, bearer_token
-from ingest.error_taxonomy import Unauthenticated
+from ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
 from storage.database import libpq_url
 from storage.ingest_tokens import create_token, revoke_token
 from tests.fixtures.servers import RunningIngest, start_ingest, wait_for
@@ -50,6 +50,21 @@ def test_verifier_with_static_and_stored_tokens(database_url: str) -> None:
     verifier.load()
     with pytest.raises(Unauthenticated):
         verifier.check_authorization(f"Bearer {stored}")
+
+
+def test_until_database_tokens_are_read_only_static_tokens_pass(database_url: str) -> None:
+    create_token(database_url, "db")
+    verifier = TokenVerifier(database_url, ["static-token"])
+    verifier.check_authorization("Bearer static-token")
+    for header in (None, "Bearer other"):
+        with pytest.raises(DatabaseUnavailable):  # retryable, not an open door
+            verifier.check_authorization(header)
+    verifier.load()
+    with pytest.raises(Unauthenticated):
+        verifier.check_authorization(None)
+    unconfigured = TokenVerifier(database_url)
+    with pytest.raises(DatabaseUnavailable):
+        unconfigured.check_authorization(None)
 
 
 def test_non_loopback_bind_without_token_is_refused_unless_insecure() -> None:
