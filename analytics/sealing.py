@@ -27,7 +27,7 @@ from analytics.run_computation import RunComputation, StageTimer, compute_run
 from provenance.event_file import EVENTS_FORMAT
 from storage.database import transaction
 from storage.models import Snapshot
-from storage.snapshot_store import insert_snapshot, latest_version
+from storage.snapshot_store import insert_snapshot, latest_version, lock_run_for_sealing
 from tpmledger import __version__
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
@@ -115,6 +115,7 @@ def seal_computation(
     """Store ``computation`` as the run's next version (or return the unchanged newest)."""
     run_id = computation.run_id
     with transaction(url) as session:
+        lock_run_for_sealing(session, run_id)
         version, previous_seal = latest_version(session, run_id)
         if version and not force:
             latest = session.get(Snapshot, (run_id, version))

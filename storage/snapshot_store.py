@@ -1,8 +1,9 @@
 """Writes of sealed snapshots and their minute rows (one transaction, the caller's session).
 
 Snapshots are immutable (a trigger refuses UPDATE/DELETE); a new seal is a new version.
-Two sealers racing for the same version collide on the (run_id, version) primary key and
-the loser's transaction rolls back, so versions never fork.
+Sealers of one run serialize on a transaction-scoped advisory lock, so a second sealer
+(the worker and ``tpmledger analyze`` at the same moment) waits, then sees the first one's
+version; the (run_id, version) primary key still guards against forks.
 """
 
 from __future__ import annotations
@@ -10,10 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
 from storage.models import MinuteMetric, Snapshot
+
+
+def lock_run_for_sealing(session: Session, run_id: str) -> None:
+    """Hold the run's sealing lock until the caller's transaction ends."""
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:run_id, 0))"), {"run_id": run_id}
+    )
 
 
 def latest_version(session: Session, run_id: str) -> tuple[int, str | None]:

@@ -106,3 +106,17 @@ def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: st
     assert computation.tree.leaf_hashes[0] == leaf_hash(rfc8785.dumps(first))
     assert first["minute_utc"] == "2026-02-01T03:44:00Z"
     assert BASE_NS % MINUTE_NS == 0
+
+
+def test_concurrent_sealers_of_one_run_make_one_version(database_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from analytics.sealing import seal_computation
+
+    store(database_url, _rows(12))
+    computation = compute_run(database_url, "sealed")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: seal_computation(database_url, computation), range(4)))
+    assert [r.created for r in results].count(True) == 1
+    assert {r.version for r in results} == {1}
+    assert len(list_snapshots(database_url, "sealed")) == 1
