@@ -8,6 +8,8 @@ database is migrated once; each test gets a clone of it (CREATE DATABASE … TEM
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +31,7 @@ def _database_url(server_url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server_url() -> Iterator[str]:
     """URL of a PostgreSQL server (its ``postgres`` database) for this test session."""
     external = os.environ.get("TPMLEDGER_TEST_ADMIN_URL") or os.environ.get(
         "TPMLEDGER_DATABASE_URL"
@@ -39,14 +41,18 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     import pgserver
 
-    runtime = tmp_path_factory.mktemp("xdg-runtime")
-    runtime.chmod(0o700)
+    # Outside pytest's basetemp: pytest prunes old basetemps, and a concurrent pytest
+    # session doing so would pull the data directory from under a running server.
+    root = Path(tempfile.mkdtemp(prefix="tpmledger-test-pg-"))
+    runtime = root / "xdg-runtime"
+    runtime.mkdir(mode=0o700)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
-    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
+    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
     try:
         yield str(server.get_uri("postgres"))
     finally:
         server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _admin(url: str) -> psycopg.Connection:
