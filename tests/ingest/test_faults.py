@@ -37,7 +37,8 @@ from tests.fixtures.servers import RunningIngest, free_port, start_ingest, wait_
 pytestmark = pytest.mark.slow
 
 SENDERS = 6
-BATCH = 100
+BATCH = 60
+PACE_S = 0.1  # between one client's exports: keeps the load going while a fault lands
 
 
 def http_exporters(http_url: str, count: int = SENDERS) -> list[OTLPSpanExporter]:
@@ -91,7 +92,7 @@ def test_sigkill_of_ingest_during_load_loses_nothing(database_url: str) -> None:
     http_port, grpc_port = free_port(), free_port()
     server = launch_ingest(database_url, http_port, grpc_port)
     spans = llm_spans(6000)
-    load = ExportLoad(http_exporters(server.http_url), batches(spans, BATCH))
+    load = ExportLoad(http_exporters(server.http_url), batches(spans, BATCH), pace_s=PACE_S)
     try:
         load.start()
         wait_for(lambda: load.acknowledged >= 12, timeout=30)
@@ -116,7 +117,7 @@ def test_postgres_restart_during_load_loses_nothing(
     server = start_ingest(url)
     spans = llm_spans(6000)
     probe = llm_spans(1)
-    load = ExportLoad(http_exporters(server.http_url), batches(spans, BATCH))
+    load = ExportLoad(http_exporters(server.http_url), batches(spans, BATCH), pace_s=PACE_S)
     try:
         load.start()
         wait_for(lambda: load.acknowledged >= 12, timeout=30)
