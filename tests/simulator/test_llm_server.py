@@ -116,7 +116,7 @@ def test_stalled_request_times_the_client_out_and_ends_when_it_leaves() -> None:
     config = ServerConfig(speed=50.0, error_rate=0.0, timeout_rate=1.0)
     with running_llm_server(config) as url:
         try:
-            timeout = httpx.Timeout(0.5, connect=10.0)
+            timeout = httpx.Timeout(10.0, read=0.5)  # only the wait for the answer is short
             httpx.post(f"{url}/v1/chat/completions", json=_body(), timeout=timeout)
             raise AssertionError("a stalled request must not answer")
         except httpx.ReadTimeout:
@@ -124,6 +124,7 @@ def test_stalled_request_times_the_client_out_and_ends_when_it_leaves() -> None:
         counts = wait_for(
             lambda: (
                 (c := httpx.get(f"{url}/sim/stats").json()["counts"]).get("stall_abandoned") and c
-            )
+            ),
+            timeout=30,
         )
     assert counts == {"stall": 1, "stall_abandoned": 1}
