@@ -61,8 +61,11 @@ def sweep_figure(view: SweepResult) -> Figure:
         yaxis2=rate_axis("call success / retry rate"),
     )
     fig = figure(data, layout)
-    knee = next((p for p in view.points if p.cap == view.knee_cap), None)
+    knee = next((i for i, p in enumerate(view.points) if p.cap == view.knee_cap), None)
     if knee is not None:
-        text = f"knee: recommended cap {knee.cap} ({fmt_int(knee.sustained_tpm_total)} TPM)"
-        add_marker(fig, str(knee.cap), text, "knee")
+        point = view.points[knee]
+        text = f"knee: recommended cap {point.cap} ({fmt_int(point.sustained_tpm_total)} TPM)"
+        # On a category axis a number is a category's index; the cap label "16" would be
+        # read as the 17th category.
+        add_marker(fig, knee, text, "knee")
     return fig

@@ -87,4 +87,6 @@ def test_sweep_figure_marks_the_knee() -> None:
     figure = sweep_figure(view)
     assert figure["data"][0]["x"] == ["4", "8"]
     knee = [a["text"] for a in figure["layout"]["annotations"] if a.get("name") == "knee"]
+    # The marker sits on the knee's category (index 1 of ["4", "8"]), not at x = 8.
+    assert figure["layout"]["shapes"][0]["x0"] == 1
     assert knee == ["knee: recommended cap 8 (2,000 TPM)"]
