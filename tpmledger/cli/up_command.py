@@ -116,12 +116,16 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
-    for _, proc in children:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    for _, proc in children:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    """Stop the demo fleet first (its last spans still reach ingest), then the services."""
+    senders = [c for c in children if c[0] == "demo"]
+    services = [c for c in children if c[0] != "demo"]
+    for group in (senders, services):
+        for _, proc in group:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 40
+        for _, proc in group:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
