@@ -5,9 +5,11 @@ exactly the keys of :data:`EVENT_SCHEMA` (already in JCS order), nanosecond time
 decimal strings and absent values are ``null``. ``events_sha256`` is the SHA-256 of the
 file's bytes, so ``sha256sum events.jsonl`` reproduces it.
 
-The writer is vectorised: the key set is fixed and sorted, so Polars' JSON encoder writes
-the non-float keys and the two floats (``queue_wait_s``, ``ttft_s``) are spliced in as
-ECMAScript number text. Only floats Polars does not print the ECMAScript way (outside
+The writer is vectorised: the key set is fixed and sorted, so each line is one Polars
+``concat_str`` of literal key text and per-column value text (integers printed by Polars,
+plain strings quoted by the surrounding literals, JSON escaping only for a string column
+that has something to escape). The two floats (``queue_wait_s``, ``ttft_s``) are printed
+as ECMAScript number text; only floats Polars does not print the ECMAScript way (outside
 the plain-decimal range) go through the ``rfc8785`` package, one distinct value at a
 time. Tests prove the bytes identical to ``rfc8785.dumps`` of each record.
 """
@@ -87,20 +89,16 @@ def _jcs_text(value: object) -> str:
 
 def _float_values(series: pl.Series) -> pl.Series:
     frame = pl.DataFrame({"v": series})
-    v = pl.col("v")
+    v, printed = pl.col("v"), pl.col("v").cast(pl.String)
     # Polars prints the shortest round-trip digits; in ECMAScript's plain-decimal range
     # (1e-6 <= |x| < 1e21) it does so without an exponent whenever it has no "e".
     text, plain = frame.select(
         t=pl.when(v == 0)
         .then(pl.lit("0"))  # "-0.0" and "0.0" print as 0
-        .otherwise(v.cast(pl.String).str.strip_suffix(".0")),  # "12.0" prints as 12
+        .otherwise(printed.str.strip_suffix(".0")),  # "12.0" prints as 12
         p=(
             (v == 0)
-            | (
-                (v.abs() >= 1e-6)
-                & (v.abs() < 1e21)
-                & ~v.cast(pl.String).str.contains("e", literal=True)
-            )
+            | ((v.abs() >= 1e-6) & (v.abs() < 1e21) & ~printed.str.contains("e", literal=True))
         ).fill_null(False),
     ).get_columns()
     if (~plain & series.is_not_null()).any():
@@ -120,44 +118,72 @@ def _float_values(series: pl.Series) -> pl.Series:
     return text.fill_null("null")
 
 
-# Keys before and after the one float in the middle of a line (queue_wait_s); ttft_s is last.
-_HEAD = EVENT_COLUMNS[: EVENT_COLUMNS.index("queue_wait_s")]
-_TAIL = EVENT_COLUMNS[EVENT_COLUMNS.index("queue_wait_s") + 1 : EVENT_COLUMNS.index("ttft_s")]
+# A string needs JSON escaping iff it holds '"', '\' or U+0000-U+001F (RFC 8785 §3.2.2.2).
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 
 
-def _json_objects(frame: pl.DataFrame, names: tuple[str, ...]) -> pl.Expr:
-    """JSON object text of ``names`` (no floats among them), ns columns as strings.
+def _escaped_string(name: str) -> pl.Expr:
+    """JCS string text (with quotes) of a column that has characters to escape.
 
     Polars' (serde) encoder escapes exactly as JCS does: ``"``, ``\\`` and U+0000–U+001F
     (``\\b \\f \\n \\r \\t`` short forms, the rest ``\\u00xx``), everything else
-    verbatim UTF-8; keys keep the struct's (already sorted) order.
+    verbatim UTF-8. A one-field struct encodes as ``{"name":<value>}``; the value is cut out.
     """
-    fields = [pl.col(n).cast(pl.String) if n in NS_COLUMNS else pl.col(n) for n in names]
-    return pl.struct(fields).struct.json_encode()
+    encoded = pl.struct(pl.col(name)).struct.json_encode()
+    return encoded.str.slice(len(name) + 4).str.strip_suffix("}")
+
+
+def _value_texts(frame: pl.DataFrame) -> list[tuple[str, pl.Expr, bool]]:
+    """Per key: (name, text expression, whether the text still needs surrounding quotes).
+
+    Plain strings and nanosecond decimals are quoted by the literal text around them
+    (no per-row work) unless the column has nulls; escaping is done only for a string
+    column that has something to escape.
+    """
+    strings = [n for n, t in EVENT_SCHEMA.items() if t == pl.String()]
+    escape = frame.select(pl.col(strings).str.contains(_NEEDS_ESCAPE).any()).row(0, named=True)
+    nulls = frame.null_count().row(0, named=True)
+    texts: list[tuple[str, pl.Expr, bool]] = []
+    for name, dtype in EVENT_SCHEMA.items():
+        column = pl.col(name)
+        if dtype == pl.Float64():
+            texts.append((name, pl.lit(_float_values(frame.get_column(name))), False))
+            continue
+        if dtype == pl.String() and escape[name]:
+            texts.append((name, _escaped_string(name).fill_null("null"), False))
+            continue
+        text = column if dtype == pl.String() else column.cast(pl.String)
+        quoted = dtype == pl.String() or name in NS_COLUMNS
+        if nulls[name] and quoted:
+            text = (
+                pl.when(column.is_null())
+                .then(pl.lit("null"))
+                .otherwise(pl.concat_str(pl.lit('"'), text, pl.lit('"')))
+            )
+            quoted = False
+        elif nulls[name]:
+            text = text.fill_null("null")
+        texts.append((name, text, quoted))
+    return texts
 
 
 def canonical_lines(events: pl.DataFrame) -> pl.Series:
-    """One JCS line (with its trailing newline) per event, in canonical order."""
+    """One JCS line (with its trailing newline) per event, in canonical order.
+
+    The keys are fixed and sorted, so a line is one ``concat_str`` of literal key text
+    and per-column value text, built in Rust without per-row Python or JSON encoding.
+    """
     ordered = canonical_order(events)
     if ordered.height == 0:
         return pl.Series("line", [], dtype=pl.String)
-    frame = ordered.with_columns(
-        _q=_float_values(ordered.get_column("queue_wait_s")),
-        _t=_float_values(ordered.get_column("ttft_s")),
-    )
-    head = _json_objects(frame, _HEAD)
-    tail = _json_objects(frame, _TAIL)
-    line = pl.concat_str(
-        head.str.strip_suffix("}"),
-        pl.lit(',"queue_wait_s":'),
-        pl.col("_q"),
-        pl.lit(","),
-        tail.str.strip_prefix("{").str.strip_suffix("}"),
-        pl.lit(',"ttft_s":'),
-        pl.col("_t"),
-        pl.lit("}\n"),
-    )
-    return frame.select(line.alias("line")).to_series().rechunk()
+    parts: list[pl.Expr] = []
+    glue = "{"
+    for name, text, quoted in _value_texts(ordered):
+        quote = '"' if quoted else ""
+        parts += [pl.lit(f'{glue}"{name}":{quote}'), text]
+        glue = f"{quote},"
+    parts.append(pl.lit(glue[:-1] + "}\n"))
+    return ordered.select(pl.concat_str(parts).alias("line")).to_series().rechunk()
 
 
 def build_event_file(events: pl.DataFrame) -> EventFile:
