@@ -17,45 +17,36 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from provenance.event_file import EVENT_COLUMNS, EVENT_SCHEMA
+from provenance.event_file import EVENT_SCHEMA
 
 
-def _key(trace: str, span: str) -> pl.Expr:
-    return pl.struct(pl.col(trace), pl.col(span).alias("span")).hash()
+def exclude_rollups(attempts: pl.DataFrame) -> pl.DataFrame:
+    """Attempts without rollup spans (exact), in their input order.
 
-
-def exclude_rollups(attempts: pl.LazyFrame) -> pl.LazyFrame:
-    """Attempts without rollup spans (exact; 64-bit hashes only narrow the candidates).
-
-    Every span's (trace_id, span_id) and every (trace_id, parent_span_id) is hashed; a
-    span whose hash is not among the parent hashes is certainly no rollup. The few that
-    are (true rollups, or a hash collision) are settled by an exact join on the ids.
+    Fast paths first: no stored span names a parent, or no span id appears among the
+    parent ids (one hash-set probe of the span ids), means there is no rollup. Otherwise
+    the few candidates are settled by an exact anti join on (trace_id, span_id).
     """
-    keyed = attempts.with_columns(
-        _key=_key("trace_id", "span_id"), _parent_key=_key("trace_id", "parent_span_id")
-    ).cache()
-    parent_keys = keyed.filter(pl.col("parent_span_id").is_not_null()).select("_parent_key")
-    maybe = pl.col("_key").is_in(parent_keys.collect().to_series().implode())
-    candidates = keyed.filter(maybe)
-    parents = (
-        keyed.filter(
-            pl.col("_parent_key").is_in(candidates.select("_key").collect().to_series().implode())
-        )
+    parents = attempts.get_column("parent_span_id").drop_nulls()
+    if parents.len() == 0:
+        return attempts
+    maybe = attempts.get_column("span_id").is_in(parents.implode())
+    if not maybe.any():
+        return attempts
+    candidate_ids = attempts.get_column("span_id").filter(maybe)
+    rollups = (
+        attempts.filter(pl.col("parent_span_id").is_in(candidate_ids.implode()))
         .select("trace_id", span_id=pl.col("parent_span_id"))
         .unique()
     )
-    kept = pl.concat(
-        [keyed.filter(~maybe), candidates.join(parents, on=["trace_id", "span_id"], how="anti")]
-    )
-    return kept.drop("_key", "_parent_key")
+    return attempts.join(rollups, on=["trace_id", "span_id"], how="anti", maintain_order="left")
 
 
 def attempts_to_events(attempts: pl.DataFrame) -> pl.DataFrame:
     """Canonical events (exactly EVENT_SCHEMA columns) of stored attempts, rollups removed."""
-    plan = exclude_rollups(attempts.lazy()).select(
+    return exclude_rollups(attempts).select(
         pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items()
     )
-    return plan.collect().select(EVENT_COLUMNS)
 
 
 def shard_caps(attempts: pl.DataFrame) -> Mapping[str, int]:
