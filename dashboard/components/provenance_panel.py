@@ -17,7 +17,11 @@ def download_links(api_base_url: str, run_id: str) -> list[tuple[str, str]]:
     return [
         ("events.jsonl (canonical event file)", f"{api_base_url}/v1/runs/{run}/events.jsonl"),
         ("signed summary (DSSE envelope)", f"{api_base_url}/v1/runs/{run}/summary"),
-        ("public key (PEM)", f"{api_base_url}/v1/keys"),
+        ("public keys (JSON, every key that signed)", f"{api_base_url}/v1/keys"),
+        (
+            "current public key (PEM, the export's service.pub)",
+            f"{api_base_url}/v1/keys/current.pem",
+        ),
     ]
 
 

@@ -104,6 +104,7 @@ def test_run_page_shows_sealed_figures_and_switches_token_type(
         f"{API_BASE_URL}/v1/runs/{quote(RUN_ID)}/events.jsonl",
         f"{API_BASE_URL}/v1/runs/{quote(RUN_ID)}/summary",
         f"{API_BASE_URL}/v1/keys",
+        f"{API_BASE_URL}/v1/keys/current.pem",
     ]
     assert f"tpmledger summary verify {RUN_ID}-summary" in text_of(browser, "run-prov-verify")
 
