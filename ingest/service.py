@@ -27,6 +27,9 @@ from tpmledger.settings import Settings
 log = logging.getLogger(__name__)
 
 _GRACE_S = 15.0
+# Two writer connections let one group's COPY overlap another's merge and commit:
+# bench/ingest_quick.py measured ~6,000 → ~7,400 durable spans/s on the 2-core machine.
+WRITER_CONNECTIONS = 2
 
 
 class _HttpServer(uvicorn.Server):
@@ -67,6 +70,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         max_commit_spans=settings.commit_max_spans,
         retry_after_s=settings.retry_after_s,
         metrics=metrics,
+        connections=WRITER_CONNECTIONS,
     )
     writer.start()
     handler = TraceExportHandler(writer, metrics)
