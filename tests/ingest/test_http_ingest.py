@@ -234,8 +234,13 @@ def test_health_and_readiness(running_ingest: RunningIngest) -> None:
 
 
 def test_readyz_is_503_when_migrations_are_behind(empty_database_url: str) -> None:
-    with pytest.raises(TimeoutError):
-        start_ingest(empty_database_url, ready_timeout=3)
+    server = start_ingest(empty_database_url, ready_path="/healthz")
+    try:
+        answer = httpx.get(f"{server.http_url}/readyz")
+        assert answer.status_code == 503
+        assert "migration" in answer.json()["reason"]
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
