@@ -17,6 +17,7 @@ Partially invalid requests are not errors: they succeed with ``partial_success``
 from __future__ import annotations
 
 import grpc
+import psycopg
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
@@ -111,3 +112,26 @@ class ShuttingDown(IngestError):
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
     retryable = True
+
+
+# --- which database failures are retryable -------------------------------------------
+
+# SQLSTATE classes that mean "the database cannot take this now", not "these rows are bad":
+# 08 connection exception, 40 transaction rollback (deadlock, serialization), 53
+# insufficient resources, 57 operator intervention (shutdown, statement timeout), 58 system
+# error (I/O). Anything else — e.g. 54 program limit exceeded (a key too long for a btree
+# index) or 22 data exception — is a property of the rows: retrying would fail forever.
+_RETRYABLE_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def is_unavailable(exc: BaseException, conn: psycopg.Connection | None) -> bool:
+    """True if ``exc`` means the database is unreachable or busy (503), not bad rows (400)."""
+    if conn is not None and (conn.broken or conn.closed):
+        return True
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    # No SQLSTATE: raised by the client (refused connection, lost socket, timeout).
+    return sqlstate is None or sqlstate[:2] in _RETRYABLE_SQLSTATE_CLASSES

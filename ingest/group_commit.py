@@ -33,7 +33,13 @@ from typing import Any
 
 import psycopg
 
-from ingest.error_taxonomy import DatabaseUnavailable, Overloaded, PoisonRequest, ShuttingDown
+from ingest.error_taxonomy import (
+    DatabaseUnavailable,
+    Overloaded,
+    PoisonRequest,
+    ShuttingDown,
+    is_unavailable,
+)
 from ingest.metrics import IngestMetrics
 from storage.bulk_writer import write_attempts
 from storage.database import connect_raw, in_transaction
@@ -47,27 +53,6 @@ Row = Sequence[Any]
 class _Pending:
     rows: Sequence[Row]
     future: asyncio.Future[None]
-
-
-# SQLSTATE classes that mean "the database cannot take this now", not "these rows are bad":
-# 08 connection exception, 40 transaction rollback (deadlock, serialization), 53
-# insufficient resources, 57 operator intervention (shutdown, statement timeout), 58 system
-# error (I/O). Anything else — e.g. 54 program limit exceeded (a key too long for a btree
-# index) or 22 data exception — is a property of the rows: retrying would fail forever.
-_RETRYABLE_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-
-
-def is_unavailable(exc: BaseException, conn: psycopg.Connection | None) -> bool:
-    """True if ``exc`` means the database is unreachable or busy (503), not bad rows (400)."""
-    if conn is not None and (conn.broken or conn.closed):
-        return True
-    if isinstance(exc, psycopg.InterfaceError):
-        return True
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    sqlstate = getattr(exc, "sqlstate", None)
-    # No SQLSTATE: raised by the client (refused connection, lost socket, timeout).
-    return sqlstate is None or sqlstate[:2] in _RETRYABLE_SQLSTATE_CLASSES
 
 
 class _Lane:

@@ -11,8 +11,14 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from ingest.error_taxonomy import DatabaseUnavailable, Overloaded, PoisonRequest, ShuttingDown
-from ingest.group_commit import GroupCommitWriter, is_unavailable
+from ingest.error_taxonomy import (
+    DatabaseUnavailable,
+    Overloaded,
+    PoisonRequest,
+    ShuttingDown,
+    is_unavailable,
+)
+from ingest.group_commit import GroupCommitWriter
 from ingest.metrics import IngestMetrics
 from storage.database import connect_raw, libpq_url
 from tests.storage.builders import attempt_row
