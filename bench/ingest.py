@@ -210,8 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--profile", action="store_true", help="py-spy the ingest process")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the ingest process, e.g. TPMLEDGER_COMMIT_MAX_SPANS=2048",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    ingest_env = dict(item.split("=", 1) for item in args.env)
 
     t0 = time.perf_counter()
     bodies = workload.build_bodies(args.spans, args.batch)
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with workload.fresh_database() as db:
         url = db.url
-        ingest = workload.start_ingest(url)
+        ingest = workload.start_ingest(url, ingest_env)
         try:
             rss = workload.RssSampler(ingest.process.pid)
             rss.start()
@@ -254,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.python_version()}, {platform.machine()}; load average before "
         f"{load_before[0]:.1f}, at end of load {load_during[0]:.1f} (other work shares the cores)",
         f"command: .venv/bin/python bench/ingest.py --spans {args.spans} "
-        f"--senders {args.senders} --batch {args.batch}" + (" --profile" if args.profile else ""),
+        f"--senders {args.senders} --batch {args.batch}"
+        + "".join(f" --env {item}" for item in args.env)
+        + (" --profile" if args.profile else ""),
         f"load: {args.spans} spans in {len(bodies)} protobuf requests of {args.batch} spans, "
         f"{args.senders} concurrent senders (separate process, bodies pre-serialized)",
         f"sender process CPU: {sent.cpu_s / args.spans * 1e6:.1f} µs per span",
