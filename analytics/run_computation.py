@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import rfc8785
 from analytics.minute_tree import MinuteTree, build_minute_tree
 from analytics.rollups import attempts_to_events, shard_caps
 from analytics.run_figures import RunAnalysis, RunContext, analyze_events
-from provenance.event_file import EventFile, build_event_file
+from provenance.event_file import EventFile, build_event_file, canonical_order
 from storage.attempt_frames import (
     RunFacts,
     begin_repeatable_read,
@@ -101,7 +102,8 @@ def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunCo
     with timer.stage("fetch"):
         facts, attempts = load_run(url, run_id)
     with timer.stage("compute"):
-        events = attempts_to_events(attempts)
+        # Canonical line order once; the file writer then only checks it (SPEC §5).
+        events = canonical_order(attempts_to_events(attempts))
         context = RunContext(
             run_id=run_id,
             caps=shard_caps(attempts),
@@ -112,9 +114,10 @@ def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunCo
         analysis = analyze_events(events, context)
     with timer.stage("canonical_file"):
         file = build_event_file(events)
-    with timer.stage("hash"):
-        digest = file.sha256
-    with timer.stage("merkle"):
+    with timer.stage("hash_merkle"), ThreadPoolExecutor(max_workers=1) as pool:
+        # hashlib releases the GIL on large buffers: the whole-file digest runs in a
+        # worker thread while this thread hashes the per-minute slices for the tree.
+        digest = pool.submit(lambda: file.sha256)
         tree = build_minute_tree(analysis.minutes, file)
-    metrics = {**analysis.figures, "events_sha256": digest}
+        metrics = {**analysis.figures, "events_sha256": digest.result()}
     return RunComputation(facts, events, analysis, file, tree, metrics)

@@ -15,8 +15,10 @@ from polars.testing import assert_frame_equal
 from provenance.event_file import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
+    ORDER_COLUMNS,
     build_event_file,
     canonical_order,
+    in_canonical_order,
     read_events,
 )
 
@@ -155,6 +157,28 @@ def test_read_events_round_trips_bytes(records: list[dict[str, Any]]) -> None:
     )
     assert_frame_equal(got, expected)
     assert all(not math.isnan(v) for v in got["ttft_s"].drop_nulls())
+
+
+tied_keys = st.tuples(
+    st.sampled_from([5, 7, 9]),
+    st.sampled_from(["0" * 32, "0" * 31 + "1", "f" * 32]),
+    st.sampled_from(["0" * 16, "0" * 15 + "a", "e" * 16]),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(tied_keys, max_size=12, unique=True), st.booleans())
+def test_order_check_agrees_with_sorting_on_ties(
+    keys: list[tuple[int, str, str]], presort: bool
+) -> None:
+    # Many equal end_ns/trace_id values: the neighbour check must settle ties exactly.
+    records = [record(i, end_ns=e, trace_id=t, span_id=s) for i, (e, t, s) in enumerate(keys)]
+    events = frame(records)
+    if presort:
+        events = events.sort(ORDER_COLUMNS)
+    keys_only = events.select(ORDER_COLUMNS)
+    assert in_canonical_order(events) == keys_only.equals(keys_only.sort(ORDER_COLUMNS))
+    assert build_event_file(events).tobytes() == reference_bytes(records)
 
 
 def test_nan_and_infinity_are_refused_like_rfc8785() -> None:
