@@ -1,0 +1,76 @@
+"""Columnar attempt reads: the low-level COPY path returns every value exactly, and errors
+surface as psycopg exceptions with the connection still usable."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from storage.attempt_frames import ATTEMPT_FRAME_SCHEMA, _copy_out, fetch_run_attempts
+from storage.bulk_writer import write_attempts
+from storage.database import raw_transaction
+from tests.storage.builders import BASE_NS, attempt_row
+
+AWKWARD = ['say "hi", then\nleave', "", "back\\slash\tand ,comma", "naïve ☃"]
+
+
+def test_fetch_returns_every_value_exactly(database_url: str) -> None:
+    rows = [
+        attempt_row(
+            span_id=bytes([i]) * 8,
+            parent_span_id=b"\xff" * 8 if i == 0 else None,
+            call_id=text,
+            model=None if i == 1 else text,
+            error_type=text,
+            queue_wait_s=0.1 * (i + 1) if i else None,
+            ttft_s=1e-7 * (i + 3),
+            resend_count=i,
+            end_ns=BASE_NS + i,
+        )
+        for i, text in enumerate(AWKWARD)
+    ]
+    rows.append(attempt_row(run_id="run-b"))
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows)
+    with raw_transaction(database_url) as conn:
+        frame = fetch_run_attempts(conn, "run-a").sort("end_ns")
+        # The same connection and transaction keep working after the low-level COPY.
+        assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (5,)
+    assert frame.schema == ATTEMPT_FRAME_SCHEMA
+    assert frame.get_column("call_id").to_list() == AWKWARD
+    assert frame.get_column("error_type").to_list() == AWKWARD
+    assert frame.get_column("model").to_list() == [AWKWARD[0], None, *AWKWARD[2:]]
+    assert frame.get_column("span_id").to_list() == [bytes([i]).hex() * 8 for i in range(4)]
+    assert frame.get_column("parent_span_id").to_list() == ["ff" * 8, None, None, None]
+    assert frame.get_column("queue_wait_s").to_list() == [None, 0.2, 0.1 * 3, 0.4]
+    assert frame.get_column("ttft_s").to_list() == [1e-7 * (i + 3) for i in range(4)]
+    assert frame.get_column("run_id").unique().to_list() == ["run-a"]
+
+
+def test_unknown_run_is_an_empty_frame(database_url: str) -> None:
+    with raw_transaction(database_url) as conn:
+        frame = fetch_run_attempts(conn, "nobody")
+    assert frame.height == 0 and frame.schema == ATTEMPT_FRAME_SCHEMA
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        b"COPY (SELECT 1 / 0) TO STDOUT",
+        # fails after two rows were already sent
+        b"COPY (SELECT 1 / (3 - g) FROM generate_series(1, 5) g) TO STDOUT",
+    ],
+)
+def test_server_errors_raise_psycopg_errors(database_url: str, query: bytes) -> None:
+    with psycopg.connect(database_url) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _copy_out(conn, query)
+        conn.rollback()
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_a_statement_that_is_no_copy_is_refused(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        with pytest.raises(psycopg.OperationalError):
+            _copy_out(conn, b"SELECT 1")
+        assert conn.execute("SELECT 42").fetchone() == (42,)
