@@ -87,7 +87,6 @@ class Attempt(Base):
     __table_args__ = (
         # Every per-run read goes through this index and never touches other runs.
         Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
-        Index("ix_attempts_trace_id_parent", "trace_id", "parent_span_id"),
     )
 
 

@@ -37,3 +37,40 @@ def test_failed_transaction_stores_nothing(database_url: str) -> None:
         pass
     with read_session(database_url) as session:
         assert session.scalars(select(Attempt)).all() == []
+
+
+def test_batch_mixing_stored_and_new_spans_stores_only_the_new(database_url: str) -> None:
+    first = [attempt_row(shard_id="0"), attempt_row(shard_id="1")]
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, first) == 2
+    fresh = attempt_row(shard_id="2", end_ns=BASE_NS + 99 * 10**9)
+    with raw_transaction(database_url) as conn:
+        # One re-sent span sends the batch down the staging path; the new one still lands.
+        assert write_attempts(conn, [first[1], fresh, fresh]) == 1
+    with read_session(database_url) as session:
+        assert len(session.scalars(select(Attempt)).all()) == 3
+        run = session.get(Run, "run-a")
+    assert run is not None
+    assert run.attempts == 3
+    assert run.shard_ids == ["0", "1", "2"]
+    assert run.last_event_ns == BASE_NS + 99 * 10**9
+
+
+def test_run_facts_from_the_fast_path(database_url: str) -> None:
+    rows = [
+        attempt_row(run_id="r", shard_id="b", end_ns=BASE_NS + 3, concurrency_cap=None),
+        attempt_row(run_id="r", shard_id="a", end_ns=BASE_NS + 1, sweep_id="sw", concurrency_cap=8),
+        attempt_row(run_id="r", shard_id="a", end_ns=BASE_NS + 2, declared_shard_count=None),
+    ]
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, rows) == 3
+    with raw_transaction(database_url) as conn:
+        later = attempt_row(run_id="r", shard_id="c", end_ns=BASE_NS - 5, concurrency_cap=32)
+        assert write_attempts(conn, [later]) == 1
+    with read_session(database_url) as session:
+        run = session.get(Run, "r")
+    assert run is not None
+    assert (run.first_event_ns, run.last_event_ns) == (BASE_NS - 5, BASE_NS + 3)
+    assert run.shard_ids == ["a", "b", "c"]
+    assert (run.declared_shard_count, run.sweep_id, run.attempts) == (8, "sw", 4)
+    assert run.concurrency_cap == 32  # the newest batch's cap wins, as in the staging path

@@ -18,3 +18,13 @@ def test_upgrade_creates_every_table_and_downgrade_removes_them(empty_database_u
 
     migrate.upgrade(empty_database_url)
     assert migrate.is_at_head(empty_database_url)
+
+
+def test_models_and_migrations_agree(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from storage.models import Base
+
+    with get_engine(database_url).connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
