@@ -23,6 +23,7 @@ from analytics.rollups import attempts_to_events, shard_caps
 from analytics.run_figures import RunAnalysis, RunContext, analyze_events
 from provenance.event_file import EventFile, build_event_file, canonical_order
 from storage.attempt_frames import (
+    SPLIT_FETCH_MIN_ATTEMPTS,
     RunFacts,
     begin_repeatable_read,
     fetch_run_attempts,
@@ -93,7 +94,9 @@ def load_run(url: str, run_id: str) -> tuple[RunFacts, pl.DataFrame]:
         facts = fetch_run_facts(conn, run_id)
         if facts is None:
             raise UnknownRun(run_id)
-        return facts, fetch_run_attempts(conn, run_id)
+        # A large run is read by two backends at once, in this transaction's snapshot.
+        split = url if facts.attempts >= SPLIT_FETCH_MIN_ATTEMPTS else None
+        return facts, fetch_run_attempts(conn, run_id, split_url=split)
 
 
 def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunComputation:

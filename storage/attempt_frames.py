@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import io
 import select
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
 import polars as pl
 import psycopg
 from psycopg import pq, sql
+
+from storage.database import raw_transaction
 
 # Column -> (SELECT expression, Polars type), in COPY order.
 _FRAME_COLUMNS: dict[str, tuple[str, pl.DataType]] = {
@@ -111,23 +114,64 @@ def _copy_out(conn: psycopg.Connection, query: bytes) -> io.BytesIO:
     return buffer
 
 
-def fetch_run_attempts(conn: psycopg.Connection, run_id: str) -> pl.DataFrame:
+# Runs at least this large are read over two connections at once (see fetch_run_attempts).
+SPLIT_FETCH_MIN_ATTEMPTS = 100_000
+
+
+def _copy_query(run_id: str, condition: sql.Composable) -> sql.Composed:
+    select_list = ", ".join(expr for name, (expr, _) in _FRAME_COLUMNS.items() if name != "run_id")
+    return sql.SQL(
+        "COPY (SELECT {} FROM attempts WHERE run_id = {} AND {}) TO STDOUT (FORMAT csv)"
+    ).format(sql.SQL(select_list), sql.Literal(run_id), condition)
+
+
+def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[io.BytesIO]:
+    """The run's rows in two halves of its end-time range, read by two backends at once.
+
+    The helper connection adopts ``conn``'s snapshot (``pg_export_snapshot`` / ``SET
+    TRANSACTION SNAPSHOT``, as ``pg_dump --jobs`` does), so both halves come from one
+    consistent view. ``end_ns`` is NOT NULL, so ``< mid`` / ``>= mid`` covers every row.
+    """
+    snapshot, mid = conn.execute(
+        "SELECT pg_export_snapshot(), (first_event_ns / 2 + last_event_ns / 2) "
+        "FROM runs WHERE run_id = %s",
+        (run_id,),
+    ).fetchone() or (None, None)
+    if snapshot is None or mid is None:
+        return [_copy_out(conn, _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn))]
+    with raw_transaction(url) as helper, ThreadPoolExecutor(max_workers=1) as pool:
+        helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+        late = _copy_query(run_id, sql.SQL("end_ns >= {}").format(sql.Literal(int(mid))))
+        second = pool.submit(_copy_out, helper, late.as_bytes(helper))
+        early = _copy_query(run_id, sql.SQL("end_ns < {}").format(sql.Literal(int(mid))))
+        return [_copy_out(conn, early.as_bytes(conn)), second.result()]
+
+
+def fetch_run_attempts(
+    conn: psycopg.Connection, run_id: str, *, split_url: str | None = None
+) -> pl.DataFrame:
     """Every stored attempt of ``run_id`` as a frame of :data:`ATTEMPT_FRAME_SCHEMA`.
 
     ``run_id`` is the filter, so it is not sent per row (fewer bytes to copy and parse);
     the rows are gathered into one buffer and parsed by Polars' CSV reader in one call.
     (Parsing 16 MB chunks in a worker thread while receiving measured no faster.)
+
+    PostgreSQL's COPY work is the wall-clock floor of a large fetch, so with
+    ``split_url`` (the database URL; ``conn`` must be in a REPEATABLE READ transaction)
+    two backends each produce half of the run in the same snapshot.
     """
-    fetched = {k: v for k, v in _FRAME_COLUMNS.items() if k != "run_id"}
-    select_list = ", ".join(expr for expr, _ in fetched.values())
-    query = sql.SQL(
-        "COPY (SELECT {} FROM attempts WHERE run_id = {}) TO STDOUT (FORMAT csv)"
-    ).format(sql.SQL(select_list), sql.Literal(run_id))
-    buffer = _copy_out(conn, query.as_bytes(conn))
+    if split_url is None:
+        buffers = [_copy_out(conn, _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn))]
+    else:
+        buffers = _split_halves(conn, split_url, run_id)
+    buffer = buffers[0]
+    for more in buffers[1:]:
+        buffer.write(more.getbuffer())
     if buffer.tell() == 0:
         return pl.DataFrame(schema=ATTEMPT_FRAME_SCHEMA)
     buffer.seek(0)
-    schema = {k: t for k, (_, t) in fetched.items()}
+    schema = {k: t for k, (_, t) in _FRAME_COLUMNS.items() if k != "run_id"}
     frame = pl.read_csv(buffer, has_header=False, schema=schema, quote_char='"')
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
         list(ATTEMPT_FRAME_SCHEMA)

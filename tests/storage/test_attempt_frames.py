@@ -6,7 +6,13 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from storage.attempt_frames import ATTEMPT_FRAME_SCHEMA, _copy_out, fetch_run_attempts
+from storage.attempt_frames import (
+    ATTEMPT_FRAME_SCHEMA,
+    _copy_out,
+    begin_repeatable_read,
+    fetch_run_attempts,
+    fetch_run_facts,
+)
 from storage.bulk_writer import write_attempts
 from storage.database import raw_transaction
 from tests.storage.builders import BASE_NS, attempt_row
@@ -74,3 +80,21 @@ def test_a_statement_that_is_no_copy_is_refused(database_url: str) -> None:
         with pytest.raises(psycopg.OperationalError):
             _copy_out(conn, b"SELECT 1")
         assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_split_fetch_reads_both_halves_in_one_snapshot(database_url: str) -> None:
+    rows = [attempt_row(span_id=i.to_bytes(8, "big"), end_ns=BASE_NS + i) for i in range(40)]
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows)
+    with raw_transaction(database_url) as conn:
+        begin_repeatable_read(conn)
+        facts = fetch_run_facts(conn, "run-a")  # the snapshot is taken here
+        # Committed after the snapshot, in the half the helper connection reads.
+        with raw_transaction(database_url) as writer:
+            write_attempts(writer, [attempt_row(end_ns=BASE_NS + 35, span_id=b"\xee" * 8)])
+        split = fetch_run_attempts(conn, "run-a", split_url=database_url)
+        whole = fetch_run_attempts(conn, "run-a")
+    assert facts is not None and facts.attempts == 40
+    assert split.height == 40
+    assert split.sort("end_ns").equals(whole.sort("end_ns"))
+    assert split.get_column("end_ns").sort().to_list() == [BASE_NS + i for i in range(40)]
