@@ -1,7 +1,8 @@
 """The OTLP/HTTP listener (port 4318): ``POST /v1/traces``, health, metrics, read API.
 
 Order of checks on ``POST /v1/traces`` (SPEC §3): auth (401) → content type (415) →
-declared length (413) → queue admission (503, before the body is read) → streamed,
+declared length (413) → queue admission and the in-flight body budget of
+:mod:`ingest.body_budget` (503, before the body is read) → streamed,
 size-limited decoding of the body (413 / 415 / 400) → decode (400) → normalize → group
 commit (503 when overloaded or the database is down) → 200 with an
 ``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
@@ -20,6 +21,7 @@ from starlette.requests import ClientDisconnect
 
 import read_api
 from ingest.auth import TokenVerifier
+from ingest.body_budget import BodyBudget
 from ingest.error_taxonomy import IngestError, PayloadTooLarge
 from ingest.export_handler import TraceExportHandler
 from ingest.metrics import IngestMetrics
@@ -55,6 +57,9 @@ def build_app(
         version="1",
     )
 
+    # Bodies held from admission to answer: bounds memory with many senders (SPEC §7).
+    bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
+
     async def require_token(request: Request) -> None:
         # Raises Unauthenticated, answered 401 by the IngestError handler below.
         verifier.check_authorization(request.headers.get("authorization"))
@@ -77,19 +82,20 @@ def build_app(
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
             handler.check_admission()  # overloaded: refuse before reading the body
-            reader = BodyReader(request.headers.get("content-encoding"))
-            try:
-                async for chunk in request.stream():
-                    reader.feed(chunk)
-            except ClientDisconnect:
-                # The sender went away mid-body; nothing was stored, nobody reads the answer.
-                return Response(status_code=400)
-            payload = bytes(reader.finish())
-            del reader  # the decoded body can be large
-            if media == PROTOBUF:
-                response = await handler.export_payload(payload)
-            else:
-                response = await handler.export(decode_request(payload, media))
+            with bodies.hold(request.headers.get("content-length")):  # 503 past the budget
+                reader = BodyReader(request.headers.get("content-encoding"))
+                try:
+                    async for chunk in request.stream():
+                        reader.feed(chunk)
+                except ClientDisconnect:
+                    # The sender went away mid-body; nothing was stored, nobody reads it.
+                    return Response(status_code=400)
+                payload = bytes(reader.finish())
+                del reader  # the decoded body can be large
+                if media == PROTOBUF:
+                    response = await handler.export_payload(payload)
+                else:
+                    response = await handler.export(decode_request(payload, media))
         except IngestError as err:
             metrics.requests.labels("http", str(err.http_status)).inc()
             return error_response(err, error_media)
