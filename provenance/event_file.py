@@ -114,8 +114,9 @@ def _jcs_text(value: object) -> str:
 
 
 def _float_values(series: pl.Series) -> pl.Series:
-    frame = pl.DataFrame({"v": series})
-    v, printed = pl.col("v"), pl.col("v").cast(pl.String)
+    # Printed once, eagerly: inside one select the two uses would each print again.
+    frame = pl.DataFrame({"v": series, "s": series.cast(pl.String)})
+    v, printed = pl.col("v"), pl.col("s")
     # Polars prints the shortest round-trip digits; in ECMAScript's plain-decimal range
     # (1e-6 <= |x| < 1e21) it does so without an exponent whenever it has no "e".
     text, plain = frame.select(
