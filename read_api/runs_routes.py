@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from analytics.run_computation import UnknownRun
-from analytics.run_events import load_run_events
-from analytics.run_views import minute_series, run_object
-from provenance.event_file import EventFile, build_event_file
 from storage.runs_read import list_runs
+
+if TYPE_CHECKING:
+    from provenance.event_file import EventFile
+
+# analytics and provenance (Polars, Arrow) are imported by the handlers that need them, on
+# first use: the router is mounted in every ingest process, which should stay small.
 
 STREAM_CHUNK = 1 << 20
 
@@ -40,6 +42,9 @@ def build_router(database_url: str) -> APIRouter:
         responses={404: {"description": "unknown run"}},
     )
     async def get_run(run_id: str) -> dict[str, Any]:
+        from analytics.run_computation import UnknownRun
+        from analytics.run_views import run_object
+
         try:
             return await run_in_threadpool(run_object, database_url, run_id)
         except UnknownRun as exc:
@@ -54,6 +59,9 @@ def build_router(database_url: str) -> APIRouter:
         run_id: str,
         shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
     ) -> dict[str, Any]:
+        from analytics.run_computation import UnknownRun
+        from analytics.run_views import minute_series
+
         try:
             minutes = await run_in_threadpool(minute_series, database_url, run_id, shard_id)
         except UnknownRun as exc:
@@ -71,6 +79,10 @@ def build_router(database_url: str) -> APIRouter:
         responses={404: {"description": "unknown run"}},
     )
     async def get_events(run_id: str) -> StreamingResponse:
+        from analytics.run_computation import UnknownRun
+        from analytics.run_events import load_run_events
+        from provenance.event_file import build_event_file
+
         try:
             events = await run_in_threadpool(load_run_events, database_url, run_id)
         except UnknownRun as exc:

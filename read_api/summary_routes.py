@@ -14,7 +14,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
 from provenance.signing_keys import load_or_create_signing_key, public_keys
-from provenance.summary_export import RunNotSealed, summary_envelope
 from tpmledger.settings import Settings
 
 PEM_MEDIA_TYPE = "application/x-pem-file"
@@ -27,6 +26,9 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
 
     def signed_envelope(run_id: str) -> dict[str, Any]:
         # Signs the snapshot row's figures only; no event is read, so this stays cheap.
+        # Imported here: summary_export pulls in analytics (Polars), which ingest avoids.
+        from provenance.summary_export import summary_envelope
+
         return summary_envelope(database_url, run_id, load_or_create_signing_key(settings))
 
     @router.get(
@@ -34,6 +36,8 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
         summary="DSSE envelope (in-toto Statement v1, Ed25519) over the run's newest snapshot",
     )
     async def get_summary(run_id: str) -> dict[str, Any]:
+        from provenance.summary_export import RunNotSealed
+
         try:
             return await run_in_threadpool(signed_envelope, run_id)
         except RunNotSealed as exc:

@@ -10,21 +10,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analytics.sealing import seal_run
-from provenance.minute_proofs import ProofError, single_proof
-from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-from provenance.summary_export import (
-    RunSummary,
-    SnapshotOutdated,
-    build_summary,
-    snapshot_predicate,
-    write_export,
-)
-from provenance.summary_text import summary_text
-from provenance.summary_verify import VerifyReport, verify_path
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+
+if TYPE_CHECKING:
+    from provenance.summary_export import RunSummary
+    from provenance.summary_verify import VerifyReport
+
+# Handlers import analytics and provenance when they run: every `tpmledger` process builds
+# this parser, and `serve ingest` must not carry Polars and Arrow for commands it never runs.
 
 
 def register(subparsers: Any) -> None:
@@ -85,6 +80,10 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
+    from analytics.sealing import seal_run
+    from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from provenance.summary_export import SnapshotOutdated, build_summary
+
     settings = settings_from_args(args)
     try:
         key = load_or_create_signing_key(settings)
@@ -108,6 +107,10 @@ def _message(exc: Exception) -> str:
 
 def show_summary(args: argparse.Namespace) -> int:
     """Print the human block (or the predicate as JSON) of the newest sealed snapshot."""
+    from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from provenance.summary_export import snapshot_predicate
+    from provenance.summary_text import summary_text
+
     settings = settings_from_args(args)
     try:
         fingerprint = load_or_create_signing_key(settings).fingerprint
@@ -125,6 +128,8 @@ def show_summary(args: argparse.Namespace) -> int:
 
 def export_summary(args: argparse.Namespace) -> int:
     """Write the export directory."""
+    from provenance.summary_export import write_export
+
     summary = _summary(args)
     if summary is None:
         return 1
@@ -136,6 +141,8 @@ def export_summary(args: argparse.Namespace) -> int:
 
 def prove_minute(args: argparse.Namespace) -> int:
     """Write one minute's leaf, inclusion proof and the signed envelope."""
+    from provenance.minute_proofs import ProofError, single_proof
+
     summary = _summary(args)
     if summary is None:
         return 1
@@ -155,6 +162,8 @@ def prove_minute(args: argparse.Namespace) -> int:
 
 def verify_summary(args: argparse.Namespace) -> int:
     """Run every offline check; exit 0 only if all pass."""
+    from provenance.summary_verify import verify_path
+
     if not args.path.exists():
         print(f"error: {args.path} does not exist", file=sys.stderr)
         return 2
