@@ -60,10 +60,11 @@ class Settings(BaseSettings):
         description="File with one accepted bearer token per line (e.g. a compose secret).",
     )
     queue_max_spans: int = Field(
-        default=200_000, description="Bound on spans waiting for the group-commit writer."
+        default=64_000,
+        description="Bound on spans waiting for the group-commit writer (bounds memory).",
     )
     commit_max_spans: int = Field(
-        default=50_000, description="At most this many spans go into one group commit."
+        default=32_000, description="At most this many spans go into one group commit."
     )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
     reseal_quiet_s: float = Field(
