@@ -63,6 +63,9 @@ async def serve(config: ServerConfig, host: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
+    # Listen before announcing the port: a client that connects the moment it reads the
+    # port must be queued, not refused, while uvicorn is still starting.
+    sock.listen(4096)
     uv_config = uvicorn.Config(
         build_app(config),
         log_level="warning",
