@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Select, func, select, text
 
 from storage.database import read_session
 from storage.models import MinuteMetric, Snapshot
+
+_Query = TypeVar("_Query", bound=Select)
 
 # minute_metrics columns as the tables and the API publish them (no run_id/version).
 MINUTE_ROW_COLUMNS: tuple[str, ...] = tuple(
@@ -17,19 +19,24 @@ MINUTE_ROW_COLUMNS: tuple[str, ...] = tuple(
 )
 
 
-def latest_seals(url: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """The seal of each run's newest snapshot; runs never sealed are absent."""
-    if not run_ids:
-        return {}
+def _newest(query: _Query, run_ids: Sequence[str]) -> _Query:
+    """``query`` over snapshots, restricted to each run's newest version."""
     newest = (
         select(Snapshot.run_id, func.max(Snapshot.version).label("version"))
         .where(Snapshot.run_id.in_(run_ids))
         .group_by(Snapshot.run_id)
         .subquery()
     )
-    query = select(Snapshot.run_id, Snapshot.seal).join(
+    return query.join(
         newest, (Snapshot.run_id == newest.c.run_id) & (Snapshot.version == newest.c.version)
     )
+
+
+def latest_seals(url: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """The seal of each run's newest snapshot; runs never sealed are absent."""
+    if not run_ids:
+        return {}
+    query = _newest(select(Snapshot.run_id, Snapshot.seal), run_ids)
     with read_session(url) as session:
         return {run_id: seal for run_id, seal in session.execute(query)}
 
@@ -49,15 +56,7 @@ def latest_snapshots(url: str, run_ids: Sequence[str]) -> dict[str, Snapshot]:
     """The newest snapshot of each run in ``run_ids`` (runs never sealed are absent)."""
     if not run_ids:
         return {}
-    newest = (
-        select(Snapshot.run_id, func.max(Snapshot.version).label("version"))
-        .where(Snapshot.run_id.in_(run_ids))
-        .group_by(Snapshot.run_id)
-        .subquery()
-    )
-    query = select(Snapshot).join(
-        newest, (Snapshot.run_id == newest.c.run_id) & (Snapshot.version == newest.c.version)
-    )
+    query = _newest(select(Snapshot), run_ids)
     with read_session(url) as session:
         return {s.run_id: s for s in session.scalars(query)}
 
