@@ -6,7 +6,7 @@
 ``--senders`` keep-alive connections (threads of a separate, forked process) POST new
 512-span protobuf batches back to back for ``--seconds``; every pass over the prepared
 bodies swaps the trace-id prefix, so every accepted request carries new spans. With the
-default bound of 200,000 queued spans (~390 requests of 512), 480 senders offer more than
+default queue bound (TPMLEDGER_QUEUE_MAX_SPANS), 480 senders offer more than
 the queue admits, so the server must refuse with 503 + Retry-After; senders honour it.
 
 Printed (and written to ``bench/results/ingest_overload.txt``): peak RSS of the ingest
@@ -29,6 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_workload as workload
+
+from tpmledger.settings import Settings
 
 RESULTS = workload.REPO / "bench" / "results" / "ingest_overload.txt"
 _QUEUE_GAUGE = re.compile(r"^tpmledger_ingest_queue_depth_spans (\S+)$", re.MULTILINE)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {}
     if args.queue_max_spans is not None:
         env["TPMLEDGER_QUEUE_MAX_SPANS"] = str(args.queue_max_spans)
-    bound = args.queue_max_spans or int(os.environ.get("TPMLEDGER_QUEUE_MAX_SPANS", 200_000))
+    bound = args.queue_max_spans or Settings().queue_max_spans
     load_before = os.getloadavg()
     with workload.fresh_database() as db:
         ingest = workload.start_ingest(db.url, env)
