@@ -74,7 +74,10 @@ def run_up(args: argparse.Namespace) -> int:
         nonlocal stopping
         stopping = True
 
+    # Both signals, explicitly: a shell that starts `up` in the background ignores SIGINT
+    # for it, and Python then never raises KeyboardInterrupt.
     signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     with database(settings, migrate_to_head=True) as url:
         env = {
             **os.environ,
@@ -104,7 +107,7 @@ def run_up(args: argparse.Namespace) -> int:
             while not stopping:
                 for name, proc in children:
                     code = proc.poll()
-                    if code is not None and name != "demo":
+                    if code is not None and name != "demo" and not stopping:
                         print(f"{name} exited with code {code}; stopping", file=sys.stderr)
                         return 1
                 time.sleep(0.5)
