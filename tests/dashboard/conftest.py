@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import create_test_database, drop_test_database
-from tests.fixtures.servers import free_port, wait_for
+from tests.fixtures.servers import free_port, terminate, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -37,14 +36,7 @@ class RunningDashboard:
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait; the exit code (SIGKILL only if it does not stop)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout)
-        return int(self.process.returncode)
+        return terminate(self.process, timeout)
 
 
 # Exactly what ``tpmledger serve dashboard`` does after resolving the database: build
