@@ -7,6 +7,11 @@ queue depth(t) = attempts with queued_at ≤ t < start (only attempts that repor
 ``queue_wait_s``). Sampled counts are integers and never exceed a slot cap that was
 enforced, which is what the work-conserving check compares against.
 
+With whole-second sample instants t, ``start <= t`` is ``ceil(start / 1 s) <= t``, so a
+series is a running sum over a histogram of ceil-seconds: one ``bincount`` per kind of
+step over the dense (shard, second) grid and one ``cumsum`` along the seconds, with no
+per-shard or per-second Python work.
+
 Work-conserving check: among (shard, second) samples whose queue depth is > 0 on a shard
 with a known cap, the share where in-flight < 0.9 × that shard's cap is the "sag"; the
 check passes at ≤ 5 %. It is not measured (null) without queue data or caps.
@@ -18,111 +23,128 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from analytics.event_plans import MINUTE_NS, SECOND_NS
+from analytics.event_grid import EventGrid, event_grid
+from analytics.event_plans import SECOND_NS
 
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
 # Queue samples reach back at most this far before the first start (bounds the grid).
 MAX_QUEUE_WAIT_S = 86_400.0
 
+Ints = npt.NDArray[np.int64]
+
 
 @dataclass(frozen=True)
 class SecondSeries:
-    """Per (shard_id, second) samples plus which shards report queue waits."""
+    """Samples per shard (rows, in ``shard_ids`` order) and second (columns)."""
 
-    per_shard: pl.DataFrame  # shard_id, second, in_flight, queue_depth
+    shard_ids: tuple[str, ...]
+    first_second: int  # epoch second of column 0; a whole minute
+    in_flight: Ints  # shape (shards, seconds)
+    queue_depth: Ints  # shape (shards, seconds)
     queue_shards: frozenset[str]
 
 
-def _ceil_second(ns: pl.Series) -> pl.Series:
+def _ceil_second(ns: Ints) -> Ints:
     return -((-ns) // SECOND_NS)
 
 
-def _counts_at(sorted_steps: pl.Series, seconds: pl.Series) -> pl.Series:
-    """How many steps are at or before each second (``sorted_steps`` ascending)."""
-    return sorted_steps.search_sorted(seconds, side="right").cast(pl.Int64)
+def _running_counts(cells: Ints, shape: tuple[int, int]) -> Ints:
+    """How many steps are at or before each (shard, second) sample.
 
-
-def _shard_seconds(shard: pl.DataFrame, seconds: pl.Series) -> pl.DataFrame:
-    """Samples of one shard: count(start <= t) - count(end <= t), same for the queue.
-
-    With whole-second sample instants t, ``start <= t`` is ``ceil(start / 1 s) <= t``,
-    so sorted ceil-seconds and a binary search give each sample without any hashing.
+    ``cells`` = shard * seconds + clipped second offset; a step before the grid is
+    clipped to its first column (it precedes every sample).
     """
-    starts = _ceil_second(shard.get_column("start_ns")).sort()
-    ends = _ceil_second(shard.get_column("end_ns")).sort()
-    queued = shard.filter(pl.col("queue_wait_s") >= 0)  # a negative wait is no queue
-    wait_ns = (queued.get_column("queue_wait_s") * SECOND_NS).round().cast(pl.Int64)
-    queued_at = _ceil_second(queued.get_column("start_ns") - wait_ns).sort()
-    admitted = _ceil_second(queued.get_column("start_ns")).sort()
-    return pl.DataFrame(
-        {
-            "second": seconds,
-            "in_flight": _counts_at(starts, seconds) - _counts_at(ends, seconds),
-            "queue_depth": _counts_at(queued_at, seconds) - _counts_at(admitted, seconds),
-        }
-    )
+    counts = np.bincount(cells, minlength=shape[0] * shape[1]).reshape(shape)
+    return np.cumsum(counts, axis=1)
 
 
-def second_series(events: pl.DataFrame) -> SecondSeries:
+def second_series(events: pl.DataFrame, grid: EventGrid | None = None) -> SecondSeries:
     """In-flight and queue depth per shard for every second of the run's whole minutes."""
-    queue_shards = frozenset(
-        events.filter(pl.col("queue_wait_s").is_not_null())["shard_id"].unique().to_list()
-    )
-    schema = {"shard_id": pl.String, "second": pl.Int64}
-    schema |= {"in_flight": pl.Int64, "queue_depth": pl.Int64}
+    grid = grid if grid is not None else event_grid(events)
+    empty = np.zeros((grid.shard_count, 0), dtype=np.int64)
     if events.height == 0:
-        return SecondSeries(pl.DataFrame(schema=schema), queue_shards)
+        return SecondSeries(grid.shard_ids, 0, empty, empty, frozenset())
     wait = pl.col("queue_wait_s").clip(0, MAX_QUEUE_WAIT_S).fill_null(0)
-    bounds = events.select(
-        lo=(pl.col("start_ns") - wait * SECOND_NS).min(), hi=pl.col("end_ns").max()
-    ).row(0)
+    queued = (pl.col("queue_wait_s") >= 0).fill_null(False)  # a negative wait is no queue
+    lo, hi, has_wait, is_queued, wait_ns = events.select(
+        lo=(pl.col("start_ns") - wait * SECOND_NS).min(),
+        hi=pl.col("end_ns").max(),
+        has_wait=pl.col("queue_wait_s").is_not_null(),
+        is_queued=queued,
+        wait_ns=pl.when(queued).then(pl.col("queue_wait_s") * SECOND_NS).round().cast(pl.Int64),
+    ).get_columns()
     # Whole minutes (epoch seconds are minute-aligned every 60 s); one sample past the end.
-    first = int(bounds[0]) // SECOND_NS // 60 * 60 - 60
-    last = -(-int(bounds[1]) // SECOND_NS) // 60 * 60 + 60
-    seconds = pl.int_range(first, last, eager=True, dtype=pl.Int64)
-    parts = [
-        _shard_seconds(shard, seconds).with_columns(shard_id=pl.lit(key[0]))
-        for key, shard in sorted(
-            events.select("shard_id", "start_ns", "end_ns", "queue_wait_s")
-            .partition_by("shard_id", as_dict=True)
-            .items()
-        )
-    ]
-    return SecondSeries(pl.concat(parts).select(list(schema)), queue_shards)
+    first = int(lo[0]) // SECOND_NS // 60 * 60 - 60
+    last = -(-int(hi[0]) // SECOND_NS) // 60 * 60 + 60
+    shape = (grid.shard_count, last - first)
+    base = grid.shard_codes * shape[1] - first
+    start_ns = events.get_column("start_ns").to_numpy()
+    end_ns = events.get_column("end_ns").to_numpy()
+    mask = is_queued.to_numpy()
+    queued_base = base[mask]
+    queued_start = start_ns[mask]
+    queued_at = _ceil_second(queued_start - wait_ns.filter(is_queued).to_numpy())
+    offsets = np.maximum(queued_at, first) + queued_base
+    depth = _running_counts(offsets, shape) - _running_counts(
+        _ceil_second(queued_start) + queued_base, shape
+    )
+    in_flight = _running_counts(_ceil_second(start_ns) + base, shape) - _running_counts(
+        _ceil_second(end_ns) + base, shape
+    )
+    reporting = np.bincount(grid.shard_codes[has_wait.to_numpy()], minlength=grid.shard_count)
+    queue_shards = frozenset(s for s, n in zip(grid.shard_ids, reporting, strict=True) if n)
+    return SecondSeries(grid.shard_ids, first, in_flight, depth, queue_shards)
+
+
+def _minute_stats(samples: Ints) -> tuple[npt.NDArray[np.float64], Ints]:
+    """Mean and max of each whole minute of a (rows, seconds) sample array."""
+    rows, seconds = samples.shape
+    per_minute = samples.reshape(rows, seconds // 60, 60)
+    return per_minute.mean(axis=2), per_minute.max(axis=2, initial=0)
 
 
 def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> pl.DataFrame:
     """Per (shard_id or '*', minute_ns): in-flight and queue depth mean/max, and the cap."""
-    per_shard = series.per_shard.with_columns(
-        minute_ns=pl.col("second") * SECOND_NS // MINUTE_NS * MINUTE_NS
-    )
-    total = per_shard.group_by("second", "minute_ns").agg(
-        pl.col("in_flight").sum(),
-        pl.col("queue_depth").filter(pl.col("shard_id").is_in(list(series.queue_shards))).sum(),
-    )
-    aggs = [
-        pl.col("in_flight").mean().alias("in_flight_mean"),
-        pl.col("in_flight").max().cast(pl.Int32).alias("in_flight_max"),
-        pl.col("queue_depth").mean().alias("queue_depth_mean"),
-        pl.col("queue_depth").max().cast(pl.Int32).alias("queue_depth_max"),
-    ]
-    shard_rows = per_shard.group_by("shard_id", "minute_ns").agg(aggs)
-    whole = total.group_by("minute_ns").agg(aggs).with_columns(shard_id=pl.lit("*"))
-    has_queue = pl.col("shard_id").is_in(list(series.queue_shards)) | (
-        (pl.col("shard_id") == "*") & pl.lit(bool(series.queue_shards))
-    )
+    queue_rows = np.array([s in series.queue_shards for s in series.shard_ids], dtype=np.bool_)
+    in_flight = np.vstack([series.in_flight, series.in_flight.sum(axis=0, keepdims=True)])
+    queue_total = series.queue_depth[queue_rows].sum(axis=0, keepdims=True)
+    depth = np.vstack([series.queue_depth, queue_total])
+    flight_mean, flight_max = _minute_stats(in_flight)
+    depth_mean, depth_max = _minute_stats(depth)
+    shard_ids = [*series.shard_ids, "*"]
+    minutes = flight_mean.shape[1]
+    minute_ns = (series.first_second + 60 * np.arange(minutes, dtype=np.int64)) * SECOND_NS
     cap_map = dict(caps or {})
-    cap_total = sum(cap_map.values()) if cap_map else None
-    cap_col = pl.col("shard_id").replace_strict(
-        {**cap_map, "*": cap_total}, default=None, return_dtype=pl.Int32
+    caps_by_row = {**cap_map, "*": sum(cap_map.values()) if cap_map else None}
+    has_queue = np.append(queue_rows, bool(series.queue_shards)).repeat(minutes)
+    frame = pl.DataFrame(
+        {
+            "shard_id": np.repeat(np.array(shard_ids, dtype=object), minutes).tolist(),
+            "minute_ns": np.tile(minute_ns, len(shard_ids)),
+            "in_flight_mean": flight_mean.ravel(),
+            "in_flight_max": flight_max.ravel(),
+            "queue_depth_mean": depth_mean.ravel(),
+            "queue_depth_max": depth_max.ravel(),
+            "has_queue": has_queue,
+        },
+        schema_overrides={"shard_id": pl.String, "minute_ns": pl.Int64},
     )
-    return pl.concat([shard_rows, whole.select(shard_rows.columns)]).with_columns(
-        pl.when(has_queue).then(pl.col("queue_depth_mean")).alias("queue_depth_mean"),
-        pl.when(has_queue).then(pl.col("queue_depth_max")).alias("queue_depth_max"),
-        cap_col.alias("concurrency_cap"),
+    queue = pl.col("has_queue")
+    return frame.select(
+        "shard_id",
+        "minute_ns",
+        "in_flight_mean",
+        pl.col("in_flight_max").cast(pl.Int32),
+        pl.when(queue).then(pl.col("queue_depth_mean")).alias("queue_depth_mean"),
+        pl.when(queue).then(pl.col("queue_depth_max").cast(pl.Int32)).alias("queue_depth_max"),
+        pl.col("shard_id")
+        .replace_strict(caps_by_row, default=None, return_dtype=pl.Int32)
+        .alias("concurrency_cap"),
     )
 
 
@@ -138,14 +160,17 @@ def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dic
     usable = {s: c for s, c in (caps or {}).items() if s in series.queue_shards and c}
     if not usable:
         return result
-    queued = series.per_shard.filter(
-        pl.col("shard_id").is_in(list(usable)) & (pl.col("queue_depth") > 0)
-    ).with_columns(cap=pl.col("shard_id").replace_strict(usable, return_dtype=pl.Float64))
-    result["seconds_with_queue"] = queued.height
-    if queued.height == 0:
+    queued = sag = 0
+    for row, shard in enumerate(series.shard_ids):
+        if shard in usable:
+            waiting = series.queue_depth[row] > 0
+            queued += int(waiting.sum())
+            low = series.in_flight[row] < SAG_FRACTION_OF_CAP * float(usable[shard])
+            sag += int((waiting & low).sum())
+    result["seconds_with_queue"] = queued
+    if queued == 0:
         return result
-    sag = queued.filter(pl.col("in_flight") < SAG_FRACTION_OF_CAP * pl.col("cap")).height
-    share = sag / queued.height
+    share = sag / queued
     result["sag_share"] = share
     result["passes"] = share <= SAG_PASS_SHARE
     return result

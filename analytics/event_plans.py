@@ -82,7 +82,12 @@ def quantile(expr: pl.Expr | str, q: float) -> pl.Expr:
 
 
 def minute_aggregations(measured: bool) -> list[pl.Expr]:
-    """Per-bucket aggregations of SPEC §4 over prepared events (event-derived fields)."""
+    """Per-bucket aggregations of SPEC §4 over prepared events (event-derived fields).
+
+    Percentiles are not here: :mod:`analytics.minute_percentiles` computes them for
+    all buckets at once (a per-group quantile was most of the minute table's cost);
+    neither is ``shards_active``, which the minute table counts from its shard rows.
+    """
     calls = pl.len()
     successes = pl.col("ok").sum()
     retries = pl.col("is_retry").sum() if measured else pl.lit(None, dtype=pl.Int64)
@@ -94,18 +99,11 @@ def minute_aggregations(measured: bool) -> list[pl.Expr]:
         successes.cast(pl.Int64).alias("successes"),
         (calls - successes).cast(pl.Int64).alias("failures"),
         retries.cast(pl.Int64).alias("retries"),
-        quantile("ttft_ok_s", 0.50).alias("ttft_p50_s"),
-        quantile("ttft_ok_s", 0.95).alias("ttft_p95_s"),
-        quantile("ttft_ok_s", 0.99).alias("ttft_p99_s"),
         pl.col("ttft_ok_s").mean().alias("ttft_mean_s"),
         # Polars gives 0.0 for the variance of an all-null group; it is not measured.
         pl.when(pl.col("ttft_ok_s").count() > 0)
         .then(pl.col("ttft_ok_s").var(ddof=0))
         .alias("ttft_variance_s2"),
-        quantile("latency_s", 0.50).alias("latency_p50_s"),
-        quantile("latency_s", 0.95).alias("latency_p95_s"),
-        quantile("latency_s", 0.99).alias("latency_p99_s"),
-        pl.col("shard_id").n_unique().cast(pl.Int32).alias("shards_active"),
     ]
 
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+import numpy as np
 import polars as pl
 
 from analytics.concurrency import SecondSeries, minute_concurrency, second_series
+from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import (
-    MINUTE_NS,
     minute_aggregations,
     prepared,
     rate_columns,
     retries_measured,
 )
+from analytics.minute_percentiles import RankedEvents, minute_percentiles, rank_events
 
 WHOLE_RUN = "*"
 SIGNIFICANT_DIGITS = 12
@@ -55,8 +57,10 @@ MINUTE_COLUMNS: tuple[str, ...] = (
 )
 _COUNTS = [
     *("calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total"),
-    *("successes", "failures", "shards_active"),
+    *("successes", "failures"),
 ]
+# Columns of minute_aggregations (what a bucket's own events give).
+_AGGS = [*_COUNTS, "retries", "ttft_mean_s", "ttft_variance_s2"]
 
 
 def prepared_events(events: pl.DataFrame) -> tuple[pl.LazyFrame, bool]:
@@ -76,39 +80,64 @@ def _round_floats(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(floats).round_sig_figs(SIGNIFICANT_DIGITS))
 
 
+def _bucket_figures(events: pl.DataFrame, grid: EventGrid) -> tuple[pl.DataFrame, bool]:
+    """Event-derived figures of every non-empty bucket, keyed like :func:`_keys`.
+
+    Buckets are grouped by integer cell codes (one hash of an int per event, not of
+    the shard id string); both groupings are collected together.
+    """
+    cells = grid.shard_count * grid.minute_count
+    frame = events.with_columns(
+        pl.Series("_cell", grid.shard_minute), pl.Series("_minute", grid.minute_index)
+    )
+    plan, measured = prepared_events(frame)
+    aggs = minute_aggregations(measured)
+    shards, whole = pl.collect_all(
+        [
+            plan.group_by("_cell").agg(aggs).rename({"_cell": "_key"}),
+            plan.group_by("_minute").agg(aggs).select(*_AGGS, _key=pl.col("_minute") + cells),
+        ]
+    )
+    return pl.concat([shards, whole.select(shards.columns)]), measured
+
+
+def _keys(grid: EventGrid, percentiles: pl.DataFrame) -> pl.DataFrame:
+    """The percentile rows (shard cells, then '*' minutes) with a join key and
+    ``shards_active`` (1 for a shard cell with calls; shards with calls for '*')."""
+    shape = (grid.shard_count, grid.minute_count)
+    active = np.bincount(grid.shard_minute, minlength=shape[0] * shape[1]).reshape(shape) > 0
+    shards_active = np.concatenate([active.ravel(), active.sum(axis=0)]).astype(np.int32)
+    return percentiles.with_columns(
+        _key=pl.int_range(0, pl.len(), dtype=pl.Int64), shards_active=pl.Series(shards_active)
+    )
+
+
 def build_minute_table(
     events: pl.DataFrame,
     caps: Mapping[str, int] | None = None,
     series: SecondSeries | None = None,
+    *,
+    grid: EventGrid | None = None,
+    ranked: RankedEvents | None = None,
 ) -> pl.DataFrame:
-    """The minute table with ``minute_ns`` (int) in place of ``minute_utc``."""
-    plan, measured = prepared_events(events)
-    aggs = minute_aggregations(measured)
-    whole = plan.group_by("minute_ns").agg(aggs).with_columns(shard_id=pl.lit(WHOLE_RUN))
-    shards = plan.group_by("shard_id", "minute_ns").agg(aggs)
-    buckets = pl.concat([shards, whole.select(shards.collect_schema().names())]).collect()
-    if events.height == 0:
-        first = last = 0
-        keys = pl.DataFrame(schema={"shard_id": pl.String, "minute_ns": pl.Int64})
-    else:
-        first = int(buckets.get_column("minute_ns").min())  # type: ignore[arg-type]
-        last = int(buckets.get_column("minute_ns").max())  # type: ignore[arg-type]
-        ids = [WHOLE_RUN, *sorted(events.get_column("shard_id").unique().to_list())]
-        keys = pl.DataFrame({"shard_id": ids}).join(
-            pl.DataFrame(
-                {"minute_ns": pl.int_range(first, last + 1, MINUTE_NS, eager=True, dtype=pl.Int64)}
-            ),
-            how="cross",
-        )
-    series = series if series is not None else second_series(events)
+    """The minute table with ``minute_ns`` (int) in place of ``minute_utc``.
+
+    ``series``, ``grid`` and ``ranked`` may be passed in when the caller computed them
+    already (the run figures share them); they are derived from ``events`` otherwise.
+    """
+    grid = grid if grid is not None else event_grid(events)
+    series = series if series is not None else second_series(events, grid)
+    buckets, measured = _bucket_figures(events, grid)
+    # Every (shard, minute) cell and every '*' minute, first to last, with percentiles.
+    ranked = ranked if ranked is not None else rank_events(events)
+    keys = _keys(grid, minute_percentiles(grid, ranked))
     concurrency = minute_concurrency(series, caps)
     table = (
-        keys.join(buckets, on=["shard_id", "minute_ns"], how="left")
+        keys.join(buckets, on="_key", how="left")
         .join(concurrency, on=["shard_id", "minute_ns"], how="left")
         .with_columns(pl.col(_COUNTS).fill_null(0))
         .with_columns(
             retries=pl.col("retries").fill_null(0) if measured else pl.lit(None, pl.Int64),
-            shards_active=pl.col("shards_active").cast(pl.Int32),
         )
         .with_columns(rate_columns())
         .sort("shard_id", "minute_ns")

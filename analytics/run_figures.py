@@ -12,10 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from analytics.concurrency import SecondSeries, second_series, work_conserving
-from analytics.event_plans import explicit_call_ids, quantile
+from analytics.event_grid import event_grid
+from analytics.event_plans import explicit_call_ids
+from analytics.minute_percentiles import RankedEvents, rank_events, run_percentiles
 from analytics.minute_table import (
     WHOLE_RUN,
     build_minute_table,
@@ -76,9 +80,9 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     }
 
 
-def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
+def _totals(plan: pl.LazyFrame, ranked: RankedEvents) -> dict[str, Any]:
     ttft, latency = pl.col("ttft_ok_s"), pl.col("latency_s")
-    return (
+    sums = (
         plan.select(
             attempts=pl.len(),
             shard_count=pl.col("shard_id").n_unique(),
@@ -89,19 +93,22 @@ def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
             prompt=pl.col("prompt").sum(),
             completion=pl.col("completion").sum(),
             ttft_n=ttft.count(),
-            ttft_p50=quantile(ttft, 0.5),
-            ttft_p95=quantile(ttft, 0.95),
-            ttft_p99=quantile(ttft, 0.99),
             ttft_mean=ttft.mean(),
             ttft_var=ttft.var(ddof=0),
-            lat_p50=quantile(latency, 0.5),
-            lat_p95=quantile(latency, 0.95),
-            lat_p99=quantile(latency, 0.99),
             lat_mean=latency.mean(),
         )
         .collect()
         .row(0, named=True)
     )
+    return sums | run_percentiles(ranked)
+
+
+def repeated(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
+    """Which entries occur more than once (one sort; membership in the few repeats)."""
+    ordered = np.sort(values)
+    repeats = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    # Polars' hash-set probe; NumPy's searchsorted of unsorted needles was 15x slower.
+    return pl.Series(values).is_in(pl.Series(repeats).implode()).to_numpy()
 
 
 def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int, Any]:
@@ -116,7 +123,8 @@ def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int
         return int(row[0]), int(row[1] or 0), None
     # Duplicates by 64-bit hash (half the cost of hashing strings twice): a collision
     # only sends a one-attempt call down the exact per-call path, which counts it right.
-    flagged = plan.with_columns(_many=pl.col("call_id").hash().is_duplicated()).cache()
+    hashes = plan.select(pl.col("call_id").hash()).collect().to_series().to_numpy()
+    flagged = plan.with_columns(_many=pl.Series(repeated(hashes))).cache()
     single = flagged.filter(~pl.col("_many")).select(n=pl.len(), ok=pl.col("ok").sum())
     order = list(_CALL_ORDER)
     failed_type = pl.when(~pl.col("ok")).then(pl.col("error_type").fill_null("error"))
@@ -167,11 +175,15 @@ def _sustained(whole: pl.DataFrame) -> float | None:
 
 
 def _figures(
-    events: pl.DataFrame, table: pl.DataFrame, series: SecondSeries, context: RunContext
+    events: pl.DataFrame,
+    table: pl.DataFrame,
+    series: SecondSeries,
+    context: RunContext,
+    ranked: RankedEvents,
 ) -> dict[str, Any]:
     plan, measured = prepared_events(events)
     plan = plan.cache()
-    t = _totals(plan)
+    t = _totals(plan, ranked)
     calls, ok_calls, causes = _calls(plan, explicit_call_ids(events), measured)
     whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     run_ids = events.get_column("run_id").unique().to_list()
@@ -222,9 +234,11 @@ def _figures(
 def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
     """Minute table and run figures of canonical ``events`` in one pass of shared work."""
     context = context or RunContext()
-    series = second_series(events)
-    table = build_minute_table(events, context.caps, series)
-    return RunAnalysis(table, _figures(events, table, series, context))
+    grid = event_grid(events)
+    ranked = rank_events(events)
+    series = second_series(events, grid)
+    table = build_minute_table(events, context.caps, series, grid=grid, ranked=ranked)
+    return RunAnalysis(table, _figures(events, table, series, context, ranked))
 
 
 def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:
