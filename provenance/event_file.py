@@ -113,23 +113,48 @@ def _jcs_text(value: object) -> str:
     return rfc8785.dumps(value).decode("utf-8")  # type: ignore[arg-type]
 
 
-def _float_values(series: pl.Series) -> pl.Series:
-    # Printed once, eagerly: inside one select the two uses would each print again.
-    frame = pl.DataFrame({"v": series, "s": series.cast(pl.String)})
-    v, printed = pl.col("v"), pl.col("s")
-    # Polars prints the shortest round-trip digits; in ECMAScript's plain-decimal range
-    # (1e-6 <= |x| < 1e21) it does so without an exponent whenever it has no "e".
-    text, plain = frame.select(
-        t=pl.when(v == 0)
-        .then(pl.lit("0"))  # "-0.0" and "0.0" print as 0
-        .otherwise(printed.str.strip_suffix(".0")),  # "12.0" prints as 12
-        p=(
-            (v == 0)
-            | ((v.abs() >= 1e-6) & (v.abs() < 1e21) & ~printed.str.contains("e", literal=True))
-        ).fill_null(False),
-    ).get_columns()
-    if (~plain & series.is_not_null()).any():
-        odd = series.filter(~plain & series.is_not_null()).unique().to_list()
+def _float_texts(frame: pl.DataFrame, names: list[str]) -> dict[str, pl.Series]:
+    """ECMAScript number text of each float column (``null`` for nulls, NaN refused).
+
+    All columns are printed in one select (Polars works on them in parallel), once:
+    inside one expression the two uses of the printed text would each print again.
+    """
+    if not names:
+        return {}
+    values = frame.select(pl.col(n).alias(f"v{i}") for i, n in enumerate(names))
+    printed = frame.select(pl.col(n).cast(pl.String).alias(f"s{i}") for i, n in enumerate(names))
+    both = pl.concat([values, printed], how="horizontal")
+    exprs: list[pl.Expr] = []
+    for i in range(len(names)):
+        v, text = pl.col(f"v{i}"), pl.col(f"s{i}")
+        # Polars prints the shortest round-trip digits; in ECMAScript's plain-decimal
+        # range (1e-6 <= |x| < 1e21) it does so without an exponent whenever it has no "e".
+        exprs += [
+            pl.when(v.is_null())
+            .then(pl.lit("null"))
+            .when(v == 0)
+            .then(pl.lit("0"))  # "-0.0" and "0.0" print as 0
+            .otherwise(text.str.strip_suffix(".0"))  # "12.0" prints as 12
+            .alias(f"t{i}"),
+            (
+                v.is_null()
+                | (v == 0)
+                | ((v.abs() >= 1e-6) & (v.abs() < 1e21) & ~text.str.contains("e", literal=True))
+            ).alias(f"p{i}"),
+        ]
+    checked = both.select(exprs)
+    return {
+        name: _with_special_floats(
+            frame.get_column(name), checked.get_column(f"t{i}"), checked.get_column(f"p{i}")
+        )
+        for i, name in enumerate(names)
+    }
+
+
+def _with_special_floats(series: pl.Series, text: pl.Series, plain: pl.Series) -> pl.Series:
+    """Text with values outside the plain-decimal range printed by ``rfc8785``."""
+    if not plain.all():
+        odd = series.filter(~plain).unique().to_list()
         special = {v: _jcs_text(float(v)) for v in odd}
         text = (
             pl.DataFrame({"v": series, "t": text, "p": plain})
@@ -142,11 +167,12 @@ def _float_values(series: pl.Series) -> pl.Series:
             )
             .to_series()
         )
-    return text.fill_null("null")
+    return text
 
 
-# A string needs JSON escaping iff it holds '"', '\' or U+0000-U+001F (RFC 8785 §3.2.2.2).
-_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+# A string needs JSON escaping iff it holds '"', '\' or U+0000-U+001F (RFC 8785 §3.2.2.2);
+# checked with ``str.contains_any`` (Aho-Corasick: about half the cost of a regex).
+_ESCAPED_CHARS = [chr(c) for c in range(0x20)] + ['"', "\\"]
 
 
 def _escaped_string(name: str) -> pl.Expr:
@@ -160,23 +186,35 @@ def _escaped_string(name: str) -> pl.Expr:
     return encoded.str.slice(len(name) + 4).str.strip_suffix("}")
 
 
-def _value_texts(frame: pl.DataFrame) -> list[tuple[str, pl.Expr, bool]]:
+def _value_texts(
+    frame: pl.DataFrame, skip: frozenset[str] = frozenset()
+) -> list[tuple[str, pl.Expr, bool]]:
     """Per key: (name, text expression, whether the text still needs surrounding quotes).
 
     Plain strings and nanosecond decimals are quoted by the literal text around them
     (no per-row work) unless the column has nulls; escaping is done only for a string
-    column that has something to escape.
+    column that has something to escape. Columns in ``skip`` get a placeholder entry
+    (their text is printed elsewhere) and cost nothing.
     """
-    strings = [n for n, t in EVENT_SCHEMA.items() if t == pl.String()]
-    escape = frame.select(pl.col(strings).str.contains(_NEEDS_ESCAPE).any()).row(0, named=True)
+    strings = [n for n, t in EVENT_SCHEMA.items() if t == pl.String() and n not in skip]
+    escape = (
+        frame.select(pl.col(strings).str.contains_any(_ESCAPED_CHARS).any()).row(0, named=True)
+        if strings
+        else {}
+    )
     nulls = frame.null_count().row(0, named=True)
+    floats = [n for n, t in EVENT_SCHEMA.items() if t == pl.Float64() and n not in skip]
+    float_texts = _float_texts(frame, floats)
     texts: list[tuple[str, pl.Expr, bool]] = []
     for name, dtype in EVENT_SCHEMA.items():
         column = pl.col(name)
-        if dtype == pl.Float64():
-            texts.append((name, pl.lit(_float_values(frame.get_column(name))), False))
+        if name in skip:
+            texts.append((name, column, False))
             continue
-        if dtype == pl.String() and escape[name]:
+        if dtype == pl.Float64():
+            texts.append((name, pl.lit(float_texts[name]), False))
+            continue
+        if dtype == pl.String() and escape.get(name):
             texts.append((name, _escaped_string(name).fill_null("null"), False))
             continue
         text = column if dtype == pl.String() else column.cast(pl.String)
@@ -194,23 +232,62 @@ def _value_texts(frame: pl.DataFrame) -> list[tuple[str, pl.Expr, bool]]:
     return texts
 
 
+def _constant_texts(frame: pl.DataFrame) -> dict[str, str]:
+    """JCS text of every string or integer column that holds one value in every row.
+
+    Such a column (``run_id`` always, often ``model``) is printed once into the line
+    template instead of once per row. Float columns are never folded (NaN must still
+    be refused, and their text has its own path).
+    """
+    candidates = [n for n, t in EVENT_SCHEMA.items() if t != pl.Float64()]
+    row = frame.select(
+        [(pl.col(n) == pl.col(n).first()).all().alias(f"{n}_same") for n in candidates]
+        + [pl.col(n).first().alias(f"{n}_first") for n in candidates]
+        + [pl.col(n).null_count().alias(f"{n}_nulls") for n in candidates]
+    ).row(0, named=True)
+    constants: dict[str, str] = {}
+    for name in candidates:
+        value = row[f"{name}_first"]
+        if row[f"{name}_nulls"] or value is None or not row[f"{name}_same"]:
+            continue
+        if isinstance(value, str):
+            constants[name] = _jcs_text(value)
+        else:  # the same digits Polars prints for the column
+            constants[name] = f'"{value}"' if name in NS_COLUMNS else str(value)
+    return constants
+
+
+def _template_text(text: str) -> str:
+    """Literal text inside a ``pl.format`` template (braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def canonical_lines(events: pl.DataFrame) -> pl.Series:
     """One JCS line (with its trailing newline) per event, in canonical order.
 
-    The keys are fixed and sorted, so a line is one ``concat_str`` of literal key text
-    and per-column value text, built in Rust without per-row Python or JSON encoding.
+    The keys are fixed and sorted, so a line is one ``pl.format`` template of literal
+    key text (and of columns that are constant over the run) with per-column value
+    text in its placeholders, built in Rust without per-row Python or JSON encoding.
+    (``pl.format`` measured about half the cost of ``concat_str`` with literal parts.)
     """
     ordered = canonical_order(events)
     if ordered.height == 0:
         return pl.Series("line", [], dtype=pl.String)
-    parts: list[pl.Expr] = []
+    constants = _constant_texts(ordered)
+    template, values = "", []
     glue = "{"
-    for name, text, quoted in _value_texts(ordered):
+    for name, text, quoted in _value_texts(ordered, skip=frozenset(constants)):
         quote = '"' if quoted else ""
-        parts += [pl.lit(f'{glue}"{name}":{quote}'), text]
+        template += _template_text(f'{glue}"{name}":')
+        if name in constants:
+            template += _template_text(constants[name])
+            quote = ""
+        else:
+            template += _template_text(quote) + "{}"
+            values.append(text)
         glue = f"{quote},"
-    parts.append(pl.lit(glue[:-1] + "}\n"))
-    return ordered.select(pl.concat_str(parts).alias("line")).to_series().rechunk()
+    template += _template_text(glue[:-1] + "}\n")
+    return ordered.select(pl.format(template, *values).alias("line")).to_series().rechunk()
 
 
 def build_event_file(events: pl.DataFrame) -> EventFile:

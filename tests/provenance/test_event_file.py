@@ -77,6 +77,22 @@ def test_generated_records_match_rfc8785_and_sha256() -> None:
     assert file.count == 500
 
 
+def test_columns_constant_over_the_run_are_printed_once_exactly() -> None:
+    # Constant columns go into the line template: braces, quotes, escapes and
+    # nanosecond strings there must still print as rfc8785 prints them.
+    shared = {
+        "run_id": 'run "{a}" \\ {} \n',
+        "model": "}{",
+        "shard_id": "{}",
+        "status": "ok",
+        "start_ns": 1_769_917_440_000_000_000,
+        "http_status": 200,
+        "error_type": None,
+    }
+    records = [record(i, **shared) for i in range(50)]
+    assert build_event_file(frame(records)).tobytes() == reference_bytes(records)
+
+
 def test_lines_have_exactly_the_canonical_keys_in_order() -> None:
     line = build_event_file(frame([record(1)])).tobytes().decode()
     assert line.endswith("\n") and line.count("\n") == 1
