@@ -106,6 +106,14 @@ class DatabaseUnavailable(IngestError):
     retryable = True
 
 
+class NormalizerLost(IngestError):
+    """A normalizer worker process died mid-request; the pool restarts → 503 + Retry-After."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
 class ShuttingDown(IngestError):
     """The server is stopping and accepts nothing new → 503 + Retry-After."""
 

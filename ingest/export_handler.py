@@ -8,10 +8,8 @@ the group commit. Rejected spans are reported through OTLP partial success
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -19,22 +17,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ingest.error_taxonomy import UndecodableBody
+from ingest.error_taxonomy import IngestError, UndecodableBody
 from ingest.group_commit import GroupCommitWriter
 from ingest.metrics import IngestMetrics
+from ingest.normalize_pool import NormalizePool
+from ingest.request_encoding import EncodedRequest
 
 log = logging.getLogger(__name__)
 
 # At most this many distinct reasons are quoted back in partial_success.error_message.
 _MAX_REASONS = 5
 
-RequestNormalizer = Callable[[ExportTraceServiceRequest], Any]
-PayloadNormalizer = Callable[[bytes], Any]
-
-
-def _normalize_module() -> Any:
-    # Imported late: normalize is a sibling stage and the handler only needs its interface.
-    return importlib.import_module("ingest.normalize")
+PayloadEncoder = Callable[[bytes], Awaitable[EncodedRequest]]
 
 
 class TraceExportHandler:
@@ -42,20 +36,20 @@ class TraceExportHandler:
 
     Two entry points, one path: :meth:`export_payload` takes binary protobuf as it came
     off the wire (OTLP/HTTP protobuf and gRPC: no decode → re-encode round trip) and
-    :meth:`export` takes a decoded message (OTLP/JSON).
+    :meth:`export` takes a decoded message (OTLP/JSON). ``encode`` is where requests are
+    normalized: :meth:`ingest.normalize_pool.NormalizePool.encode` (worker processes) in
+    the service, inline by default.
     """
 
     def __init__(
         self,
         writer: GroupCommitWriter,
         metrics: IngestMetrics,
-        normalize: RequestNormalizer | None = None,
-        normalize_payload: PayloadNormalizer | None = None,
+        encode: PayloadEncoder | None = None,
     ) -> None:
         self._writer = writer
         self._metrics = metrics
-        self._normalize = normalize or _normalize_module().normalize_request
-        self._normalize_payload = normalize_payload or _normalize_module().normalize_payload
+        self._encode = encode or NormalizePool(workers=0).encode
 
     def check_admission(self) -> None:
         """Refuse early (503) when the queue is full or the server is stopping."""
@@ -63,32 +57,30 @@ class TraceExportHandler:
 
     async def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         """Store a decoded request's valid LLM-call spans; return after commit."""
-        try:
-            batch = self._normalize(request)
-        except Exception as exc:
-            raise _unreadable(exc) from exc
-        return await self._store(batch)
+        return await self.export_payload(request.SerializeToString())
 
     async def export_payload(self, payload: bytes) -> ExportTraceServiceResponse:
         """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
         try:
-            batch = self._normalize_payload(payload)
+            encoded = await self._encode(payload)
+        except IngestError:
+            raise
         except (DecodeError, RecursionError, ValueError) as exc:
             raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
         except Exception as exc:
             raise _unreadable(exc) from exc
-        return await self._store(batch)
+        return await self._store(encoded)
 
-    async def _store(self, batch: Any) -> ExportTraceServiceResponse:
-        received = len(batch.rows) + batch.ignored + batch.rejected
+    async def _store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
+        received = encoded.block.rows + encoded.ignored + encoded.rejected
         self._metrics.spans_received.inc(received)
-        self._metrics.spans_ignored.inc(batch.ignored)
-        self._metrics.spans_rejected.inc(batch.rejected)
-        await self._writer.submit(batch.rows)
+        self._metrics.spans_ignored.inc(encoded.ignored)
+        self._metrics.spans_rejected.inc(encoded.rejected)
+        await self._writer.submit(encoded.block)
         response = ExportTraceServiceResponse()
-        if batch.rejected:
-            response.partial_success.rejected_spans = batch.rejected
-            response.partial_success.error_message = rejection_message(batch.reject_reasons)
+        if encoded.rejected:
+            response.partial_success.rejected_spans = encoded.rejected
+            response.partial_success.error_message = rejection_message(encoded.reject_reasons)
         return response
 
 

@@ -1,8 +1,9 @@
 """Group commit: many export requests, one COPY-based transaction (SPEC §3 "200 means committed").
 
-Requests wait in a BOUNDED queue (counted in spans). A writer task takes as many
-waiting requests as fit into ``max_commit_spans`` and stores all their rows with
-:func:`storage.bulk_writer.write_attempts` inside one
+Requests wait in a BOUNDED queue (counted in spans), each as one COPY-encoded
+:class:`~storage.attempt_encoding.AttemptBlock`. A writer task takes as many waiting
+requests as fit into ``max_commit_spans`` and stores all their rows with
+:func:`storage.bulk_writer.write_attempt_blocks` inside one
 :func:`storage.database.in_transaction`; every request's future resolves only after that
 transaction committed. While one group commits, the next one accumulates, so the number
 of transactions per second adapts to the database's speed instead of to the request rate.
@@ -23,13 +24,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 
@@ -41,17 +40,16 @@ from ingest.error_taxonomy import (
     is_unavailable,
 )
 from ingest.metrics import IngestMetrics
-from storage.bulk_writer import write_attempts
+from storage.attempt_encoding import AttemptBlock
+from storage.bulk_writer import write_attempt_blocks
 from storage.database import connect_raw, in_transaction
 
 log = logging.getLogger(__name__)
 
-Row = Sequence[Any]
-
 
 @dataclass(slots=True)
 class _Pending:
-    rows: Sequence[Row]
+    block: AttemptBlock
     future: asyncio.Future[None]
 
 
@@ -127,22 +125,23 @@ class GroupCommitWriter:
                 retry_after_s=self._retry_after_s,
             )
 
-    async def submit(self, rows: Sequence[Row]) -> None:
-        """Store ``rows``; returns once they are committed, raises an ``IngestError`` if not."""
+    async def submit(self, block: AttemptBlock) -> None:
+        """Store ``block``'s rows; returns once they are committed, raises an ``IngestError``
+        if not."""
         if self._closing:
             raise ShuttingDown("ingest is shutting down", retry_after_s=self._retry_after_s)
-        if not rows:
+        if not block.rows:
             return
         # A single request larger than the bound is still accepted into an empty queue,
         # otherwise it could never be stored.
-        if self._outstanding_spans and self._outstanding_spans + len(rows) > self._max_queue_spans:
+        if self._outstanding_spans and self._outstanding_spans + block.rows > self._max_queue_spans:
             raise Overloaded(
                 f"ingest queue full ({self._outstanding_spans} spans waiting); retry later",
                 retry_after_s=self._retry_after_s,
             )
-        pending = _Pending(rows, asyncio.get_running_loop().create_future())
+        pending = _Pending(block, asyncio.get_running_loop().create_future())
         self._queue.append(pending)
-        self._outstanding_spans += len(rows)
+        self._outstanding_spans += block.rows
         self._update_gauges()
         self._wakeup.set()
         await pending.future
@@ -170,14 +169,14 @@ class GroupCommitWriter:
             try:
                 await self._commit(lane, group)
             finally:
-                self._outstanding_spans -= sum(len(p.rows) for p in group)
+                self._outstanding_spans -= sum(p.block.rows for p in group)
                 self._update_gauges()
 
     def _take_group(self) -> list[_Pending]:
         group = [self._queue.popleft()]
-        spans = len(group[0].rows)
-        while self._queue and spans + len(self._queue[0].rows) <= self._max_commit_spans:
-            spans += len(self._queue[0].rows)
+        spans = group[0].block.rows
+        while self._queue and spans + self._queue[0].block.rows <= self._max_commit_spans:
+            spans += self._queue[0].block.rows
             group.append(self._queue.popleft())
         return group
 
@@ -229,7 +228,7 @@ class GroupCommitWriter:
         conn = lane.conn
         started = time.perf_counter()
         with in_transaction(conn):
-            new = write_attempts(conn, itertools.chain.from_iterable(p.rows for p in group))
+            new = write_attempt_blocks(conn, [p.block for p in group])
         self._metrics.commit_latency.observe(time.perf_counter() - started)
         return new
 

@@ -18,6 +18,7 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from ingest.auth import TokenVerifier
+from ingest.body_budget import BodyBudget
 from ingest.error_taxonomy import IngestError
 from ingest.export_handler import TraceExportHandler
 from ingest.metrics import IngestMetrics
@@ -31,11 +32,18 @@ class TraceService:
     """``TraceService/Export`` backed by the export handler."""
 
     def __init__(
-        self, handler: TraceExportHandler, verifier: TokenVerifier, metrics: IngestMetrics
+        self,
+        handler: TraceExportHandler,
+        verifier: TokenVerifier,
+        metrics: IngestMetrics,
+        bodies: BodyBudget | None = None,
     ) -> None:
         self._handler = handler
         self._verifier = verifier
         self._metrics = metrics
+        # gRPC has read the message already; the budget still bounds how many requests
+        # are held while they are normalized and committed (shared with OTLP/HTTP).
+        self._bodies = bodies or BodyBudget()
 
     async def export(
         self, payload: bytes, context: grpc.aio.ServicerContext
@@ -44,7 +52,8 @@ class TraceService:
         try:
             self._verifier.check_authorization(_metadata_value(context, "authorization"))
             self._handler.check_admission()
-            response = await self._handler.export_payload(payload)
+            with self._bodies.hold(str(len(payload))):
+                response = await self._handler.export_payload(payload)
         except IngestError as err:
             self._metrics.requests.labels("grpc", err.grpc_code.name).inc()
             await context.abort(

@@ -49,8 +49,10 @@ def build_app(
     verifier: TokenVerifier,
     metrics: IngestMetrics,
     settings: Settings | None = None,
+    bodies: BodyBudget | None = None,
 ) -> FastAPI:
-    """The FastAPI app of the ingest HTTP listener (``settings`` go to the read API)."""
+    """The FastAPI app of the ingest HTTP listener (``settings`` go to the read API;
+    ``bodies`` is the in-flight body budget, shared with the gRPC listener)."""
     app = FastAPI(
         title="tpmledger",
         summary="OTLP/HTTP trace ingest and the read API of tpmledger",
@@ -58,7 +60,8 @@ def build_app(
     )
 
     # Bodies held from admission to answer: bounds memory with many senders (SPEC §7).
-    bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
+    if bodies is None:
+        bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
 
     async def require_token(request: Request) -> None:
         # Raises Unauthenticated, answered 401 by the IngestError handler below.

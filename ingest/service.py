@@ -1,9 +1,10 @@
 """``tpmledger serve ingest``: OTLP/HTTP and OTLP/gRPC in one process and event loop.
 
 Both listeners share one :class:`~ingest.group_commit.GroupCommitWriter`, so requests
-from either transport are committed together. On SIGTERM/SIGINT the listeners stop
-accepting, requests in flight finish, the queue is flushed to the database, and the
-process exits.
+from either transport are committed together, and one
+:class:`~ingest.normalize_pool.NormalizePool`, whose worker processes do the CPU work.
+On SIGTERM/SIGINT the listeners stop accepting, requests in flight finish, the queue is
+flushed to the database, the workers stop, and the process exits.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from collections.abc import Iterator
 import uvicorn
 
 from ingest.auth import TokenVerifier
+from ingest.body_budget import BodyBudget
 from ingest.export_handler import TraceExportHandler
 from ingest.group_commit import GroupCommitWriter
 from ingest.grpc_server import TraceService, build_grpc_server
 from ingest.http_app import build_app
 from ingest.metrics import IngestMetrics
+from ingest.normalize_pool import NormalizePool, default_workers
 from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,9 +76,18 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         connections=WRITER_CONNECTIONS,
     )
     writer.start()
-    handler = TraceExportHandler(writer, metrics)
+    workers = settings.normalize_workers
+    pool = NormalizePool(default_workers() if workers is None else workers)
+    pool.start()
+    handler = TraceExportHandler(writer, metrics, pool.encode)
+    bodies = BodyBudget(retry_after_s=settings.retry_after_s)  # both transports draw on it
     app = build_app(
-        handler, database_url=url, verifier=verifier, metrics=metrics, settings=settings
+        handler,
+        database_url=url,
+        verifier=verifier,
+        metrics=metrics,
+        settings=settings,
+        bodies=bodies,
     )
     http = _HttpServer(
         uvicorn.Config(
@@ -89,7 +101,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         )
     )
     grpc_server = build_grpc_server(
-        TraceService(handler, verifier, metrics), settings.host, settings.grpc_port
+        TraceService(handler, verifier, metrics, bodies), settings.host, settings.grpc_port
     )
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="http")
@@ -112,6 +124,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         # Both listeners stop accepting; requests in flight still get their commit.
         await asyncio.gather(http_task, grpc_server.stop(_GRACE_S), return_exceptions=True)
         await writer.close()
+        await pool.close()
         log.info("ingest stopped")
     if http_task.done() and not http_task.cancelled() and http_task.exception():
         raise RuntimeError("the HTTP listener failed") from http_task.exception()

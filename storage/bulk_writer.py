@@ -1,6 +1,7 @@
 """The bulk write path: COPY rows into ``attempts``, idempotent on (trace_id, span_id).
 
-Rows arrive as tuples in :data:`storage.models.ATTEMPT_COPY_COLUMNS` order.
+Rows arrive as tuples in :data:`storage.models.ATTEMPT_COPY_COLUMNS` order, or already
+encoded as COPY text blocks (:mod:`storage.attempt_encoding`) with their run tallies.
 
 Re-sent spans are rare (an exporter retrying after a lost answer), so the common case is
 optimistic: COPY straight into ``attempts`` inside a savepoint. If any row is already
@@ -18,20 +19,10 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from storage.models import ATTEMPT_COPY_COLUMNS
+from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+from storage.attempt_encoding import AttemptBlock, RunTally, encode_attempts, merge_runs
 
 _COLUMNS = ", ".join(ATTEMPT_COPY_COLUMNS)
-_RUN_ID, _SHARD_ID, _DECLARED, _CAP, _SWEEP, _END_NS = (
-    ATTEMPT_COPY_COLUMNS.index(name)
-    for name in (
-        "run_id",
-        "shard_id",
-        "declared_shard_count",
-        "concurrency_cap",
-        "sweep_id",
-        "end_ns",
-    )
-)
 
 _CREATE_STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS attempts_staging "
@@ -86,35 +77,41 @@ ORDER BY run_id
 """
 
 
-def copy_rows(conn: psycopg.Connection, table: str, rows: Iterable[Sequence[Any]]) -> None:
-    """COPY rows (in ATTEMPT_COPY_COLUMNS order) into ``table``; used by the benchmark too."""
+def copy_blocks(conn: psycopg.Connection, table: str, blocks: Iterable[AttemptBlock]) -> None:
+    """COPY pre-encoded attempt blocks into ``table``; used by the benchmark too."""
     with conn.cursor() as cur, cur.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
+        for block in blocks:
+            copy.write(block.text)
 
 
 def write_attempts(conn: psycopg.Connection, rows: Iterable[Sequence[Any]]) -> int:
     """Store attempt rows idempotently inside the caller's transaction; returns how many were new.
 
-    Must run inside :func:`storage.database.in_transaction` or
-    :func:`storage.database.raw_transaction`.
+    Rows are tuples in ``ATTEMPT_COPY_COLUMNS`` order. Must run inside
+    :func:`storage.database.in_transaction` or :func:`storage.database.raw_transaction`.
     """
-    batch = rows if isinstance(rows, list) else list(rows)
-    if not batch:
+    return write_attempt_blocks(conn, [encode_attempts(rows)])
+
+
+def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
+    """Like :func:`write_attempts`, for rows already encoded by
+    :func:`storage.attempt_encoding.encode_attempts` (ingest encodes per request)."""
+    blocks = [block for block in blocks if block.rows]
+    if not blocks:
         return 0
     try:
         with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
-            copy_rows(conn, "attempts", batch)
+            copy_blocks(conn, "attempts", blocks)
     except errors.UniqueViolation:
-        return _write_through_staging(conn, batch)
-    _upsert_runs(conn, batch)
-    return len(batch)
+        return _write_through_staging(conn, blocks)
+    _upsert_runs(conn, merge_runs(blocks))
+    return sum(block.rows for block in blocks)
 
 
-def _write_through_staging(conn: psycopg.Connection, rows: list[Sequence[Any]]) -> int:
+def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock]) -> int:
     with conn.cursor() as cur:
         cur.execute(_CREATE_STAGING)
-    copy_rows(conn, "attempts_staging", rows)
+    copy_blocks(conn, "attempts_staging", blocks)
     with conn.cursor() as cur:
         cur.execute(_MERGE_FROM_STAGING)
         result = cur.fetchone()
@@ -122,32 +119,21 @@ def _write_through_staging(conn: psycopg.Connection, rows: list[Sequence[Any]]) 
     return int(result[0]) if result else 0
 
 
-def _upsert_runs(conn: psycopg.Connection, rows: list[Sequence[Any]]) -> None:
-    """Fold the inserted rows into one ``runs`` upsert per run (sorted: no lock-order deadlock)."""
-    per_run: dict[str, list[Any]] = {}
-    for row in rows:
-        run = per_run.get(row[_RUN_ID])
-        end_ns = row[_END_NS]
-        if run is None:
-            per_run[row[_RUN_ID]] = [
-                end_ns, end_ns, {row[_SHARD_ID]}, row[_DECLARED], row[_CAP], row[_SWEEP], 1
-            ]  # fmt: skip
-            continue
-        if end_ns < run[0]:
-            run[0] = end_ns
-        elif end_ns > run[1]:
-            run[1] = end_ns
-        run[2].add(row[_SHARD_ID])
-        for slot, index in ((3, _DECLARED), (4, _CAP), (5, _SWEEP)):
-            value = row[index]
-            if value is not None and (run[slot] is None or value > run[slot]):
-                run[slot] = value
-        run[6] += 1
-    run_ids = sorted(per_run)
+def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
+    """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock)."""
     columns: list[list[Any]] = [[] for _ in range(8)]
-    for run_id in run_ids:
-        first, last, shards, declared, cap, sweep, count = per_run[run_id]
-        values = (run_id, first, last, "\x1f".join(sorted(shards)), declared, cap, sweep, count)
+    for run_id in sorted(runs):
+        t = runs[run_id]
+        values = (
+            run_id,
+            t.first_ns,
+            t.last_ns,
+            "\x1f".join(sorted(t.shard_ids)),
+            t.declared_shard_count,
+            t.concurrency_cap,
+            t.sweep_id,
+            t.attempts,
+        )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
     with conn.cursor() as cur:

@@ -23,8 +23,20 @@ from sqlalchemy import (
     Text,
     func,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+
+__all__ = [
+    "ATTEMPT_COPY_COLUMNS",
+    "Attempt",
+    "Base",
+    "IngestToken",
+    "MinuteMetric",
+    "Run",
+    "Snapshot",
+]
 
 # Stable constraint names so Alembic autogenerate and downgrades agree.
 NAMING_CONVENTION = {
@@ -78,8 +90,9 @@ class Attempt(Base):
     convention: Mapped[str | None] = mapped_column(Text)
     span_name: Mapped[str] = mapped_column(Text)
     span_kind: Mapped[int] = mapped_column(SmallInteger)
-    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Verbatim attributes (json, not jsonb: nothing queries inside them; migration 0003).
+    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSON)
     received_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
@@ -88,44 +101,6 @@ class Attempt(Base):
         # Every per-run read goes through this index and never touches other runs.
         Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
     )
-
-
-# Columns written by the bulk path, in COPY order. Ingest produces rows in this order.
-ATTEMPT_COPY_COLUMNS: tuple[str, ...] = (
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "run_id",
-    "shard_id",
-    "declared_shard_count",
-    "concurrency_cap",
-    "sweep_id",
-    "call_id",
-    "call_id_explicit",
-    "resend_count",
-    "start_ns",
-    "end_ns",
-    "queue_wait_s",
-    "ttft_s",
-    "prompt_tokens",
-    "completion_tokens",
-    "reported_total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "model",
-    "provider",
-    "operation_name",
-    "finish_reasons",
-    "status",
-    "error_type",
-    "http_status",
-    "convention",
-    "span_name",
-    "span_kind",
-    "span_attributes",
-    "resource_attributes",
-)
 
 
 class Run(Base):

@@ -66,6 +66,14 @@ class Settings(BaseSettings):
     commit_max_spans: int = Field(
         default=32_000, description="At most this many spans go into one group commit."
     )
+    normalize_workers: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Processes that normalize export requests (default: one per core, at most 8; "
+            "0 = in the listener's process)."
+        ),
+    )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
     reseal_quiet_s: float = Field(
         default=10.0, description="A run is resealed once it received no data for this long."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -11,7 +10,8 @@ import pytest
 from ingest.error_taxonomy import UndecodableBody
 from ingest.export_handler import TraceExportHandler, rejection_message
 from ingest.metrics import IngestMetrics
-from ingest.normalize import NormalizedBatch
+from ingest.request_encoding import EncodedRequest
+from storage.attempt_encoding import AttemptBlock
 from tests.ingest.otlp_builders import export_request, llm_span
 
 
@@ -19,17 +19,17 @@ class RecordingWriter:
     """Stands in for GroupCommitWriter at the seam: records what would be committed."""
 
     def __init__(self) -> None:
-        self.submitted: list[Sequence[Any]] = []
+        self.submitted: list[AttemptBlock] = []
 
     def check_admission(self) -> None:
         pass
 
-    async def submit(self, rows: Sequence[Any]) -> None:
-        self.submitted.append(rows)
+    async def submit(self, block: AttemptBlock) -> None:
+        self.submitted.append(block)
 
 
-def handler(writer: RecordingWriter, **normalizers: Any) -> TraceExportHandler:
-    return TraceExportHandler(writer, IngestMetrics(), **normalizers)  # type: ignore[arg-type]
+def handler(writer: RecordingWriter, **encoder: Any) -> TraceExportHandler:
+    return TraceExportHandler(writer, IngestMetrics(), **encoder)  # type: ignore[arg-type]
 
 
 def test_valid_and_invalid_spans_split_into_rows_and_partial_success() -> None:
@@ -38,7 +38,7 @@ def test_valid_and_invalid_spans_split_into_rows_and_partial_success() -> None:
     bad.end_time_unix_nano = bad.start_time_unix_nano - 1
     request = export_request([llm_span(), bad, llm_span()])
     response = asyncio.run(handler(writer).export_payload(request.SerializeToString()))
-    assert [len(rows) for rows in writer.submitted] == [2]
+    assert [block.rows for block in writer.submitted] == [2]
     assert response.partial_success.rejected_spans == 1
     assert response.partial_success.error_message
     same = asyncio.run(handler(RecordingWriter()).export(request))
@@ -51,11 +51,11 @@ def test_undecodable_protobuf_is_a_permanent_error() -> None:
 
 
 def test_an_unexpected_normalizer_failure_is_400_not_500() -> None:
-    def broken(_: Any) -> NormalizedBatch:
+    async def broken(_: bytes) -> EncodedRequest:
         raise KeyError("bug")
 
     writer = RecordingWriter()
-    h = handler(writer, normalize=broken, normalize_payload=broken)
+    h = handler(writer, encode=broken)
     with pytest.raises(UndecodableBody):
         asyncio.run(h.export_payload(b""))
     with pytest.raises(UndecodableBody):

@@ -20,6 +20,7 @@ from ingest.error_taxonomy import (
 )
 from ingest.group_commit import GroupCommitWriter
 from ingest.metrics import IngestMetrics
+from storage.attempt_encoding import encode_attempts
 from storage.database import connect_raw, libpq_url
 from tests.storage.builders import attempt_row
 
@@ -56,7 +57,7 @@ def test_concurrent_requests_share_transactions_and_return_after_commit(
         writer.start()
 
         async def send() -> None:
-            await writer.submit([attempt_row() for _ in range(50)])
+            await writer.submit(encode_attempts([attempt_row() for _ in range(50)]))
             # 200 means committed: a separate connection already sees this request's rows.
             assert stored_count(database_url) >= 50
 
@@ -77,8 +78,10 @@ def test_resent_rows_are_stored_once(database_url: str) -> None:
     async def scenario() -> None:
         writer = GroupCommitWriter(database_url, metrics=metrics)
         writer.start()
-        await writer.submit(rows)
-        await asyncio.gather(writer.submit(rows), writer.submit(rows[:5]))
+        await writer.submit(encode_attempts(rows))
+        await asyncio.gather(
+            writer.submit(encode_attempts(rows)), writer.submit(encode_attempts(rows[:5]))
+        )
         await writer.close()
 
     asyncio.run(scenario())
@@ -94,15 +97,19 @@ def test_full_queue_answers_overloaded_without_blocking(database_url: str) -> No
             database_url, max_queue_spans=10, connect=gated_connect(gate), retry_after_s=7
         )
         writer.start()
-        tasks = [asyncio.create_task(writer.submit([attempt_row() for _ in range(6)]))]
+        tasks = [
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row() for _ in range(6)])))
+        ]
         await asyncio.sleep(0.05)  # let the writer take it; the gate holds the commit
         assert writer.outstanding_spans == 6
         writer.check_admission()  # 6 of 10: still admitted
         with pytest.raises(Overloaded) as raised:
-            await writer.submit([attempt_row() for _ in range(5)])
+            await writer.submit(encode_attempts([attempt_row() for _ in range(5)]))
         assert raised.value.retry_after_s == 7
         assert raised.value.http_status == 503
-        tasks.append(asyncio.create_task(writer.submit([attempt_row() for _ in range(4)])))
+        tasks.append(
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row() for _ in range(4)])))
+        )
         await asyncio.sleep(0)
         with pytest.raises(Overloaded):
             writer.check_admission()  # 10 of 10: refused before any body is read
@@ -129,9 +136,9 @@ def test_database_down_is_unavailable_then_reconnects(database_url: str) -> None
         writer = GroupCommitWriter(database_url, connect=flaky_connect)
         writer.start()
         with pytest.raises(DatabaseUnavailable):
-            await writer.submit(rows)
+            await writer.submit(encode_attempts(rows))
         down.clear()
-        await writer.submit(rows)  # the same request, retried, is stored
+        await writer.submit(encode_attempts(rows))  # the same request, retried, is stored
         await writer.close()
 
     asyncio.run(scenario())
@@ -142,7 +149,7 @@ def test_a_connection_killed_while_idle_is_replaced_transparently(database_url: 
     async def scenario() -> None:
         writer = GroupCommitWriter(database_url)
         writer.start()
-        await writer.submit([attempt_row()])
+        await writer.submit(encode_attempts([attempt_row()]))
         # Kill the writer's backend, as a PostgreSQL restart would.
         with psycopg.connect(libpq_url(database_url), autocommit=True) as admin:
             admin.execute(
@@ -150,7 +157,7 @@ def test_a_connection_killed_while_idle_is_replaced_transparently(database_url: 
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         # The dead idle connection is replaced at once: no needless 503.
-        await writer.submit([attempt_row()])
+        await writer.submit(encode_attempts([attempt_row()]))
         await writer.close()
 
     asyncio.run(scenario())
@@ -164,9 +171,9 @@ def test_a_poison_request_fails_alone_and_the_rest_of_its_group_commits(database
         writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
         writer.start()
         tasks = [
-            asyncio.create_task(writer.submit([attempt_row(), attempt_row()])),
-            asyncio.create_task(writer.submit([attempt_row(run_id="bad\x00run")])),
-            asyncio.create_task(writer.submit([attempt_row()])),
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row(), attempt_row()]))),
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row(run_id="bad\x00run")]))),
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row()]))),
         ]
         await asyncio.sleep(0.05)
         gate.set()
@@ -187,12 +194,14 @@ def test_close_flushes_the_queue_and_refuses_new_requests(database_url: str) -> 
     async def scenario() -> None:
         writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
         writer.start()
-        queued = [asyncio.create_task(writer.submit([attempt_row()])) for _ in range(5)]
+        queued = [
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row()]))) for _ in range(5)
+        ]
         await asyncio.sleep(0.05)
         closing = asyncio.create_task(writer.close())
         await asyncio.sleep(0.05)
         with pytest.raises(ShuttingDown):
-            await writer.submit([attempt_row()])
+            await writer.submit(encode_attempts([attempt_row()]))
         with pytest.raises(ShuttingDown):
             writer.check_admission()
         gate.set()
@@ -211,9 +220,11 @@ def test_rows_over_a_database_limit_are_poison_not_unavailable(database_url: str
         writer = GroupCommitWriter(database_url, connect=gated_connect(gate))
         writer.start()
         tasks = [
-            asyncio.create_task(writer.submit([attempt_row()])),
-            asyncio.create_task(writer.submit([attempt_row(run_id=incompressible)])),
-            asyncio.create_task(writer.submit([attempt_row()])),
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row()]))),
+            asyncio.create_task(
+                writer.submit(encode_attempts([attempt_row(run_id=incompressible)]))
+            ),
+            asyncio.create_task(writer.submit(encode_attempts([attempt_row()]))),
         ]
         await asyncio.sleep(0.05)
         gate.set()
