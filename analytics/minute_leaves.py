@@ -8,10 +8,13 @@ and a minute holds exactly ``calls_in_minute`` of them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from analytics.event_plans import MINUTE_NS
 from analytics.minute_table import WHOLE_RUN, build_minute_table, minute_utc
 from provenance.event_file import EventFile, build_event_file
 
@@ -25,19 +28,61 @@ LEAF_FIELDS = (
 )
 
 
-def leaves_from_minutes(minutes: pl.DataFrame, file: EventFile) -> list[dict[str, Any]]:
-    """Leaves from a minute table (with ``minute_ns``) and the canonical file of its events."""
+@dataclass(frozen=True)
+class MinuteDigests:
+    """SHA-256 of each minute's lines, first minute to last, with the line counts used."""
+
+    first_minute_ns: int
+    counts: list[int]
+    digests: list[str]
+
+
+def minute_digests(events: pl.DataFrame, file: EventFile) -> MinuteDigests:
+    """Hash every minute's slice of ``file`` (the canonical file of ``events``).
+
+    Needs only the events' end times, not the minute table, so it can run while the
+    figures are computed; :func:`leaves_from_minutes` then checks the counts agree.
+    """
+    if events.height == 0:
+        return MinuteDigests(0, [], [])
+    minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS
+    first = int(minutes.min())
+    counts = np.bincount(minutes - first).tolist()
+    digests, line = [], 0
+    for count in counts:
+        digests.append(file.slice_sha256(line, line + count))
+        line += count
+    if line != file.count:
+        raise ValueError(f"events cover {line} lines but the file has {file.count}")
+    return MinuteDigests(first * MINUTE_NS, counts, digests)
+
+
+def leaves_from_minutes(
+    minutes: pl.DataFrame, file: EventFile, digests: MinuteDigests | None = None
+) -> list[dict[str, Any]]:
+    """Leaves from a minute table (with ``minute_ns``) and the canonical file of its events.
+
+    ``digests`` (from :func:`minute_digests`) saves hashing the slices again here.
+    """
     whole = minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     leaves: list[dict[str, Any]] = []
     line = 0
-    for row in whole.select("minute_ns", *LEAF_FIELDS).iter_rows(named=True):
+    for i, row in enumerate(whole.select("minute_ns", *LEAF_FIELDS).iter_rows(named=True)):
         count = int(row["calls_in_minute"])
         leaf: dict[str, Any] = {"minute_utc": minute_utc(row["minute_ns"])}
         leaf |= {name: row[name] for name in LEAF_FIELDS}
-        leaf["events_sha256"] = file.slice_sha256(line, line + count)
+        if digests is None:
+            leaf["events_sha256"] = file.slice_sha256(line, line + count)
+        elif (digests.first_minute_ns + i * MINUTE_NS, digests.counts[i]) == (
+            row["minute_ns"],
+            count,
+        ):
+            leaf["events_sha256"] = digests.digests[i]
+        else:
+            raise ValueError(f"minute {leaf['minute_utc']}: table and file disagree")
         leaves.append(leaf)
         line += count
-    if line != file.count:
+    if line != file.count or (digests is not None and len(digests.counts) != len(leaves)):
         raise ValueError(f"minute table covers {line} events but the file has {file.count}")
     return leaves
 

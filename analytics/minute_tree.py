@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 import rfc8785
 
-from analytics.minute_leaves import leaves_from_minutes
+from analytics.minute_leaves import MinuteDigests, leaves_from_minutes
 from provenance.event_file import EventFile
 from provenance.merkle import inclusion_proof, leaf_hash, root_from_leaf_hashes
 
@@ -47,6 +47,8 @@ def tree_from_leaves(leaves: list[dict[str, Any]]) -> MinuteTree:
     return MinuteTree(leaves, hashes, root_from_leaf_hashes(hashes).hex())
 
 
-def build_minute_tree(minutes: pl.DataFrame, file: EventFile) -> MinuteTree:
+def build_minute_tree(
+    minutes: pl.DataFrame, file: EventFile, digests: MinuteDigests | None = None
+) -> MinuteTree:
     """The tree over the whole-run rows of a minute table (with ``minute_ns``)."""
-    return tree_from_leaves(leaves_from_minutes(minutes, file))
+    return tree_from_leaves(leaves_from_minutes(minutes, file, digests))

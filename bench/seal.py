@@ -9,12 +9,18 @@
    prompt 200–2000 / completion 50–750 tokens, 2 % rate-limit errors retried on the same
    call id with resend_count 1, 30 % of attempts reporting queue waits, TTFT on every
    success) and COPYed into ``attempts`` (plus its ``runs`` row). Not timed.
-3. ``seal_run`` with ``force=True`` runs ``--repeat`` times; each prints wall seconds for
-   fetch (COPY → Polars), compute (rollups, canonical order, minute table, concurrency,
-   run figures), canonical file, hash_merkle (whole-file SHA-256 in a worker thread while
-   the minute slices are hashed for the Merkle tree), store, and end to end, each with
-   this process's CPU seconds (all threads). The best repeat is reported.
-4. Analytics alone: ``analyze_events`` on the in-memory events → attempts/s.
+3. ``seal_run`` with ``force=True`` runs ``--repeat`` times; each prints the stages its
+   ``StageTimer`` recorded with wall seconds and this process's CPU seconds (all
+   threads): fetch (COPY → Polars), events (rollups resolved), figures_and_file (the
+   block where compute — minute table, concurrency, run figures — runs in this thread
+   while canonical_file and hash — whole-file SHA-256 and per-minute slice hashes — run
+   in a worker; those three overlap, so only the block has a CPU figure), merkle (leaf
+   documents and RFC 6962 tree), store, and end to end. It also prints the seal's
+   digests (merkle root, events_sha256, metrics_sha256): any change in them between two
+   source trees is a behaviour change. The best repeat is reported.
+4. Analytics alone: ``analyze_events`` (minute table + run figures; no file, no hashing)
+   on events already in memory (fetched and rollups resolved before timing), best wall
+   time of ``--repeat`` runs → attempts/s; its CPU (all threads) → attempts per CPU-second.
 
 Targets (SPEC §7): end to end ≤ 5 s; analytics alone ≥ 5 M attempts/s.
 """
@@ -36,7 +42,6 @@ from analytics.rollups import attempts_to_events, shard_caps
 from analytics.run_computation import StageTimer, load_run
 from analytics.run_figures import RunContext, analyze_events
 from analytics.sealing import seal_run
-from provenance.event_file import canonical_order
 from storage import migrate
 from storage.database import raw_transaction
 
@@ -146,6 +151,22 @@ def _database(keep_dir: Path | None) -> tuple[str, object | None]:
     return server.start(), server
 
 
+# Print order of the stages compute_run and seal_run record (others follow as recorded).
+STAGE_ORDER = (
+    "fetch", "events", "figures_and_file", "compute", "canonical_file", "hash", "merkle", "store",
+)  # fmt: skip
+
+
+def _in_order(stages: dict[str, float]) -> dict[str, float]:
+    known = {k: stages[k] for k in STAGE_ORDER if k in stages}
+    return known | {k: v for k, v in stages.items() if k not in known}
+
+
+def _cpu(cpu: dict[str, float], stage: str) -> str:
+    """CPU seconds of a stage, or '-' for a stage that overlaps others (wall only)."""
+    return f"{cpu[stage]:.3f}" if stage in cpu else "-"
+
+
 def _run_stored(url: str) -> bool:
     with raw_transaction(url) as conn:
         row = conn.execute("SELECT attempts FROM runs WHERE run_id = %s", (RUN_ID,)).fetchone()
@@ -201,17 +222,23 @@ def main() -> int:
             total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
             # Stages as this source tree's timer recorded them (older trees name them
             # differently), so one bench file can time two trees.
-            stages = dict(timer.seconds) | {"end_to_end": total}
+            stages = _in_order(dict(timer.seconds)) | {"end_to_end": total}
             cpu = dict(timer.cpu_seconds) | {"end_to_end": total_cpu}
             say(
                 f"seal #{n + 1}: "
-                + "  ".join(f"{k} {v:.3f}s (cpu {cpu[k]:.3f})" for k, v in stages.items())
+                + "  ".join(f"{k} {v:.3f}s (cpu {_cpu(cpu, k)})" for k, v in stages.items())
                 + f"  (v{result.version}, {result.metrics['attempts']:,} events)"
             )
+            digests = (
+                f"  digests: merkle_root {result.document['minutes']['merkle_root']}  "
+                f"events_sha256 {result.document['events']['sha256']}  "
+                f"metrics_sha256 {result.document['metrics_sha256']}"
+            )
+            say(digests)
             if best is None or total < best["end_to_end"]:
                 best, best_cpu = stages, cpu
         facts, attempts = load_run(url, RUN_ID)
-        events = canonical_order(attempts_to_events(attempts))
+        events = attempts_to_events(attempts)
         context = RunContext(RUN_ID, shard_caps(attempts), facts.declared_shard_count, 16)
         timings, cpu_timings = [], []
         for _ in range(args.repeat):
@@ -227,9 +254,10 @@ def main() -> int:
             "CPU of this process (target <= 5 s; PostgreSQL's own CPU is not in the CPU column)"
         )
         for stage in [s for s in best if s != "end_to_end"]:
-            say(f"  {stage:<15} {best[stage]:.3f} s wall  {best_cpu[stage]:.3f} s cpu")
+            say(f"  {stage:<17} {best[stage]:.3f} s wall  {_cpu(best_cpu, stage)} s cpu")
         say(
-            f"analytics alone (analyze_events, events in memory): {analytics_s:.3f} s wall = "
+            f"analytics alone (analyze_events on events in memory, best of {args.repeat}): "
+            f"{analytics_s:.3f} s wall = "
             f"{events.height / analytics_s / 1e6:.2f} M attempts/s; {analytics_cpu:.3f} s CPU "
             f"(all threads) = {events.height / analytics_cpu / 1e6:.2f} M attempts per CPU-second "
             "(target >= 5 M/s)"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import rfc8785
@@ -99,14 +100,54 @@ def in_canonical_order(events: pl.DataFrame) -> bool:
     return bool(events.select(follows.fill_null(True).all()).item())
 
 
+def _order_by_end(typed: pl.DataFrame) -> np.ndarray | None:
+    """Row order by (end_ns, trace_id, span_id), or None when already in that order.
+
+    One integer argsort of ``end_ns`` (NumPy); only rows that share an ``end_ns`` with a
+    neighbour are ordered by the id strings, as a small Polars sort. (A three-key sort
+    with two string keys cost ~0.3 s per million events.)
+    """
+    end = typed.get_column("end_ns").to_numpy()
+    order = None if bool(np.all(end[1:] >= end[:-1])) else np.argsort(end)
+    ends = end if order is None else end[order]
+    tied = ends[1:] == ends[:-1]
+    if not tied.any():
+        return order
+    in_tie = np.zeros(ends.size, dtype=np.bool_)
+    in_tie[1:] |= tied
+    in_tie[:-1] |= tied
+    positions = np.flatnonzero(in_tie)
+    rows = positions if order is None else order[positions]
+    ties = typed.select(ORDER_COLUMNS)[rows].with_row_index("_at")
+    settled = ties.sort(ORDER_COLUMNS).get_column("_at").to_numpy()
+    if order is None and bool(np.all(settled[1:] > settled[:-1])):
+        return None
+    order = np.arange(ends.size) if order is None else order
+    # The tie groups keep their places; within them, rows take the settled order.
+    order[positions] = rows[settled]
+    return order
+
+
+def _typed(events: pl.DataFrame) -> pl.DataFrame:
+    return events.select([pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items()])
+
+
+def _line_order(typed: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """The frame (sorted only if an order key is null) and its canonical row order."""
+    if typed.height < 2:
+        return typed, None
+    if typed.select(pl.any_horizontal(pl.col(ORDER_COLUMNS).is_null().any())).item():
+        return typed.sort(ORDER_COLUMNS), None  # nulls first, as Polars sorts them
+    return typed, _order_by_end(typed)
+
+
 def canonical_order(events: pl.DataFrame) -> pl.DataFrame:
     """Events with exactly the canonical columns and types, in canonical line order.
 
-    Already ordered input (what :func:`analytics.run_computation.compute_run` passes on)
-    is checked, not sorted again.
+    Already ordered input is recognised in one pass and returned as is.
     """
-    typed = events.select([pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items()])
-    return typed if in_canonical_order(typed) else typed.sort(ORDER_COLUMNS)
+    typed, order = _line_order(_typed(events))
+    return typed if order is None else typed[order]
 
 
 def _jcs_text(value: object) -> str:
@@ -265,18 +306,19 @@ def _template_text(text: str) -> str:
 def canonical_lines(events: pl.DataFrame) -> pl.Series:
     """One JCS line (with its trailing newline) per event, in canonical order.
 
-    The keys are fixed and sorted, so a line is one ``pl.format`` template of literal
-    key text (and of columns that are constant over the run) with per-column value
-    text in its placeholders, built in Rust without per-row Python or JSON encoding.
+    ``events`` may come in any row order. The keys are fixed and sorted, so a line is
+    one ``pl.format`` template of literal key text (and of columns that are constant
+    over the run) with per-column value text in its placeholders, built in Rust
+    without per-row Python or JSON encoding.
     (``pl.format`` measured about half the cost of ``concat_str`` with literal parts.)
     """
-    ordered = canonical_order(events)
-    if ordered.height == 0:
+    frame, order = _line_order(_typed(events))
+    if frame.height == 0:
         return pl.Series("line", [], dtype=pl.String)
-    constants = _constant_texts(ordered)
+    constants = _constant_texts(frame)
     template, values = "", []
     glue = "{"
-    for name, text, quoted in _value_texts(ordered, skip=frozenset(constants)):
+    for name, text, quoted in _value_texts(frame, skip=frozenset(constants)):
         quote = '"' if quoted else ""
         template += _template_text(f'{glue}"{name}":')
         if name in constants:
@@ -287,7 +329,10 @@ def canonical_lines(events: pl.DataFrame) -> pl.Series:
             values.append(text)
         glue = f"{quote},"
     template += _template_text(glue[:-1] + "}\n")
-    return ordered.select(pl.format(template, *values).alias("line")).to_series().rechunk()
+    lines = frame.select(pl.format(template, *values).alias("line")).to_series()
+    # Lines are built in the input's row order and then put in canonical order: one
+    # gather of a string column (views) instead of a gather of all sixteen columns.
+    return (lines if order is None else lines.gather(order)).rechunk()
 
 
 def build_event_file(events: pl.DataFrame) -> EventFile:
