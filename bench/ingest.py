@@ -91,6 +91,7 @@ def raw_copy(url: str, bodies: list[bytes]) -> RawCopy:
 
 def cpu_snapshot(ingest_pid: int, postmaster_pid: int | None) -> tuple[float | None, ...]:
     return (
+        workload.cpu_seconds(ingest_pid),
         # The ingest process and its normalizer workers (ingest.normalize_pool).
         workload.cpu_seconds(ingest_pid, with_children=True),
         workload.cpu_seconds(postmaster_pid, with_children=True),
@@ -100,30 +101,38 @@ def cpu_snapshot(ingest_pid: int, postmaster_pid: int | None) -> tuple[float | N
 def cpu_per_span(
     before: tuple[float | None, ...], after: tuple[float | None, ...], spans: int
 ) -> list[float | None]:
-    """CPU microseconds per span spent by ingest and by PostgreSQL during the load."""
+    """CPU microseconds per span: ingest main process, ingest with workers, PostgreSQL."""
     return [
         None if a is None or b is None else (a - b) / spans * 1e6
         for b, a in zip(before, after, strict=True)
     ]
 
 
-def ceiling(python_us: float | None, pg_us: float | None) -> float | None:
-    """Spans/s an idle machine could reach at these CPU costs: one Python process is one
-    core at most (GIL), so is one PostgreSQL backend, and together they share the cores."""
-    if not python_us or not pg_us:
+def ceiling(single_us: float | None, total_us: float | None, pg_us: float | None) -> float | None:
+    """Spans/s an idle machine could reach at these CPU costs: ``single_us`` is the cost in
+    the one process that cannot spread over cores (GIL), ``total_us`` the cost of all
+    client-side processes; PostgreSQL's share competes for the same cores."""
+    if not single_us or not total_us or not pg_us:
         return None
     cores = os.cpu_count() or 1
-    return min(1e6 / python_us, 1e6 / pg_us, cores * 1e6 / (python_us + pg_us))
+    return min(1e6 / single_us, cores * 1e6 / (total_us + pg_us))
 
 
 def describe_cpu(cpu: list[float | None], raw: RawCopy) -> list[str]:
     """CPU per span of both paths, and the ratio the machine would give if it were idle."""
-    ingest_us, pg_us = cpu
+    main_us, ingest_us, pg_us = cpu
+    workers_us = None if main_us is None or ingest_us is None else ingest_us - main_us
     fmt = lambda v: "not measured" if v is None else f"{v:.1f} µs"  # noqa: E731
-    durable_cap = ceiling(ingest_us, pg_us)
-    raw_cap = ceiling(raw.client_us, raw.pg_us)
+    durable_cap = ceiling(main_us, ingest_us, pg_us)
+    # One COPY stream: the client and its backend are each one process.
+    raw_cap = (
+        None
+        if raw.pg_us is None
+        else min(ceiling(raw.client_us, raw.client_us, raw.pg_us) or 0.0, 1e6 / raw.pg_us)
+    )
     lines = [
-        f"CPU per span, durable path: ingest process {fmt(ingest_us)}, PostgreSQL {fmt(pg_us)}",
+        f"CPU per span, durable path: ingest {fmt(ingest_us)} (main process {fmt(main_us)}, "
+        f"normalizer workers {fmt(workers_us)}), PostgreSQL {fmt(pg_us)}",
         f"CPU per span, raw COPY: client {fmt(raw.client_us)}, PostgreSQL backend {fmt(raw.pg_us)}",
     ]
     if durable_cap and raw_cap:

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
 from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
 
 # The encoder below unpacks rows positionally: it must change with the column order.
@@ -35,6 +37,18 @@ _EXPECTED_COLUMNS: Final = (
 )  # fmt: skip
 if ATTEMPT_COPY_COLUMNS != _EXPECTED_COLUMNS:
     raise ImportError("storage.attempt_encoding is out of date with ATTEMPT_COPY_COLUMNS")
+
+#: The column order of the encoded text: numbers first (printed together, see below).
+ENCODED_COLUMNS: Final = (
+    "declared_shard_count", "concurrency_cap", "call_id_explicit", "resend_count",
+    "start_ns", "end_ns", "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens",
+    "reported_total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+    "http_status", "span_kind",
+    "trace_id", "span_id", "parent_span_id", "run_id", "shard_id", "sweep_id", "call_id",
+    "model", "provider", "operation_name", "finish_reasons", "status", "error_type",
+    "convention", "span_name", "span_attributes", "resource_attributes",
+)  # fmt: skip
+assert sorted(ENCODED_COLUMNS) == sorted(ATTEMPT_COPY_COLUMNS)
 
 _NULL: Final = "\\N"
 _BYTEA_PREFIX: Final = "\\\\x"  # bytea hex input, its backslash escaped for COPY
@@ -87,10 +101,6 @@ def _text(value: str) -> str:
     return value
 
 
-def _optional(value: int | float | None) -> str:
-    return _NULL if value is None else str(value)
-
-
 def _array(values: list[str] | None) -> str:
     if values is None:
         return _NULL
@@ -98,62 +108,102 @@ def _array(values: list[str] | None) -> str:
     return _text(f"{{{quoted}}}")
 
 
+def _add(tally: RunTally, shard_id: str, end_ns: int, declared: Any, cap: Any, sweep: Any) -> None:
+    if end_ns < tally.first_ns:
+        tally.first_ns = end_ns
+    elif end_ns > tally.last_ns:
+        tally.last_ns = end_ns
+    tally.shard_ids.add(shard_id)
+    if declared is not None:
+        tally.declared_shard_count = _larger(tally.declared_shard_count, declared)
+    if cap is not None:
+        tally.concurrency_cap = _larger(tally.concurrency_cap, cap)
+    if sweep is not None:
+        tally.sweep_id = _larger(tally.sweep_id, sweep)
+    tally.attempts += 1
+
+
+def _text_or_null(value: str | None) -> str:
+    return _NULL if value is None else _text(value)
+
+
 def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
-    """Encode rows in ``ATTEMPT_COPY_COLUMNS`` order as COPY text and tally their runs."""
-    lines: list[str] = []
+    """Encode rows in ``ATTEMPT_COPY_COLUMNS`` order as COPY text and tally their runs.
+
+    The text's columns are in :data:`ENCODED_COLUMNS` order (numbers first).
+    """
+    numbers: list[tuple[Any, ...]] = []
+    texts: list[str] = []
     runs: dict[str, RunTally] = {}
-    memo: dict[str, str] = {}  # short repeated strings (run, shard, model, …) escape once
     arrays: dict[tuple[str, ...], str] = {}
-
-    def short(value: str | None) -> str:
-        if value is None:
-            return _NULL
-        escaped = memo.get(value)
-        if escaped is None:
-            escaped = memo[value] = _text(value)
-        return escaped
-
+    n = _NULL
+    b = _BYTEA_PREFIX
+    last_resource: str | None = None
+    resource_text = ""
     for row in rows:
         (trace_id, span_id, parent, run_id, shard_id, declared, cap, sweep, call_id,
          explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt, completion,
          reported, cache_read, cache_write, reasoning, model, provider, operation,
          finish, status, error_type, http_status, convention, span_name, span_kind,
          span_json, resource_json) = row  # fmt: skip
-        if finish is None:
-            finish_text = _NULL
-        else:
-            key = tuple(finish)
-            finish_text = arrays.get(key) or arrays.setdefault(key, _array(finish))
-        lines.append(
-            f"\\\\x{trace_id.hex()}\t\\\\x{span_id.hex()}\t"
-            f"{_NULL if parent is None else _BYTEA_PREFIX + parent.hex()}\t"
-            f"{short(run_id)}\t{short(shard_id)}\t{_optional(declared)}\t{_optional(cap)}\t"
-            f"{short(sweep)}\t{_text(call_id)}\t{'t' if explicit else 'f'}\t"
-            f"{_optional(resend)}\t{start_ns}\t{end_ns}\t{_optional(queue_wait)}\t"
-            f"{_optional(ttft)}\t{_optional(prompt)}\t{_optional(completion)}\t"
-            f"{_optional(reported)}\t{_optional(cache_read)}\t{_optional(cache_write)}\t"
-            f"{_optional(reasoning)}\t{short(model)}\t{short(provider)}\t{short(operation)}\t"
-            f"{finish_text}\t{status}\t{short(error_type)}\t{_optional(http_status)}\t"
-            f"{short(convention)}\t{short(span_name)}\t{span_kind}\t"
-            f"{_text(span_json)}\t{short(resource_json)}\n"
-        )
+        numbers.append(
+            (declared, cap, explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt,
+             completion, reported, cache_read, cache_write, reasoning, http_status, span_kind)
+        )  # fmt: skip
         tally = runs.get(run_id)
         if tally is None:
             runs[run_id] = RunTally(end_ns, end_ns, {shard_id}, declared, cap, sweep, 1)
-            continue
-        if end_ns < tally.first_ns:
-            tally.first_ns = end_ns
-        elif end_ns > tally.last_ns:
-            tally.last_ns = end_ns
-        tally.shard_ids.add(shard_id)
-        if declared is not None:
-            tally.declared_shard_count = _larger(tally.declared_shard_count, declared)
-        if cap is not None:
-            tally.concurrency_cap = _larger(tally.concurrency_cap, cap)
-        if sweep is not None:
-            tally.sweep_id = _larger(tally.sweep_id, sweep)
-        tally.attempts += 1
-    return AttemptBlock("".join(lines).encode(), len(lines), runs)
+        else:
+            _add(tally, shard_id, end_ns, declared, cap, sweep)
+        # One scan of all text columns together; values with a backslash, tab, newline
+        # or carriage return (rare) are escaped one by one.
+        probe = (
+            f"{run_id}{shard_id}{sweep}{call_id}{model}{provider}{operation}{status}"
+            f"{error_type}{convention}{span_name}{span_json}"
+        )
+        if "\\" in probe or "\t" in probe or "\n" in probe or "\r" in probe:
+            run_id_text, shard_text, call_id, status = (
+                _text(run_id),
+                _text(shard_id),
+                _text(call_id),
+                _text(status),
+            )
+            sweep, model, provider, operation, error_type, convention = map(
+                _text_or_null, (sweep, model, provider, operation, error_type, convention)
+            )
+            span_name, span_json = _text(span_name), _text(span_json)
+        else:
+            run_id_text, shard_text = run_id, shard_id
+            sweep = n if sweep is None else sweep
+            model = n if model is None else model
+            provider = n if provider is None else provider
+            operation = n if operation is None else operation
+            error_type = n if error_type is None else error_type
+            convention = n if convention is None else convention
+        if resource_json is not last_resource:  # one resource per request, usually
+            last_resource, resource_text = resource_json, _text(resource_json)
+        if finish is None:
+            finish_text = n
+        else:
+            key = tuple(finish)
+            finish_text = arrays.get(key) or arrays.setdefault(key, _array(finish))
+        texts.append(
+            f"{b}{trace_id.hex()}\t{b}{span_id.hex()}\t{n if parent is None else b + parent.hex()}"
+            f"\t{run_id_text}\t{shard_text}\t{sweep}\t{call_id}\t{model}\t{provider}\t"
+            f"{operation}\t{finish_text}\t{status}\t{error_type}\t{convention}\t{span_name}\t"
+            f"{span_json}\t{resource_text}\n"
+        )
+    if not texts:
+        return AttemptBlock(b"", 0, runs)
+    # Every number of the block in one C call: orjson prints ints and the shortest
+    # round-trip form of floats (what PostgreSQL reads back as the same double), null for
+    # None, true/false for booleans. '[[a,b],[c,d]]' becomes 'a\tb' and 'c\td' lines.
+    rendered = (
+        orjson.dumps(numbers)[2:-2].replace(b",", b"\t").replace(b"]\t[", b"\n")
+        .replace(b"null", b"\\N").decode().split("\n")
+    )  # fmt: skip
+    text = "".join([f"{a}\t{t}" for a, t in zip(rendered, texts, strict=True)])
+    return AttemptBlock(text.encode(), len(texts), runs)
 
 
 def merge_runs(blocks: Iterable[AttemptBlock]) -> dict[str, RunTally]:

@@ -125,12 +125,27 @@ def _copy_query(run_id: str, condition: sql.Composable) -> sql.Composed:
     ).format(sql.SQL(select_list), sql.Literal(run_id), condition)
 
 
-def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[io.BytesIO]:
+def _parse(buffer: io.BytesIO) -> pl.DataFrame:
+    """COPY CSV rows (every column but ``run_id``) as a frame; empty buffer, empty frame."""
+    schema = {k: t for k, (_, t) in _FRAME_COLUMNS.items() if k != "run_id"}
+    if buffer.tell() == 0:
+        return pl.DataFrame(schema=schema)
+    buffer.seek(0)
+    return pl.read_csv(buffer, has_header=False, schema=schema, quote_char='"')
+
+
+def _copy_and_parse(conn: psycopg.Connection, query: bytes) -> pl.DataFrame:
+    return _parse(_copy_out(conn, query))
+
+
+def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[pl.DataFrame]:
     """The run's rows in two halves of its end-time range, read by two backends at once.
 
     The helper connection adopts ``conn``'s snapshot (``pg_export_snapshot`` / ``SET
     TRANSACTION SNAPSHOT``, as ``pg_dump --jobs`` does), so both halves come from one
     consistent view. ``end_ns`` is NOT NULL, so ``< mid`` / ``>= mid`` covers every row.
+    Each half is parsed by the thread that received it, so one half's (GIL-free) CSV
+    parse overlaps the other half's receiving.
     """
     snapshot, mid = conn.execute(
         "SELECT pg_export_snapshot(), (first_event_ns / 2 + last_event_ns / 2) "
@@ -138,14 +153,15 @@ def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[io.By
         (run_id,),
     ).fetchone() or (None, None)
     if snapshot is None or mid is None:
-        return [_copy_out(conn, _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn))]
+        everything = _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn)
+        return [_copy_and_parse(conn, everything)]
     with raw_transaction(url) as helper, ThreadPoolExecutor(max_workers=1) as pool:
         helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         late = _copy_query(run_id, sql.SQL("end_ns >= {}").format(sql.Literal(int(mid))))
-        second = pool.submit(_copy_out, helper, late.as_bytes(helper))
+        second = pool.submit(_copy_and_parse, helper, late.as_bytes(helper))
         early = _copy_query(run_id, sql.SQL("end_ns < {}").format(sql.Literal(int(mid))))
-        return [_copy_out(conn, early.as_bytes(conn)), second.result()]
+        return [_copy_and_parse(conn, early.as_bytes(conn)), second.result()]
 
 
 def fetch_run_attempts(
@@ -154,25 +170,20 @@ def fetch_run_attempts(
     """Every stored attempt of ``run_id`` as a frame of :data:`ATTEMPT_FRAME_SCHEMA`.
 
     ``run_id`` is the filter, so it is not sent per row (fewer bytes to copy and parse);
-    the rows are gathered into one buffer and parsed by Polars' CSV reader in one call.
-    (Parsing 16 MB chunks in a worker thread while receiving measured no faster.)
+    each COPY's rows are gathered into one buffer and parsed by Polars' CSV reader in
+    one call. (Parsing 16 MB chunks in a worker thread while receiving measured no
+    faster.)
 
     PostgreSQL's COPY work is the wall-clock floor of a large fetch, so with
     ``split_url`` (the database URL; ``conn`` must be in a REPEATABLE READ transaction)
     two backends each produce half of the run in the same snapshot.
     """
     if split_url is None:
-        buffers = [_copy_out(conn, _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn))]
+        query = _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn)
+        frames = [_copy_and_parse(conn, query)]
     else:
-        buffers = _split_halves(conn, split_url, run_id)
-    buffer = buffers[0]
-    for more in buffers[1:]:
-        buffer.write(more.getbuffer())
-    if buffer.tell() == 0:
-        return pl.DataFrame(schema=ATTEMPT_FRAME_SCHEMA)
-    buffer.seek(0)
-    schema = {k: t for k, (_, t) in _FRAME_COLUMNS.items() if k != "run_id"}
-    frame = pl.read_csv(buffer, has_header=False, schema=schema, quote_char='"')
+        frames = _split_halves(conn, split_url, run_id)
+    frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
         list(ATTEMPT_FRAME_SCHEMA)
     )

@@ -20,9 +20,16 @@ import psycopg
 from psycopg import errors
 
 from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
-from storage.attempt_encoding import AttemptBlock, RunTally, encode_attempts, merge_runs
+from storage.attempt_encoding import (
+    ENCODED_COLUMNS,
+    AttemptBlock,
+    RunTally,
+    encode_attempts,
+    merge_runs,
+)
 
 _COLUMNS = ", ".join(ATTEMPT_COPY_COLUMNS)
+_ENCODED = ", ".join(ENCODED_COLUMNS)
 
 _CREATE_STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS attempts_staging "
@@ -79,7 +86,7 @@ ORDER BY run_id
 
 def copy_blocks(conn: psycopg.Connection, table: str, blocks: Iterable[AttemptBlock]) -> None:
     """COPY pre-encoded attempt blocks into ``table``; used by the benchmark too."""
-    with conn.cursor() as cur, cur.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN") as copy:
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({_ENCODED}) FROM STDIN") as copy:
         for block in blocks:
             copy.write(block.text)
 

@@ -23,7 +23,7 @@ from sqlalchemy import (
     Text,
     func,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
@@ -90,9 +90,8 @@ class Attempt(Base):
     convention: Mapped[str | None] = mapped_column(Text)
     span_name: Mapped[str] = mapped_column(Text)
     span_kind: Mapped[int] = mapped_column(SmallInteger)
-    # Verbatim attributes (json, not jsonb: nothing queries inside them; migration 0003).
-    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSON)
-    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
     received_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
