@@ -28,7 +28,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 _SCALARS = frozenset({"string_value", "bool_value", "int_value"})
 
 
-def _non_finite(value: float) -> str:
+def non_finite_text(value: float) -> str:
+    """NaN / ±infinity as OTLP/JSON spells them (JSON and jsonb cannot hold them)."""
     if math.isnan(value):
         return "NaN"
     return "Infinity" if value > 0 else "-Infinity"
@@ -41,7 +42,7 @@ def any_value_to_python(value: AnyValue) -> Any:
         return getattr(value, kind)
     if kind == "double_value":
         number = value.double_value
-        return number if math.isfinite(number) else _non_finite(number)
+        return number if math.isfinite(number) else non_finite_text(number)
     if kind == "array_value":
         return [any_value_to_python(item) for item in value.array_value.values]
     if kind == "kvlist_value":

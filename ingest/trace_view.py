@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from ingest.attribute_values import any_value_to_python
+from ingest.key_value_wire import read_key_value
 
 _PACKAGE: Final = "tpmledger.trace_view"
 _F = descriptor_pb2.FieldDescriptorProto
@@ -88,8 +89,10 @@ class _EncodingCache(dict[bytes, tuple[str, Any]]):
         self.max_entries = max_entries
 
     def __missing__(self, raw: bytes) -> tuple[str, Any]:
-        key_value = KeyValue.FromString(raw)
-        entry = (key_value.key, any_value_to_python(key_value.value))
+        entry = read_key_value(raw)
+        if entry is None:  # not one of the common short scalar shapes
+            key_value = KeyValue.FromString(raw)
+            entry = (key_value.key, any_value_to_python(key_value.value))
         if len(self) >= self.max_entries:
             # Crude but O(1) amortized: distinct encodings beyond the bound (unique ids,
             # token counts) churn; the common ones are back after a few spans.
@@ -116,4 +119,5 @@ class AttributeDecoder:
         Cached values are shared between spans: callers must not mutate them.
         """
         # dict(map(...)) keeps the per-attribute work in C; only cache misses run Python.
-        return dict(map(self._lookup, encoded))
+        # encoded[:] copies upb's repeated field into a list faster than iterating it.
+        return dict(map(self._lookup, encoded[:]))
