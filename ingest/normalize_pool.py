@@ -21,6 +21,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -30,6 +32,7 @@ from ingest.request_encoding import EncodedRequest, encode_request
 log = logging.getLogger(__name__)
 
 _RETRY_AFTER_S = 1
+_PARENT_CHECK_S = 1.0
 
 
 def default_workers() -> int:
@@ -37,12 +40,20 @@ def default_workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
-def _worker_started() -> None:
+def _worker_started(parent_pid: int) -> None:
     # Ctrl-C reaches the whole process group; the main process decides when workers stop
-    # (after the requests in flight are answered), and a worker whose parent died exits
-    # when its task pipe closes.
+    # (after the requests in flight are answered).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A worker holds both ends of its task queue, so a parent killed with SIGKILL never
+    # closes it: watch the parent instead, or the worker would live on as an orphan.
+    threading.Thread(target=_exit_with, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_with(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _ready() -> int:
@@ -63,6 +74,7 @@ class NormalizePool:
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_worker_started,
+                initargs=(os.getpid(),),
             )
             for _ in range(self.workers):
                 self._executor.submit(_ready)

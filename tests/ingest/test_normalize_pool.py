@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 from ingest.error_taxonomy import NormalizerLost
 from ingest.normalize_pool import NormalizePool
 from ingest.request_encoding import encode_request
-from tests.fixtures.servers import wait_for
+from tests.fixtures.servers import start_ingest, wait_for
 from tests.ingest.otlp_builders import export_request, llm_span
 
 
@@ -72,3 +72,39 @@ def test_a_killed_worker_is_a_retryable_error_and_the_pool_comes_back() -> None:
             await pool.close()
 
     asyncio.run(scenario())
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_of_a_killed_ingest_process_exit(database_url: str) -> None:
+    server = start_ingest(database_url, env={"TPMLEDGER_NORMALIZE_WORKERS": "2"})
+    try:
+        # Two normalizer workers (plus multiprocessing's resource tracker) are children.
+        workers = wait_for(
+            lambda: len(_children(server.process.pid)) >= 2 and _children(server.process.pid), 60
+        )
+        server.process.kill()
+        server.process.wait(10)
+        wait_for(lambda: not any(_alive(pid) for pid in workers), timeout=30)
+    finally:
+        server.stop()
