@@ -17,7 +17,7 @@ has no percentile (null in the tables). Tests compare against Polars on random g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +105,32 @@ def grouped_quantiles(
     start = np.zeros(group_count, dtype=np.int64)
     np.cumsum(nn[:-1], out=start[1:])
     return _from_sorted(ordered, start, nn, nc, quantiles), nn > 0
+
+
+def grouped_integer_quantiles(
+    keys: Ints,
+    groups: Ints,
+    group_count: int,
+    quantiles: Sequence[float],
+    to_values: Callable[[Ints], Floats],
+) -> tuple[list[Floats], Bools] | None:
+    """Percentiles per group of values given by non-negative integer ``keys`` (no nulls).
+
+    ``to_values`` maps sorted keys to the (non-decreasing) values, e.g. nanoseconds to
+    seconds exactly as Polars divides. No ranking is needed: ``group * span + key`` is
+    sorted once. None when a key is negative or the combined key could overflow (the
+    caller then ranks the values instead).
+    """
+    span = int(keys.max()) + 1 if keys.size else 1
+    if keys.size and (int(keys.min()) < 0 or group_count * span >= 2**62):
+        return None
+    combined = groups * span + keys
+    combined.sort()
+    nn = np.bincount(groups, minlength=group_count).astype(np.int64)
+    start = np.zeros(group_count, dtype=np.int64)
+    np.cumsum(nn[:-1], out=start[1:])
+    nc = np.zeros(group_count, dtype=np.int64)
+    return _from_sorted(to_values(combined % span), start, nn, nc, quantiles), nn > 0
 
 
 def overall_quantiles(ranked: RankedValues, quantiles: Sequence[float]) -> list[float | None]:
