@@ -119,18 +119,22 @@ def build_minute_table(
     *,
     grid: EventGrid | None = None,
     ranked: RankedEvents | None = None,
+    percentiles: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The minute table with ``minute_ns`` (int) in place of ``minute_utc``.
 
-    ``series``, ``grid`` and ``ranked`` may be passed in when the caller computed them
-    already (the run figures share them); they are derived from ``events`` otherwise.
+    ``series``, ``grid``, ``ranked`` and ``percentiles`` (from
+    :func:`~analytics.minute_percentiles.minute_percentiles`) may be passed in when the
+    caller computed them already; they are derived from ``events`` otherwise.
     """
     grid = grid if grid is not None else event_grid(events)
     series = series if series is not None else second_series(events, grid)
     buckets, measured = _bucket_figures(events, grid)
     # Every (shard, minute) cell and every '*' minute, first to last, with percentiles.
-    ranked = ranked if ranked is not None else rank_events(events)
-    keys = _keys(grid, minute_percentiles(grid, ranked))
+    if percentiles is None:
+        ranked = ranked if ranked is not None else rank_events(events)
+        percentiles = minute_percentiles(grid, ranked)
+    keys = _keys(grid, percentiles)
     concurrency = minute_concurrency(series, caps)
     table = (
         keys.join(buckets, on="_key", how="left")

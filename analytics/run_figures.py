@@ -9,6 +9,7 @@ need it (``work_conserving``, ``concurrency_cap``, …) are null without it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +18,14 @@ import numpy.typing as npt
 import polars as pl
 
 from analytics.concurrency import SecondSeries, second_series, work_conserving
-from analytics.event_grid import event_grid
+from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import explicit_call_ids
-from analytics.minute_percentiles import RankedEvents, rank_events, run_percentiles
+from analytics.minute_percentiles import (
+    RankedEvents,
+    minute_percentiles,
+    rank_events,
+    run_percentiles,
+)
 from analytics.minute_table import (
     WHOLE_RUN,
     build_minute_table,
@@ -80,9 +86,9 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     }
 
 
-def _totals(plan: pl.LazyFrame, ranked: RankedEvents) -> dict[str, Any]:
+def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
     ttft, latency = pl.col("ttft_ok_s"), pl.col("latency_s")
-    sums = (
+    return (
         plan.select(
             attempts=pl.len(),
             shard_count=pl.col("shard_id").n_unique(),
@@ -100,7 +106,6 @@ def _totals(plan: pl.LazyFrame, ranked: RankedEvents) -> dict[str, Any]:
         .collect()
         .row(0, named=True)
     )
-    return sums | run_percentiles(ranked)
 
 
 def repeated(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
@@ -174,17 +179,34 @@ def _sustained(whole: pl.DataFrame) -> float | None:
     return float(value) if value is not None else None  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class _EventTotals:
+    """Run figures that need only the events (not the minute table or percentiles)."""
+
+    sums: dict[str, Any]
+    calls: tuple[int, int, Any]
+    balance: dict[str, Any]
+    measured: bool
+
+
+def _event_totals(events: pl.DataFrame) -> _EventTotals:
+    plan, measured = prepared_events(events)
+    plan = plan.cache()
+    calls = _calls(plan, explicit_call_ids(events), measured)
+    return _EventTotals(_totals(plan), calls, _shard_balance(plan), measured)
+
+
 def _figures(
     events: pl.DataFrame,
     table: pl.DataFrame,
     series: SecondSeries,
     context: RunContext,
     ranked: RankedEvents,
+    totals: _EventTotals,
 ) -> dict[str, Any]:
-    plan, measured = prepared_events(events)
-    plan = plan.cache()
-    t = _totals(plan, ranked)
-    calls, ok_calls, causes = _calls(plan, explicit_call_ids(events), measured)
+    t = totals.sums | run_percentiles(ranked)
+    calls, ok_calls, causes = totals.calls
+    measured = totals.measured
     whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     run_ids = events.get_column("run_id").unique().to_list()
     ttft_measured = bool(t["ttft_n"])
@@ -210,7 +232,7 @@ def _figures(
             "mean": t["ttft_mean"],
             "variance": t["ttft_var"] if ttft_measured else None,
         },
-        "shard_balance": _shard_balance(plan),
+        "shard_balance": totals.balance,
         "declared_shard_count": context.declared_shard_count,
         "concurrency_cap": context.concurrency_cap,
         "sweep_id": context.sweep_id,
@@ -231,14 +253,29 @@ def _figures(
     return cleaned
 
 
+def _ranked_percentiles(events: pl.DataFrame, grid: EventGrid) -> tuple[RankedEvents, pl.DataFrame]:
+    ranked = rank_events(events)
+    return ranked, minute_percentiles(grid, ranked)
+
+
 def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
-    """Minute table and run figures of canonical ``events`` in one pass of shared work."""
+    """Minute table and run figures of canonical ``events`` (any row order).
+
+    NumPy's sorts release the GIL, so the percentiles are ranked and sorted in a worker
+    thread while this thread computes the concurrency series and the event totals
+    (Polars); the minute table then joins both.
+    """
     context = context or RunContext()
     grid = event_grid(events)
-    ranked = rank_events(events)
-    series = second_series(events, grid)
-    table = build_minute_table(events, context.caps, series, grid=grid, ranked=ranked)
-    return RunAnalysis(table, _figures(events, table, series, context, ranked))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        percentiles = pool.submit(_ranked_percentiles, events, grid)
+        series = second_series(events, grid)
+        totals = _event_totals(events)
+        ranked, minute_pct = percentiles.result()
+    table = build_minute_table(
+        events, context.caps, series, grid=grid, ranked=ranked, percentiles=minute_pct
+    )
+    return RunAnalysis(table, _figures(events, table, series, context, ranked, totals))
 
 
 def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:
