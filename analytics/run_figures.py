@@ -86,25 +86,21 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     }
 
 
-def _totals(plan: pl.LazyFrame) -> dict[str, Any]:
+def _totals(plan: pl.LazyFrame) -> pl.LazyFrame:
     ttft, latency = pl.col("ttft_ok_s"), pl.col("latency_s")
-    return (
-        plan.select(
-            attempts=pl.len(),
-            shard_count=pl.col("shard_id").n_unique(),
-            first_ns=pl.col("end_ns").min(),
-            last_ns=pl.col("end_ns").max(),
-            successes=pl.col("ok").sum(),
-            retries=pl.col("is_retry").sum(),
-            prompt=pl.col("prompt").sum(),
-            completion=pl.col("completion").sum(),
-            ttft_n=ttft.count(),
-            ttft_mean=ttft.mean(),
-            ttft_var=ttft.var(ddof=0),
-            lat_mean=latency.mean(),
-        )
-        .collect()
-        .row(0, named=True)
+    return plan.select(
+        attempts=pl.len(),
+        shard_count=pl.col("shard_id").n_unique(),
+        first_ns=pl.col("end_ns").min(),
+        last_ns=pl.col("end_ns").max(),
+        successes=pl.col("ok").sum(),
+        retries=pl.col("is_retry").sum(),
+        prompt=pl.col("prompt").sum(),
+        completion=pl.col("completion").sum(),
+        ttft_n=ttft.count(),
+        ttft_mean=ttft.mean(),
+        ttft_var=ttft.var(ddof=0),
+        lat_mean=latency.mean(),
     )
 
 
@@ -116,25 +112,21 @@ def repeated(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
     return pl.Series(values).is_in(pl.Series(repeats).implode()).to_numpy()
 
 
-def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int, Any]:
-    """(logical calls, calls whose last attempt succeeded, retry causes or None).
+def _call_queries(plan: pl.LazyFrame, explicit: bool) -> list[pl.LazyFrame]:
+    """Queries for (logical calls, calls whose last attempt succeeded, retry causes).
 
     The last attempt of a call is the latest by (start_ns, end_ns, span_id). Only calls
-    with several attempts need ordering, so they are split off first (they are few).
+    with several attempts (``_many``, see :func:`_event_totals`) need ordering, so
+    single-attempt calls are only counted.
     """
     if not explicit:
         # Every attempt is its own logical call; causes cannot be linked to a retry.
-        row = plan.select(n=pl.len(), ok=pl.col("ok").sum()).collect().row(0)
-        return int(row[0]), int(row[1] or 0), None
-    # Duplicates by 64-bit hash (half the cost of hashing strings twice): a collision
-    # only sends a one-attempt call down the exact per-call path, which counts it right.
-    hashes = plan.select(pl.col("call_id").hash()).collect().to_series().to_numpy()
-    flagged = plan.with_columns(_many=pl.Series(repeated(hashes))).cache()
-    single = flagged.filter(~pl.col("_many")).select(n=pl.len(), ok=pl.col("ok").sum())
+        return [plan.select(n=pl.len(), ok=pl.col("ok").sum())]
+    single = plan.filter(~pl.col("_many")).select(n=pl.len(), ok=pl.col("ok").sum())
     order = list(_CALL_ORDER)
     failed_type = pl.when(~pl.col("ok")).then(pl.col("error_type").fill_null("error"))
     per_call = (
-        flagged.filter(pl.col("_many"))
+        plan.filter(pl.col("_many"))
         .group_by("call_id")
         .agg(
             last_ok=pl.col("ok").sort_by(order).last(),
@@ -142,8 +134,15 @@ def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int
             retried=failed_type.sort_by(order).head(pl.len() - 1),
         )
     )
-    single_row, multi = pl.collect_all([single, per_call])
-    n_single, ok_single = single_row.row(0)
+    return [single, per_call]
+
+
+def _calls(results: list[pl.DataFrame], measured: bool) -> tuple[int, int, Any]:
+    """(logical calls, calls whose last attempt succeeded, retry causes or None)."""
+    n_single, ok_single = results[0].row(0)
+    if len(results) == 1:
+        return int(n_single), int(ok_single or 0), None
+    multi = results[1]
     calls = int(n_single) + multi.height
     ok_calls = int(ok_single or 0) + int(multi.get_column("last_ok").sum())
     if not measured:
@@ -157,13 +156,12 @@ def _calls(plan: pl.LazyFrame, explicit: bool, measured: bool) -> tuple[int, int
     return calls, ok_calls, {r: int(n) for r, n in causes.iter_rows()}
 
 
-def _shard_balance(plan: pl.LazyFrame) -> dict[str, Any]:
-    shares = (
-        plan.group_by("shard_id")
-        .agg(tokens=pl.col("prompt").sum() + pl.col("completion").sum())
-        .sort("shard_id")
-        .collect()
-    )
+def _balance_query(plan: pl.LazyFrame) -> pl.LazyFrame:
+    return plan.group_by("shard_id").agg(tokens=pl.col("prompt").sum() + pl.col("completion").sum())
+
+
+def _shard_balance(shares: pl.DataFrame) -> dict[str, Any]:
+    shares = shares.sort("shard_id")
     total = int(shares.get_column("tokens").sum()) if shares.height else 0
     if total == 0:
         return {"shares": None, "imbalance": None}
@@ -190,10 +188,21 @@ class _EventTotals:
 
 
 def _event_totals(events: pl.DataFrame) -> _EventTotals:
+    """Totals, shard balance and logical calls: one collect over the prepared events."""
     plan, measured = prepared_events(events)
+    explicit = explicit_call_ids(events)
+    if explicit:
+        # Repeated call ids by 64-bit hash (half the cost of hashing strings twice): a
+        # collision only sends a one-attempt call down the exact per-call path.
+        hashes = events.get_column("call_id").hash().to_numpy()
+        plan = plan.with_columns(_many=pl.Series(repeated(hashes)))
     plan = plan.cache()
-    calls = _calls(plan, explicit_call_ids(events), measured)
-    return _EventTotals(_totals(plan), calls, _shard_balance(plan), measured)
+    totals, balance, *calls = pl.collect_all(
+        [_totals(plan), _balance_query(plan), *_call_queries(plan, explicit)]
+    )
+    return _EventTotals(
+        totals.row(0, named=True), _calls(calls, measured), _shard_balance(balance), measured
+    )
 
 
 def _figures(
