@@ -20,44 +20,21 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import signal
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from ingest import normalize_worker
 from ingest.error_taxonomy import NormalizerLost
 from ingest.request_encoding import EncodedRequest, encode_request
 
 log = logging.getLogger(__name__)
 
 _RETRY_AFTER_S = 1
-_PARENT_CHECK_S = 1.0
 
 
 def default_workers() -> int:
     """One normalizer process per core (at most 8): PostgreSQL and the listeners share them."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
-
-
-def _worker_started(parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group; the main process decides when workers stop
-    # (after the requests in flight are answered).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # A worker holds both ends of its task queue, so a parent killed with SIGKILL never
-    # closes it: watch the parent instead, or the worker would live on as an orphan.
-    threading.Thread(target=_exit_with, args=(parent_pid,), daemon=True).start()
-
-
-def _exit_with(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(_PARENT_CHECK_S)
-    os._exit(0)
-
-
-def _ready() -> int:
-    return os.getpid()
 
 
 class NormalizePool:
@@ -73,11 +50,11 @@ class NormalizePool:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_started,
+                initializer=normalize_worker.started,
                 initargs=(os.getpid(),),
             )
             for _ in range(self.workers):
-                self._executor.submit(_ready)
+                self._executor.submit(normalize_worker.ready)
 
     async def encode(self, payload: bytes) -> EncodedRequest:
         """Normalize and encode one serialized export request.
@@ -93,7 +70,7 @@ class NormalizePool:
         assert executor is not None
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                executor, encode_request, payload
+                executor, normalize_worker.encode_request, payload
             )
         except BrokenProcessPool as exc:
             self._replace(executor)

@@ -23,8 +23,10 @@ from ingest.export_handler import TraceExportHandler
 from ingest.group_commit import GroupCommitWriter
 from ingest.grpc_server import TraceService, build_grpc_server
 from ingest.http_app import build_app
+from ingest.http_protocol import bounded_read_protocol
 from ingest.metrics import IngestMetrics
 from ingest.normalize_pool import NormalizePool, default_workers
+from ingest.process_memory import limit_heap_retention
 from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class _HttpServer(uvicorn.Server):
 
 def run(settings: Settings) -> None:
     """Run ingest until SIGTERM/SIGINT (``settings.database_url`` must be set)."""
+    limit_heap_retention()  # before any thread starts: arenas are per thread
     asyncio.run(serve(settings))
 
 
@@ -94,6 +97,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             app,
             host=settings.host,
             port=settings.http_port,
+            http=bounded_read_protocol(),
             log_config=None,
             access_log=False,  # per-request lines cost throughput; /metrics counts answers
             server_header=False,

@@ -1,0 +1,39 @@
+"""Keep the ingest process's heap from holding on to memory it no longer uses.
+
+Ingest allocates and frees request-sized buffers (bodies, COPY blocks: a few hundred KiB
+each) from several threads. With glibc's defaults, the mmap threshold rises after the
+first large free, so later buffers come from the heap, and each thread may get its own
+arena; freed memory then stays in the process (bench/ingest_overload.py). A fixed
+128 KiB threshold sends large buffers straight back to the kernel, and two arenas bound
+per-thread fragmentation. Without glibc this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+_M_MMAP_THRESHOLD: Final = -3  # <malloc.h>
+_M_ARENA_MAX: Final = -8
+MMAP_THRESHOLD_BYTES: Final = 128 * 1024
+ARENA_MAX: Final = 2
+
+
+def limit_heap_retention() -> bool:
+    """Apply the settings above (call before threads start); ``False`` without glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    applied = bool(mallopt(_M_ARENA_MAX, ARENA_MAX)) and bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    )
+    log.debug("malloc tuning applied: %s", applied)
+    return applied
