@@ -229,8 +229,9 @@ def _escaped_string(name: str) -> pl.Expr:
 
 def _value_texts(
     frame: pl.DataFrame, skip: frozenset[str] = frozenset()
-) -> list[tuple[str, pl.Expr, bool]]:
-    """Per key: (name, text expression, whether the text still needs surrounding quotes).
+) -> tuple[pl.DataFrame, list[tuple[str, pl.Expr, bool]]]:
+    """The frame with float columns replaced by their text, and per key: (name, text
+    expression, whether the text still needs surrounding quotes).
 
     Plain strings and nanosecond decimals are quoted by the literal text around them
     (no per-row work) unless the column has nulls; escaping is done only for a string
@@ -253,7 +254,7 @@ def _value_texts(
             texts.append((name, column, False))
             continue
         if dtype == pl.Float64():
-            texts.append((name, pl.lit(float_texts[name]), False))
+            texts.append((name, column, False))  # the column now holds its text
             continue
         if dtype == pl.String() and escape.get(name):
             texts.append((name, _escaped_string(name).fill_null("null"), False))
@@ -270,7 +271,7 @@ def _value_texts(
         elif nulls[name]:
             text = text.fill_null("null")
         texts.append((name, text, quoted))
-    return texts
+    return frame.with_columns(**float_texts), texts
 
 
 def _constant_texts(frame: pl.DataFrame) -> dict[str, str]:
@@ -316,9 +317,10 @@ def canonical_lines(events: pl.DataFrame) -> pl.Series:
     if frame.height == 0:
         return pl.Series("line", [], dtype=pl.String)
     constants = _constant_texts(frame)
+    frame, texts = _value_texts(frame, skip=frozenset(constants))
     template, values = "", []
     glue = "{"
-    for name, text, quoted in _value_texts(frame, skip=frozenset(constants)):
+    for name, text, quoted in texts:
         quote = '"' if quoted else ""
         template += _template_text(f'{glue}"{name}":')
         if name in constants:
@@ -329,6 +331,8 @@ def canonical_lines(events: pl.DataFrame) -> pl.Series:
             values.append(text)
         glue = f"{quote},"
     template += _template_text(glue[:-1] + "}\n")
+    # Every value is a column of the frame (no literal Series), so Polars formats its
+    # chunks in parallel.
     lines = frame.select(pl.format(template, *values).alias("line")).to_series()
     # Lines are built in the input's row order and then put in canonical order: one
     # gather of a string column (views) instead of a gather of all sixteen columns.
