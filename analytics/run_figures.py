@@ -13,13 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from analytics.concurrency import SecondSeries, second_series, work_conserving
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import explicit_call_ids
+from analytics.logical_calls import call_queries, flag_repeated_calls, logical_calls
 from analytics.minute_percentiles import (
     RankedEvents,
     minute_percentiles,
@@ -36,7 +35,6 @@ from storage.runs_read import ns_to_rfc3339
 
 SIGNIFICANT_DIGITS = 12
 PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
-_CALL_ORDER = ("start_ns", "end_ns", "span_id")
 
 
 @dataclass(frozen=True)
@@ -104,58 +102,6 @@ def _totals(plan: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def repeated(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
-    """Which entries occur more than once (one sort; membership in the few repeats)."""
-    ordered = np.sort(values)
-    repeats = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
-    # Polars' hash-set probe; NumPy's searchsorted of unsorted needles was 15x slower.
-    return pl.Series(values).is_in(pl.Series(repeats).implode()).to_numpy()
-
-
-def _call_queries(plan: pl.LazyFrame, explicit: bool) -> list[pl.LazyFrame]:
-    """Queries for (logical calls, calls whose last attempt succeeded, retry causes).
-
-    The last attempt of a call is the latest by (start_ns, end_ns, span_id). Only calls
-    with several attempts (``_many``, see :func:`_event_totals`) need ordering, so
-    single-attempt calls are only counted.
-    """
-    if not explicit:
-        # Every attempt is its own logical call; causes cannot be linked to a retry.
-        return [plan.select(n=pl.len(), ok=pl.col("ok").sum())]
-    single = plan.filter(~pl.col("_many")).select(n=pl.len(), ok=pl.col("ok").sum())
-    order = list(_CALL_ORDER)
-    failed_type = pl.when(~pl.col("ok")).then(pl.col("error_type").fill_null("error"))
-    per_call = (
-        plan.filter(pl.col("_many"))
-        .group_by("call_id")
-        .agg(
-            last_ok=pl.col("ok").sort_by(order).last(),
-            # failed attempts that a later attempt of the same call retried
-            retried=failed_type.sort_by(order).head(pl.len() - 1),
-        )
-    )
-    return [single, per_call]
-
-
-def _calls(results: list[pl.DataFrame], measured: bool) -> tuple[int, int, Any]:
-    """(logical calls, calls whose last attempt succeeded, retry causes or None)."""
-    n_single, ok_single = results[0].row(0)
-    if len(results) == 1:
-        return int(n_single), int(ok_single or 0), None
-    multi = results[1]
-    calls = int(n_single) + multi.height
-    ok_calls = int(ok_single or 0) + int(multi.get_column("last_ok").sum())
-    if not measured:
-        return calls, ok_calls, None
-    causes = (
-        multi.select(pl.col("retried").explode().drop_nulls())
-        .group_by("retried")
-        .len()
-        .sort("retried")
-    )
-    return calls, ok_calls, {r: int(n) for r, n in causes.iter_rows()}
-
-
 def _balance_query(plan: pl.LazyFrame) -> pl.LazyFrame:
     return plan.group_by("shard_id").agg(tokens=pl.col("prompt").sum() + pl.col("completion").sum())
 
@@ -192,16 +138,16 @@ def _event_totals(events: pl.DataFrame) -> _EventTotals:
     plan, measured = prepared_events(events)
     explicit = explicit_call_ids(events)
     if explicit:
-        # Repeated call ids by 64-bit hash (half the cost of hashing strings twice): a
-        # collision only sends a one-attempt call down the exact per-call path.
-        hashes = events.get_column("call_id").hash().to_numpy()
-        plan = plan.with_columns(_many=pl.Series(repeated(hashes)))
+        plan = flag_repeated_calls(plan, events.get_column("call_id"))
     plan = plan.cache()
     totals, balance, *calls = pl.collect_all(
-        [_totals(plan), _balance_query(plan), *_call_queries(plan, explicit)]
+        [_totals(plan), _balance_query(plan), *call_queries(plan, explicit)]
     )
     return _EventTotals(
-        totals.row(0, named=True), _calls(calls, measured), _shard_balance(balance), measured
+        totals.row(0, named=True),
+        logical_calls(calls, measured),
+        _shard_balance(balance),
+        measured,
     )
 
 
