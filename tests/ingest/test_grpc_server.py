@@ -53,9 +53,9 @@ def test_grpc_requests_draw_on_the_shared_body_budget() -> None:
     with budget.hold("90"):  # OTLP/HTTP holds most of the budget
         context = FakeContext()
         with pytest.raises(Aborted):
-            asyncio.run(service.export(payload, context))  # type: ignore[arg-type]
+            asyncio.run(service.export(payload, context))
         assert context.code == grpc.StatusCode.UNAVAILABLE
     assert handler.seen == []
-    asyncio.run(service.export(payload, FakeContext()))  # type: ignore[arg-type]
+    asyncio.run(service.export(payload, FakeContext()))
     assert handler.seen == [(payload, 20)]  # held while being stored
     assert budget.in_use == 0
