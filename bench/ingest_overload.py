@@ -37,19 +37,23 @@ _QUEUE_GAUGE = re.compile(r"^tpmledger_ingest_queue_depth_spans (\S+)$", re.MULT
 
 
 class QueueWatcher(threading.Thread):
-    """Polls ``/metrics`` for the queue-depth gauge and the process RSS."""
+    """Polls ``/metrics`` for the queue-depth gauge and the process RSS, and times
+    ``/healthz`` (the listener's event loop must stay responsive under overload)."""
 
     def __init__(self, host: str, port: int, rss: workload.RssSampler) -> None:
         super().__init__(daemon=True)
         self.host, self.port, self.rss = host, port, rss
         self.peak_queue: float | None = None
         self.timeline: list[tuple[float, float | None, int]] = []
+        self.health_s: list[float] = []
+        self.health_failures = 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         started = time.monotonic()
         next_mark = 0.0
         while not self._stop_event.wait(0.25):
+            self._time_health()
             depth = self._queue_depth()
             if depth is not None:
                 self.peak_queue = max(self.peak_queue or 0.0, depth)
@@ -57,6 +61,20 @@ class QueueWatcher(threading.Thread):
             if elapsed >= next_mark:
                 self.timeline.append((elapsed, depth, self.rss.peak_bytes))
                 next_mark += 10.0
+
+    def _time_health(self) -> None:
+        started = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+            conn.request("GET", "/healthz")
+            ok = conn.getresponse().status == 200
+            conn.close()
+        except (OSError, http.client.HTTPException):
+            ok = False
+        if ok:
+            self.health_s.append(time.perf_counter() - started)
+        else:
+            self.health_failures += 1
 
     def _queue_depth(self) -> float | None:
         try:
@@ -122,8 +140,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s, honouring Retry-After",
         f"answers: {dict(sorted(sent.statuses.items()))}; 503 with Retry-After: "
         f"{sent.retry_after_503} of {refused}; transport errors: {len(sent.errors)}",
-        f"ingest peak RSS (process + children): {peak_rss / 2**20:.0f} MiB "
-        f"(target <= 300 MB: {'met' if peak_rss <= 300e6 else 'NOT met'})",
+        f"ingest peak RSS (process + children): {peak_rss / 2**20:.0f} MiB = "
+        f"{peak_rss / 1e6:.0f} MB (target <= 300 MB: {'met' if peak_rss <= 300e6 else 'NOT met'})",
+        "GET /healthz during the overload: "
+        + (
+            f"{len(watcher.health_s)} answered, p50 "
+            f"{1000 * (workload.percentile(watcher.health_s, 0.5) or 0):.0f} ms, p99 "
+            f"{1000 * (workload.percentile(watcher.health_s, 0.99) or 0):.0f} ms, max "
+            f"{1000 * max(watcher.health_s):.0f} ms"
+            if watcher.health_s
+            else "never answered"
+        )
+        + f"; failed or timed out (10 s): {watcher.health_failures}",
         "RSS peak so far / queue depth every 10 s: "
         + ", ".join(
             f"{t:.0f}s {r / 2**20:.0f}MiB/" + ("?" if q is None else f"{q:.0f}")
