@@ -112,8 +112,11 @@ def _order_by_end(typed: pl.DataFrame) -> np.ndarray | None:
     in_tie[:-1] |= tied
     positions = np.flatnonzero(in_tie)
     rows = positions if order is None else order[positions]
-    ties = typed.select(ORDER_COLUMNS)[rows].with_row_index("_at")
-    settled = ties.sort(ORDER_COLUMNS).get_column("_at").to_numpy()
+    ties = typed.select(ORDER_COLUMNS)[rows].with_columns(
+        _at=pl.int_range(0, len(rows)), _row=pl.Series(rows)
+    )
+    # Identical keys keep their input order (a stable sort), as a reference sort would.
+    settled = ties.sort([*ORDER_COLUMNS, "_row"]).get_column("_at").to_numpy()
     if order is None and bool(np.all(settled[1:] > settled[:-1])):
         return None
     order = np.arange(ends.size) if order is None else order
@@ -131,7 +134,7 @@ def _line_order(typed: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray | None]:
     if typed.height < 2:
         return typed, None
     if typed.select(pl.any_horizontal(pl.col(ORDER_COLUMNS).is_null().any())).item():
-        return typed.sort(ORDER_COLUMNS), None  # nulls first, as Polars sorts them
+        return typed.sort(ORDER_COLUMNS, maintain_order=True), None  # nulls first
     return typed, _order_by_end(typed)
 
 
