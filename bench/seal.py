@@ -167,6 +167,49 @@ def _cpu(cpu: dict[str, float], stage: str) -> str:
     return f"{cpu[stage]:.3f}" if stage in cpu else "-"
 
 
+def _postgres_cpu(server: object | None) -> float | None:
+    """CPU seconds used so far by the embedded server's processes (None: not measured).
+
+    Postmaster's own and reaped children's times (backends that exited, e.g. the split
+    fetch's helper) plus every live child's, from /proc (Linux only).
+    """
+    pgdata = getattr(server, "pgdata", None)
+    try:
+        postmaster = int((Path(pgdata) / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended meanwhile
+            pid, ppid = int(stat.parent.name), int(fields[1])
+            if pid == postmaster:
+                total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+            elif ppid == postmaster:
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+    except (OSError, TypeError, ValueError, IndexError):
+        return None
+
+
+def _copy_floor(url: str) -> float | None:
+    """Seconds PostgreSQL alone needs to produce the run's fetch COPY (to /dev/null)."""
+    from psycopg import sql
+
+    from storage.attempt_frames import _copy_query
+
+    try:
+        with raw_transaction(url) as conn:
+            query = _copy_query(RUN_ID, sql.SQL("TRUE")).as_string(conn)
+            to_null = query.replace("TO STDOUT", "TO '/dev/null'")
+            started = time.perf_counter()
+            conn.execute(to_null.encode())
+            return time.perf_counter() - started
+    except Exception:  # needs superuser / a local server; the figure is then not measured
+        return None
+
+
 def _run_stored(url: str) -> bool:
     with raw_transaction(url) as conn:
         row = conn.execute("SELECT attempts FROM runs WHERE run_id = %s", (RUN_ID,)).fetchone()
@@ -215,11 +258,15 @@ def main() -> int:
         say(f"load average before sealing: {os.getloadavg()}")
         best: dict[str, float] | None = None
         best_cpu: dict[str, float] = {}
+        best_pg: float | None = None
         for n in range(args.repeat):
             timer = StageTimer()
+            pg0 = _postgres_cpu(server)
             t0, c0 = time.perf_counter(), time.process_time()
             result = seal_run(url, RUN_ID, force=True, timer=timer)
             total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
+            pg1 = _postgres_cpu(server)
+            pg = None if pg0 is None or pg1 is None else pg1 - pg0
             # Stages as this source tree's timer recorded them (older trees name them
             # differently), so one bench file can time two trees.
             stages = _in_order(dict(timer.seconds)) | {"end_to_end": total}
@@ -227,6 +274,7 @@ def main() -> int:
             say(
                 f"seal #{n + 1}: "
                 + "  ".join(f"{k} {v:.3f}s (cpu {_cpu(cpu, k)})" for k, v in stages.items())
+                + f"  postgres_cpu {'not measured' if pg is None else f'{pg:.3f}s'}"
                 + f"  (v{result.version}, {result.metrics['attempts']:,} events)"
             )
             digests = (
@@ -236,7 +284,7 @@ def main() -> int:
             )
             say(digests)
             if best is None or total < best["end_to_end"]:
-                best, best_cpu = stages, cpu
+                best, best_cpu, best_pg = stages, cpu, pg
         facts, attempts = load_run(url, RUN_ID)
         events = attempts_to_events(attempts)
         context = RunContext(RUN_ID, shard_caps(attempts), facts.declared_shard_count, 16)
@@ -255,6 +303,13 @@ def main() -> int:
         )
         for stage in [s for s in best if s != "end_to_end"]:
             say(f"  {stage:<17} {best[stage]:.3f} s wall  {_cpu(best_cpu, stage)} s cpu")
+        pg_text = "not measured" if best_pg is None else f"{best_pg:.3f} s"
+        floor = _copy_floor(url)
+        floor_text = "not measured" if floor is None else f"{floor:.3f} s wall"
+        say(
+            f"PostgreSQL CPU during that seal (all server processes): {pg_text}; "
+            f"its COPY of the run alone (one backend, TO '/dev/null'): {floor_text}"
+        )
         say(
             f"analytics alone (analyze_events on events in memory, best of {args.repeat}): "
             f"{analytics_s:.3f} s wall = "
