@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Final
 
+from ingest.process_memory import relax_garbage_collector
 from ingest.request_encoding import EncodedRequest, encode_request
 
 __all__ = ["EncodedRequest", "encode_request", "ready", "started"]
@@ -29,6 +30,7 @@ def started(parent_pid: int) -> None:
     # A worker holds both ends of its task queue, so a parent killed with SIGKILL never
     # closes it: watch the parent instead, or the worker would live on as an orphan.
     threading.Thread(target=_exit_with, args=(parent_pid,), daemon=True).start()
+    relax_garbage_collector()
 
 
 def _exit_with(parent_pid: int) -> None:

@@ -26,7 +26,7 @@ from ingest.http_app import build_app
 from ingest.http_protocol import bounded_read_protocol
 from ingest.metrics import IngestMetrics
 from ingest.normalize_pool import NormalizePool, default_workers
-from ingest.process_memory import limit_heap_retention
+from ingest.process_memory import limit_heap_retention, relax_garbage_collector
 from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class _HttpServer(uvicorn.Server):
 def run(settings: Settings) -> None:
     """Run ingest until SIGTERM/SIGINT (``settings.database_url`` must be set)."""
     limit_heap_retention()  # before any thread starts: arenas are per thread
+    relax_garbage_collector()
     asyncio.run(serve(settings))
 
 

@@ -68,3 +68,19 @@ def test_a_normalizer_worker_imports_only_the_normalizer() -> None:
         check=True,
     )
     assert result.stdout.strip() == "", f"loaded in a worker: {result.stdout.strip()}"
+
+
+_GC_PROBE = """
+import gc
+from ingest.process_memory import GC_THRESHOLDS, relax_garbage_collector
+relax_garbage_collector()
+assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+print("ok")
+"""
+
+
+def test_garbage_collector_is_relaxed_in_a_fresh_process() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "ok"
