@@ -98,3 +98,16 @@ def test_split_fetch_reads_both_halves_in_one_snapshot(database_url: str) -> Non
     assert split.height == 40
     assert split.sort("end_ns").equals(whole.sort("end_ns"))
     assert split.get_column("end_ns").sort().to_list() == [BASE_NS + i for i in range(40)]
+
+
+def test_ids_are_hex_even_when_the_server_prints_bytea_escaped(database_url: str) -> None:
+    # Ids are read as bytea output; the fetch sets the hex format for its transaction.
+    rows = [attempt_row(span_id=b"\x00\x01ab\xfe\xff\x7f\x80", parent_span_id=b"\\" * 8)]
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows)
+    with raw_transaction(database_url) as conn:
+        conn.execute("SET bytea_output = 'escape'")
+        frame = fetch_run_attempts(conn, "run-a")
+    assert frame.get_column("span_id").to_list() == ["00016162feff7f80"]
+    assert frame.get_column("parent_span_id").to_list() == ["5c" * 8]
+    assert frame.get_column("trace_id").str.contains("^[0-9a-f]{32}$").all()
