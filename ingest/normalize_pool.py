@@ -33,10 +33,11 @@ _RETRY_AFTER_S = 1
 
 
 def default_workers() -> int:
-    """One normalizer process per core but one (1 to 8): the listener process and, often,
-    PostgreSQL need the remaining core (bench/ingest.py on 2 cores, alternating runs: 1 worker
-    was as fast as 2 within noise, 16.3-17.4k vs 16.7-17.1k spans/s, with 31 MiB less)."""
-    return max(1, min(8, len(os.sched_getaffinity(0)) - 1))
+    """One normalizer process per core (1 to 8). On the 2-core benchmark machine, with
+    PostgreSQL on the same host, 2 workers beat 1 when the machine was otherwise idle
+    (bench/ingest.py: 20.4k vs 17.7k and 18.3k vs 13.2k durable spans/s) and tied under
+    other load; 3 were no faster. A worker costs about 31 MiB."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
 class NormalizePool:

@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         default=None,
         ge=0,
         description=(
-            "Processes that normalize export requests (default: cores - 1, 1 to 8; "
+            "Processes that normalize export requests (default: one per core, at most 8; "
             "0 = in the listener's process)."
         ),
     )
