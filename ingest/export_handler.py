@@ -61,14 +61,25 @@ class TraceExportHandler:
 
     async def export_payload(self, payload: bytes) -> ExportTraceServiceResponse:
         """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
+        return await self.store(await self.encode(payload))
+
+    async def encode(self, payload: bytes) -> EncodedRequest:
+        """First half of :meth:`export_payload`: normalize and encode (400 if undecodable).
+
+        Callers that own the body can drop it after this and before :meth:`store`, so a
+        request waiting for its commit holds its COPY block but no longer its body.
+        """
         try:
-            encoded = await self._encode(payload)
+            return await self._encode(payload)
         except IngestError:
             raise
         except (DecodeError, RecursionError, ValueError) as exc:
             raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
         except Exception as exc:
             raise _unreadable(exc) from exc
+
+    async def store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
+        """Second half of :meth:`export_payload`: commit the rows, build the response."""
         return await self._store(encoded)
 
     async def _store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:

@@ -95,10 +95,11 @@ def build_app(
                     return Response(status_code=400)
                 payload = bytes(reader.finish())
                 del reader  # the decoded body can be large
-                if media == PROTOBUF:
-                    response = await handler.export_payload(payload)
-                else:
-                    response = await handler.export(decode_request(payload, media))
+                if media != PROTOBUF:
+                    payload = decode_request(payload, media).SerializeToString()
+                encoded = await handler.encode(payload)
+                del payload  # waiting for the commit needs the COPY block, not the body
+                response = await handler.store(encoded)
         except IngestError as err:
             metrics.requests.labels("http", str(err.http_status)).inc()
             return error_response(err, error_media)
