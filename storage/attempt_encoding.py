@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import Any, Final
 
 import orjson
@@ -146,6 +147,11 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
          reported, cache_read, cache_write, reasoning, model, provider, operation,
          finish, status, error_type, http_status, convention, span_name, span_kind,
          span_json, resource_json) = row  # fmt: skip
+        # orjson would print NaN or infinity as null: refuse instead of storing NULL.
+        if (queue_wait is not None and not isfinite(queue_wait)) or (
+            ttft is not None and not isfinite(ttft)
+        ):
+            raise ValueError(f"non-finite duration in attempt {span_id.hex()}")
         numbers.append(
             (declared, cap, explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt,
              completion, reported, cache_read, cache_write, reasoning, http_status, span_kind)

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,11 @@ def test_blocks_tally_their_runs() -> None:
 
 def test_an_empty_batch_is_an_empty_block() -> None:
     assert encode_attempts([]) == AttemptBlock(b"", 0, {})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_durations_are_refused_not_stored_as_null(value: float) -> None:
+    with pytest.raises(ValueError, match="non-finite"):
+        encode_attempts([attempt_row(ttft_s=value)])
+    with pytest.raises(ValueError, match="non-finite"):
+        encode_attempts([attempt_row(queue_wait_s=value)])
