@@ -80,9 +80,6 @@ class TraceExportHandler:
 
     async def store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
         """Second half of :meth:`export_payload`: commit the rows, build the response."""
-        return await self._store(encoded)
-
-    async def _store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
         received = encoded.block.rows + encoded.ignored + encoded.rejected
         self._metrics.spans_received.inc(received)
         self._metrics.spans_ignored.inc(encoded.ignored)

@@ -26,30 +26,22 @@ import orjson
 
 from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
 
-# The encoder below unpacks rows positionally: it must change with the column order.
-_EXPECTED_COLUMNS: Final = (
-    "trace_id", "span_id", "parent_span_id", "run_id", "shard_id", "declared_shard_count",
-    "concurrency_cap", "sweep_id", "call_id", "call_id_explicit", "resend_count", "start_ns",
-    "end_ns", "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens",
-    "reported_total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-    "model", "provider", "operation_name", "finish_reasons", "status", "error_type",
-    "http_status", "convention", "span_name", "span_kind", "span_attributes",
-    "resource_attributes",
+# The encoder below unpacks rows positionally in ATTEMPT_COPY_COLUMNS order; if that order
+# changes, tests/storage/test_attempt_encoding.py (which compares with psycopg's own row
+# writer) fails.
+_NUMERIC: Final = frozenset(
+    {
+        "declared_shard_count", "concurrency_cap", "call_id_explicit", "resend_count",
+        "start_ns", "end_ns", "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens",
+        "reported_total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+        "http_status", "span_kind",
+    }
 )  # fmt: skip
-if ATTEMPT_COPY_COLUMNS != _EXPECTED_COLUMNS:
-    raise ImportError("storage.attempt_encoding is out of date with ATTEMPT_COPY_COLUMNS")
-
-#: The column order of the encoded text: numbers first (printed together, see below).
-ENCODED_COLUMNS: Final = (
-    "declared_shard_count", "concurrency_cap", "call_id_explicit", "resend_count",
-    "start_ns", "end_ns", "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens",
-    "reported_total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-    "http_status", "span_kind",
-    "trace_id", "span_id", "parent_span_id", "run_id", "shard_id", "sweep_id", "call_id",
-    "model", "provider", "operation_name", "finish_reasons", "status", "error_type",
-    "convention", "span_name", "span_attributes", "resource_attributes",
-)  # fmt: skip
-assert sorted(ENCODED_COLUMNS) == sorted(ATTEMPT_COPY_COLUMNS)
+#: The column order of the encoded text: the numbers first (printed together, see
+#: :func:`encode_attempts`), then the rest, each part in ATTEMPT_COPY_COLUMNS order.
+ENCODED_COLUMNS: Final = tuple(c for c in ATTEMPT_COPY_COLUMNS if c in _NUMERIC) + tuple(
+    c for c in ATTEMPT_COPY_COLUMNS if c not in _NUMERIC
+)
 
 _NULL: Final = "\\N"
 _BYTEA_PREFIX: Final = "\\\\x"  # bytea hex input, its backslash escaped for COPY
