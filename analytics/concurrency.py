@@ -8,9 +8,9 @@ queue depth(t) = attempts with queued_at ≤ t < start (only attempts that repor
 enforced, which is what the work-conserving check compares against.
 
 With whole-second sample instants t, ``start <= t`` is ``ceil(start / 1 s) <= t``, so a
-series is a running sum over a histogram of ceil-seconds: one ``bincount`` per kind of
-step over the dense (shard, second) grid and one ``cumsum`` along the seconds, with no
-per-shard or per-second Python work.
+series is a running sum of +1/−1 steps at ceil-seconds over the dense (shard, second)
+grid: one compiled pass over the events and one along the seconds
+(:func:`~analytics.group_kernels.second_samples`).
 
 Work-conserving check: among (shard, second) samples whose queue depth is > 0 on a shard
 with a known cap, the share where in-flight < 0.9 × that shard's cap is the "sag"; the
@@ -29,6 +29,7 @@ import polars as pl
 
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import SECOND_NS
+from analytics.group_kernels import second_samples
 
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
@@ -49,53 +50,22 @@ class SecondSeries:
     queue_shards: frozenset[str]
 
 
-def _ceil_second(ns: Ints) -> Ints:
-    return -((-ns) // SECOND_NS)
-
-
-def _running_counts(cells: Ints, shape: tuple[int, int]) -> Ints:
-    """How many steps are at or before each (shard, second) sample.
-
-    ``cells`` = shard * seconds + clipped second offset; a step before the grid is
-    clipped to its first column (it precedes every sample).
-    """
-    counts = np.bincount(cells, minlength=shape[0] * shape[1]).reshape(shape)
-    return np.cumsum(counts, axis=1)
-
-
 def second_series(events: pl.DataFrame, grid: EventGrid | None = None) -> SecondSeries:
     """In-flight and queue depth per shard for every second of the run's whole minutes."""
     grid = grid if grid is not None else event_grid(events)
     empty = np.zeros((grid.shard_count, 0), dtype=np.int64)
     if events.height == 0:
         return SecondSeries(grid.shard_ids, 0, empty, empty, frozenset())
-    wait = pl.col("queue_wait_s").clip(0, MAX_QUEUE_WAIT_S).fill_null(0)
-    queued = (pl.col("queue_wait_s") >= 0).fill_null(False)  # a negative wait is no queue
-    lo, hi, has_wait, is_queued, wait_ns = events.select(
-        lo=(pl.col("start_ns") - wait * SECOND_NS).min(),
-        hi=pl.col("end_ns").max(),
-        has_wait=pl.col("queue_wait_s").is_not_null(),
-        is_queued=queued,
-        wait_ns=pl.when(queued).then(pl.col("queue_wait_s") * SECOND_NS).round().cast(pl.Int64),
-    ).get_columns()
-    # Whole minutes (epoch seconds are minute-aligned every 60 s); one sample past the end.
-    first = int(lo[0]) // SECOND_NS // 60 * 60 - 60
-    last = -(-int(hi[0]) // SECOND_NS) // 60 * 60 + 60
-    shape = (grid.shard_count, last - first)
-    base = grid.shard_codes * shape[1] - first
-    start_ns = events.get_column("start_ns").to_numpy()
-    end_ns = events.get_column("end_ns").to_numpy()
-    mask = is_queued.to_numpy()
-    queued_base = base[mask]
-    queued_start = start_ns[mask]
-    queued_at = _ceil_second(queued_start - wait_ns.filter(is_queued).to_numpy())
-    offsets = np.maximum(queued_at, first) + queued_base
-    depth = _running_counts(offsets, shape) - _running_counts(
-        _ceil_second(queued_start) + queued_base, shape
+    wait = events.get_column("queue_wait_s")
+    first, in_flight, depth = second_samples(
+        grid.shard_codes,
+        events.get_column("start_ns").to_numpy(),
+        events.get_column("end_ns").to_numpy(),
+        wait.fill_null(-1.0).to_numpy(),  # negative: no queue
+        MAX_QUEUE_WAIT_S,
+        grid.shard_count,
     )
-    in_flight = _running_counts(_ceil_second(start_ns) + base, shape) - _running_counts(
-        _ceil_second(end_ns) + base, shape
-    )
+    has_wait = wait.is_not_null()
     reporting = np.bincount(grid.shard_codes[has_wait.to_numpy()], minlength=grid.shard_count)
     queue_shards = frozenset(s for s, n in zip(grid.shard_ids, reporting, strict=True) if n)
     return SecondSeries(grid.shard_ids, first, in_flight, depth, queue_shards)

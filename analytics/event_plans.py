@@ -75,36 +75,11 @@ def prepared(events: pl.LazyFrame, *, measured: bool, all_resend_known: bool) ->
     )
 
 
-def quantile(expr: pl.Expr | str, q: float) -> pl.Expr:
-    """Percentile ``q`` of an expression with the project's one interpolation method."""
-    column = pl.col(expr) if isinstance(expr, str) else expr
-    return column.quantile(q, interpolation=QUANTILE_METHOD)
-
-
-def minute_aggregations(measured: bool) -> list[pl.Expr]:
-    """Per-bucket aggregations of SPEC §4 over prepared events (event-derived fields).
-
-    Percentiles are not here: :mod:`analytics.minute_percentiles` computes them for
-    all buckets at once (a per-group quantile was most of the minute table's cost);
-    neither is ``shards_active``, which the minute table counts from its shard rows.
-    """
-    calls = pl.len()
-    successes = pl.col("ok").sum()
-    retries = pl.col("is_retry").sum() if measured else pl.lit(None, dtype=pl.Int64)
-    return [
-        calls.cast(pl.Int64).alias("calls_in_minute"),
-        pl.col("prompt").sum().alias("prompt_tpm_in"),
-        pl.col("completion").sum().alias("completion_tpm_out"),
-        (pl.col("prompt").sum() + pl.col("completion").sum()).alias("tpm_total"),
-        successes.cast(pl.Int64).alias("successes"),
-        (calls - successes).cast(pl.Int64).alias("failures"),
-        retries.cast(pl.Int64).alias("retries"),
-        pl.col("ttft_ok_s").mean().alias("ttft_mean_s"),
-        # Polars gives 0.0 for the variance of an all-null group; it is not measured.
-        pl.when(pl.col("ttft_ok_s").count() > 0)
-        .then(pl.col("ttft_ok_s").var(ddof=0))
-        .alias("ttft_variance_s2"),
-    ]
+def prepared_events(events: pl.DataFrame) -> tuple[pl.LazyFrame, bool]:
+    """The prepared lazy plan over ``events`` and whether retries are measured."""
+    measured = retries_measured(events)
+    all_known = events.get_column("resend_count").null_count() == 0
+    return prepared(events.lazy(), measured=measured, all_resend_known=all_known), measured
 
 
 def rate_columns() -> list[pl.Expr]:

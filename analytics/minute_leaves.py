@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analytics.cell_figures import WHOLE_RUN
 from analytics.event_plans import MINUTE_NS
-from analytics.minute_table import WHOLE_RUN, build_minute_table, minute_utc
+from analytics.minute_table import build_minute_table, minute_utc
 from provenance.event_file import EventFile, build_event_file
 
 LEAF_FIELDS = (

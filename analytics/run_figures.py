@@ -13,24 +13,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
+from analytics.cell_figures import (
+    WHOLE_RUN,
+    CellFigures,
+    cell_figures,
+    run_values,
+    value_groups,
+)
 from analytics.concurrency import SecondSeries, second_series, work_conserving
+from analytics.event_arrays import EventArrays, event_arrays
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import explicit_call_ids
-from analytics.logical_calls import call_queries, flag_repeated_calls, logical_calls
-from analytics.minute_percentiles import (
-    RankedEvents,
-    minute_percentiles,
-    rank_events,
-    run_percentiles,
-)
-from analytics.minute_table import (
-    WHOLE_RUN,
-    build_minute_table,
-    minute_utc,
-    prepared_events,
-)
+from analytics.logical_calls import count_logical_calls
+from analytics.minute_table import build_minute_table, minute_utc
 from storage.runs_read import ns_to_rfc3339
 
 SIGNIFICANT_DIGITS = 12
@@ -84,34 +83,11 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     }
 
 
-def _totals(plan: pl.LazyFrame) -> pl.LazyFrame:
-    ttft, latency = pl.col("ttft_ok_s"), pl.col("latency_s")
-    return plan.select(
-        attempts=pl.len(),
-        shard_count=pl.col("shard_id").n_unique(),
-        first_ns=pl.col("end_ns").min(),
-        last_ns=pl.col("end_ns").max(),
-        successes=pl.col("ok").sum(),
-        retries=pl.col("is_retry").sum(),
-        prompt=pl.col("prompt").sum(),
-        completion=pl.col("completion").sum(),
-        ttft_n=ttft.count(),
-        ttft_mean=ttft.mean(),
-        ttft_var=ttft.var(ddof=0),
-        lat_mean=latency.mean(),
-    )
-
-
-def _balance_query(plan: pl.LazyFrame) -> pl.LazyFrame:
-    return plan.group_by("shard_id").agg(tokens=pl.col("prompt").sum() + pl.col("completion").sum())
-
-
-def _shard_balance(shares: pl.DataFrame) -> dict[str, Any]:
-    shares = shares.sort("shard_id")
-    total = int(shares.get_column("tokens").sum()) if shares.height else 0
+def _shard_balance(grid: EventGrid, tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
+    total = int(tokens.sum())
     if total == 0:
         return {"shares": None, "imbalance": None}
-    share = {s: t / total for s, t in shares.iter_rows()}
+    share = {s: int(t) / total for s, t in zip(grid.shard_ids, tokens.tolist(), strict=True)}
     mean = 1 / len(share)
     return {"shares": share, "imbalance": max(share.values()) / mean}
 
@@ -123,53 +99,49 @@ def _sustained(whole: pl.DataFrame) -> float | None:
     return float(value) if value is not None else None  # type: ignore[arg-type]
 
 
+def _run_id(events: pl.DataFrame) -> str | None:
+    run_ids = events.get_column("run_id").drop_nulls().unique().sort()
+    return run_ids[0] if run_ids.len() else None
+
+
+def _run_sums(events: pl.DataFrame, arrays: EventArrays) -> dict[str, Any]:
+    """Counts and token sums of the whole run, and its first and last end time."""
+    first, last = events.select(first=pl.col("end_ns").min(), last=pl.col("end_ns").max()).row(0)
+    return {
+        "attempts": events.height,
+        "first_ns": first,
+        "last_ns": last,
+        "successes": int(arrays.ok.sum()),
+        "retries": int(arrays.retry.sum()),
+        "prompt": int(arrays.prompt.sum()),
+        "completion": int(arrays.completion.sum()),
+    }
+
+
 @dataclass(frozen=True)
-class _EventTotals:
-    """Run figures that need only the events (not the minute table or percentiles)."""
+class _Parts:
+    """What the run figures are assembled from (computed side by side)."""
 
-    sums: dict[str, Any]
+    grid: EventGrid
+    arrays: EventArrays
+    cells: CellFigures
+    run: dict[str, float | None]  # run-level percentiles and moments
+    series: SecondSeries
     calls: tuple[int, int, Any]
-    balance: dict[str, Any]
-    measured: bool
-
-
-def _event_totals(events: pl.DataFrame) -> _EventTotals:
-    """Totals, shard balance and logical calls: one collect over the prepared events."""
-    plan, measured = prepared_events(events)
-    explicit = explicit_call_ids(events)
-    if explicit:
-        plan = flag_repeated_calls(plan, events.get_column("call_id"))
-    plan = plan.cache()
-    totals, balance, *calls = pl.collect_all(
-        [_totals(plan), _balance_query(plan), *call_queries(plan, explicit)]
-    )
-    return _EventTotals(
-        totals.row(0, named=True),
-        logical_calls(calls, measured),
-        _shard_balance(balance),
-        measured,
-    )
 
 
 def _figures(
-    events: pl.DataFrame,
-    table: pl.DataFrame,
-    series: SecondSeries,
-    context: RunContext,
-    ranked: RankedEvents,
-    totals: _EventTotals,
+    events: pl.DataFrame, table: pl.DataFrame, parts: _Parts, context: RunContext
 ) -> dict[str, Any]:
-    t = totals.sums | run_percentiles(ranked)
-    calls, ok_calls, causes = totals.calls
-    measured = totals.measured
+    t = _run_sums(events, parts.arrays) | parts.run
+    calls, ok_calls, causes = parts.calls
+    measured = parts.arrays.retries_measured
     whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
-    run_ids = events.get_column("run_id").unique().to_list()
-    ttft_measured = bool(t["ttft_n"])
     figures: dict[str, Any] = {
-        "run_id": context.run_id or (run_ids[0] if run_ids else None),
+        "run_id": context.run_id or _run_id(events),
         "attempts": t["attempts"],
         "logical_calls": calls,
-        "shard_count": t["shard_count"],
+        "shard_count": parts.grid.shard_count,
         "first_event_utc": ns_to_rfc3339(t["first_ns"]),
         "last_event_utc": ns_to_rfc3339(t["last_ns"]),
         "active_minutes": whole.filter(pl.col("calls_in_minute") > 0).height,
@@ -185,17 +157,17 @@ def _figures(
             "p95": t["ttft_p95"],
             "p99": t["ttft_p99"],
             "mean": t["ttft_mean"],
-            "variance": t["ttft_var"] if ttft_measured else None,
+            "variance": t["ttft_var"],
         },
-        "shard_balance": totals.balance,
+        "shard_balance": _shard_balance(parts.grid, parts.cells.shard_tokens),
         "declared_shard_count": context.declared_shard_count,
         "concurrency_cap": context.concurrency_cap,
         "sweep_id": context.sweep_id,
-        "work_conserving": work_conserving(series, context.caps),
+        "work_conserving": work_conserving(parts.series, context.caps),
         "tokens": {
-            "prompt": t["prompt"] or 0,
-            "completion": t["completion"] or 0,
-            "total": (t["prompt"] or 0) + (t["completion"] or 0),
+            "prompt": t["prompt"],
+            "completion": t["completion"],
+            "total": t["prompt"] + t["completion"],
         },
         "latency_s": {
             "p50": t["lat_p50"],
@@ -208,29 +180,35 @@ def _figures(
     return cleaned
 
 
-def _ranked_percentiles(events: pl.DataFrame, grid: EventGrid) -> tuple[RankedEvents, pl.DataFrame]:
-    ranked = rank_events(events)
-    return ranked, minute_percentiles(grid, ranked)
-
-
 def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
     """Minute table and run figures of canonical ``events`` (any row order).
 
-    NumPy's sorts release the GIL, so the percentiles are ranked and sorted in a worker
-    thread while this thread computes the concurrency series and the event totals
-    (Polars); the minute table then joins both.
+    Logical calls (Polars, which releases the GIL) are counted in a worker thread while
+    this thread runs the compiled group loops and NumPy sorts (which release it too).
     """
     context = context or RunContext()
-    grid = event_grid(events)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        percentiles = pool.submit(_ranked_percentiles, events, grid)
-        series = second_series(events, grid)
-        totals = _event_totals(events)
-        ranked, minute_pct = percentiles.result()
-    table = build_minute_table(
-        events, context.caps, series, grid=grid, ranked=ranked, percentiles=minute_pct
-    )
-    return RunAnalysis(table, _figures(events, table, series, context, ranked, totals))
+        # The worker: grid, concurrency series, logical calls (mostly Polars and
+        # compiled loops); this thread: per-event arrays, sorted groups, figures.
+        grid_job = pool.submit(event_grid, events)
+        series = pool.submit(lambda: second_series(events, grid_job.result()))
+        arrays = event_arrays(events)
+        calls = pool.submit(
+            count_logical_calls,
+            events,
+            arrays.ok,
+            explicit=explicit_call_ids(events),
+            measured=arrays.retries_measured,
+        )
+        grid = grid_job.result()
+        every = np.ones(events.height, dtype=np.bool_)
+        ttft = value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft")
+        latency = value_groups(grid, arrays.latency_ns, every, "latency")
+        cells = cell_figures(grid, arrays, ttft, latency)
+        run = run_values(ttft, latency)
+        parts = _Parts(grid, arrays, cells, run, series.result(), calls.result())
+    table = build_minute_table(events, context.caps, parts.series, grid=grid, cells=cells)
+    return RunAnalysis(table, _figures(events, table, parts, context))
 
 
 def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from analytics.kernel_warmup import warm
 from analytics.run_computation import StageTimer
 from analytics.sealing import seal_run
 from storage.snapshots_read import runs_due_for_seal
@@ -85,6 +86,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     stop = stop or threading.Event()
     _install_signal_handlers(stop)
     loop = ResealLoop(settings.database_url, settings.reseal_quiet_s)
+    warm()
     log.info(
         "analytics worker polling every %.1fs (quiet period %.1fs)",
         settings.analytics_poll_s,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analytics.logical_calls import call_queries, flag_repeated_calls, logical_calls, repeated
+from analytics.logical_calls import count_logical_calls, repeated
 
 
 def test_repeated_flags_every_occurrence_of_a_value_seen_twice() -> None:
@@ -21,12 +21,11 @@ def test_last_attempt_by_start_end_span_decides_and_retried_failures_are_causes(
             "start_ns": [30, 10, 20, 5, 7, 7],
             "end_ns": [40, 15, 25, 9, 9, 9],
             "span_id": ["s3", "s1", "s2", "s4", "s6", "s5"],
-            "ok": [True, False, False, False, False, True],
             "error_type": [None, "rate_limit", None, "timeout", "boom", None],
         }
     )
-    plan = flag_repeated_calls(attempts.lazy(), attempts.get_column("call_id"))
-    calls, ok_calls, causes = logical_calls(pl.collect_all(call_queries(plan, True)), True)
+    ok = np.array([True, False, False, False, False, True])
+    calls, ok_calls, causes = count_logical_calls(attempts, ok, explicit=True, measured=True)
     # c1 ends ok (s3 is last); c2 failed alone; c3's last by span id is s6 (failed).
     assert (calls, ok_calls) == (3, 1)
     # Retried failures: c1's s1 (rate_limit) and s2 (no type -> "error"); c3's s5 was ok.
