@@ -57,16 +57,15 @@ def second_series(events: pl.DataFrame, grid: EventGrid | None = None) -> Second
     if events.height == 0:
         return SecondSeries(grid.shard_ids, 0, empty, empty, frozenset())
     wait = events.get_column("queue_wait_s")
-    first, in_flight, depth = second_samples(
+    first, in_flight, depth, reporting = second_samples(
         grid.shard_codes,
         events.get_column("start_ns").to_numpy(),
         events.get_column("end_ns").to_numpy(),
         wait.fill_null(-1.0).to_numpy(),  # negative: no queue
+        wait.is_not_null().to_numpy(),
         MAX_QUEUE_WAIT_S,
         grid.shard_count,
     )
-    has_wait = wait.is_not_null()
-    reporting = np.bincount(grid.shard_codes[has_wait.to_numpy()], minlength=grid.shard_count)
     queue_shards = frozenset(s for s, n in zip(grid.shard_ids, reporting, strict=True) if n)
     return SecondSeries(grid.shard_ids, first, in_flight, depth, queue_shards)
 

@@ -118,14 +118,16 @@ def second_samples(
     start_ns: Ints,
     end_ns: Ints,
     wait_s: Floats,
+    reported: Bools,
     max_wait_s: float,
     rows: int,
-) -> tuple[int, Ints, Ints]:
+) -> tuple[int, Ints, Ints, Ints]:
     """In-flight and queue depth sampled at every whole second, per shard row.
 
-    ``wait_s`` is the queue wait (negative: the attempt reports no queue). The grid is
-    whole minutes from one minute before the earliest ``start − min(wait, max_wait_s)``
-    to one minute after the last end; returns its first epoch second and both arrays.
+    ``wait_s`` is the queue wait (negative: no queue), ``reported`` whether the attempt
+    reported one at all. The grid is whole minutes from one minute before the earliest
+    ``start − min(wait, max_wait_s)`` to one minute after the last end; returns its first
+    epoch second, both arrays and per row how many attempts reported a queue wait.
 
     A sample at second t counts attempts with ceil(start) ≤ t < ceil(end) (in flight)
     and ceil(queued_at) ≤ t < ceil(start) (queued); a queued_at before the grid is
@@ -141,8 +143,10 @@ def second_samples(
     width = last - first
     flight = np.zeros((rows, width), np.int64)
     depth = np.zeros((rows, width), np.int64)
+    reporting = np.zeros(rows, np.int64)
     for i in range(codes.size):
         row = codes[i]
+        reporting[row] += reported[i]
         began = _ceil_second(start_ns[i]) - first
         flight[row, began] += 1
         flight[row, _ceil_second(end_ns[i]) - first] -= 1
@@ -161,7 +165,7 @@ def second_samples(
             flight[row, column] = in_flight
             waiting += depth[row, column]
             depth[row, column] = waiting
-    return first, flight, depth
+    return first, flight, depth, reporting
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: top bits of key * golden

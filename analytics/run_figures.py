@@ -181,33 +181,31 @@ def _figures(
 
 
 def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
-    """Minute table and run figures of canonical ``events`` (any row order).
-
-    Logical calls (Polars, which releases the GIL) are counted in a worker thread while
-    this thread runs the compiled group loops and NumPy sorts (which release it too).
-    """
+    """Minute table and run figures of canonical ``events`` (any row order)."""
     context = context or RunContext()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # The worker: grid, concurrency series, logical calls (mostly Polars and
-        # compiled loops); this thread: per-event arrays, sorted groups, figures.
+        # The worker: grid, concurrency series, logical calls, run-level sorts; this
+        # thread: per-event arrays, sorted groups, the minute table. Polars, NumPy's
+        # sorts and the compiled loops all release the GIL.
         grid_job = pool.submit(event_grid, events)
         series = pool.submit(lambda: second_series(events, grid_job.result()))
         arrays = event_arrays(events)
         calls = pool.submit(
-            count_logical_calls,
-            events,
-            arrays.ok,
-            explicit=explicit_call_ids(events),
-            measured=arrays.retries_measured,
+            lambda: count_logical_calls(
+                events,
+                arrays.ok,
+                explicit=explicit_call_ids(events),
+                measured=arrays.retries_measured,
+            )
         )
         grid = grid_job.result()
         every = np.ones(events.height, dtype=np.bool_)
         ttft = value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft")
         latency = value_groups(grid, arrays.latency_ns, every, "latency")
+        run = pool.submit(run_values, ttft, latency)
         cells = cell_figures(grid, arrays, ttft, latency)
-        run = run_values(ttft, latency)
-        parts = _Parts(grid, arrays, cells, run, series.result(), calls.result())
-    table = build_minute_table(events, context.caps, parts.series, grid=grid, cells=cells)
+        table = build_minute_table(events, context.caps, series.result(), grid=grid, cells=cells)
+        parts = _Parts(grid, arrays, cells, run.result(), series.result(), calls.result())
     return RunAnalysis(table, _figures(events, table, parts, context))
 
 
