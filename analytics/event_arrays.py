@@ -45,9 +45,10 @@ class EventArrays:
     retries_measured: bool
 
 
-def event_arrays(events: pl.DataFrame) -> EventArrays:
-    """The arrays of canonical ``events`` (see :class:`EventArrays`)."""
-    plan, measured = prepared_events(events)
+def event_arrays(events: pl.DataFrame, *, explicit: bool | None = None) -> EventArrays:
+    """The arrays of canonical ``events`` (see :class:`EventArrays`); ``explicit`` is
+    :func:`~analytics.event_plans.explicit_call_ids` when the caller has it."""
+    plan, measured = prepared_events(events, explicit=explicit)
     columns = plan.select(
         ttft=pl.col("ttft_ok_s").fill_null(0.0),
         ttft_valid=pl.col("ttft_ok_s").is_not_null(),

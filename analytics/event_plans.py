@@ -25,22 +25,23 @@ QUANTILE_METHOD: Literal["linear"] = "linear"
 OK = pl.col("status") == "ok"
 
 
-def retries_measured(events: pl.DataFrame) -> bool:
-    """True when the events can support a retry figure (see the module docstring)."""
-    if events.height == 0:
-        return False
-    return bool(
-        events.select(
-            (pl.col("resend_count").is_not_null() | (pl.col("call_id") != pl.col("span_id"))).any()
-        ).item()
-    )
-
-
 def explicit_call_ids(events: pl.DataFrame) -> bool:
     """True when some event's call_id was set explicitly (differs from its span id)."""
     if events.height == 0:
         return False
     return bool(events.select((pl.col("call_id") != pl.col("span_id")).any()).item())
+
+
+def retries_measured(events: pl.DataFrame, *, explicit: bool | None = None) -> bool:
+    """True when the events can support a retry figure (see the module docstring).
+
+    ``explicit`` is :func:`explicit_call_ids` of ``events`` when the caller has it.
+    """
+    if events.height == 0:
+        return False
+    if events.get_column("resend_count").null_count() < events.height:
+        return True
+    return explicit if explicit is not None else explicit_call_ids(events)
 
 
 def attempt_order() -> pl.Expr:
@@ -75,9 +76,11 @@ def prepared(events: pl.LazyFrame, *, measured: bool, all_resend_known: bool) ->
     )
 
 
-def prepared_events(events: pl.DataFrame) -> tuple[pl.LazyFrame, bool]:
+def prepared_events(
+    events: pl.DataFrame, *, explicit: bool | None = None
+) -> tuple[pl.LazyFrame, bool]:
     """The prepared lazy plan over ``events`` and whether retries are measured."""
-    measured = retries_measured(events)
+    measured = retries_measured(events, explicit=explicit)
     all_known = events.get_column("resend_count").null_count() == 0
     return prepared(events.lazy(), measured=measured, all_resend_known=all_known), measured
 

@@ -189,14 +189,14 @@ def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> R
         # sorts and the compiled loops all release the GIL.
         grid_job = pool.submit(event_grid, events)
         series = pool.submit(lambda: second_series(events, grid_job.result()))
-        arrays = event_arrays(events)
+        explicit = explicit_call_ids(events)
+        arrays = event_arrays(events, explicit=explicit)
         calls = pool.submit(
-            lambda: count_logical_calls(
-                events,
-                arrays.ok,
-                explicit=explicit_call_ids(events),
-                measured=arrays.retries_measured,
-            )
+            count_logical_calls,
+            events,
+            arrays.ok,
+            explicit=explicit,
+            measured=arrays.retries_measured,
         )
         grid = grid_job.result()
         every = np.ones(events.height, dtype=np.bool_)
