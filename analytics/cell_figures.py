@@ -158,12 +158,15 @@ def run_values(ttft: ValueGroups, latency: ValueGroups) -> dict[str, float | Non
     out: dict[str, float | None] = {}
     for prefix, groups in (("ttft", ttft), ("lat", latency)):
         figures, has = group_quantiles(merged(groups.by_minute), QUANTILES, groups.to_values)
-        mean, variance = group_moments(concatenated(groups.by_minute), groups.to_values)
+        mean, variance = group_moments(
+            concatenated(groups.by_minute), groups.to_values, variance=prefix == "ttft"
+        )
         measured = bool(has[0])
         out |= {
             f"{prefix}_{p}": float(v[0]) if measured else None
             for p, v in zip(PERCENTILES, figures, strict=True)
         }
         out[f"{prefix}_mean"] = float(mean[0]) if measured else None
-        out[f"{prefix}_var"] = float(variance[0]) if measured else None
+        if prefix == "ttft":
+            out["ttft_var"] = float(variance[0]) if measured else None
     return out

@@ -29,7 +29,7 @@ import polars as pl
 
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import SECOND_NS
-from analytics.group_kernels import second_samples
+from analytics.group_kernels import minute_stats, second_samples
 
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
@@ -70,21 +70,14 @@ def second_series(events: pl.DataFrame, grid: EventGrid | None = None) -> Second
     return SecondSeries(grid.shard_ids, first, in_flight, depth, queue_shards)
 
 
-def _minute_stats(samples: Ints) -> tuple[npt.NDArray[np.float64], Ints]:
-    """Mean and max of each whole minute of a (rows, seconds) sample array."""
-    rows, seconds = samples.shape
-    per_minute = samples.reshape(rows, seconds // 60, 60)
-    return per_minute.mean(axis=2), per_minute.max(axis=2, initial=0)
-
-
 def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> pl.DataFrame:
     """Per (shard_id or '*', minute_ns): in-flight and queue depth mean/max, and the cap."""
     queue_rows = np.array([s in series.queue_shards for s in series.shard_ids], dtype=np.bool_)
     in_flight = np.vstack([series.in_flight, series.in_flight.sum(axis=0, keepdims=True)])
     queue_total = series.queue_depth[queue_rows].sum(axis=0, keepdims=True)
     depth = np.vstack([series.queue_depth, queue_total])
-    flight_mean, flight_max = _minute_stats(in_flight)
-    depth_mean, depth_max = _minute_stats(depth)
+    flight_mean, flight_max = minute_stats(in_flight)
+    depth_mean, depth_max = minute_stats(depth)
     shard_ids = [*series.shard_ids, "*"]
     minutes = flight_mean.shape[1]
     minute_ns = (series.first_second + 60 * np.arange(minutes, dtype=np.int64)) * SECOND_NS

@@ -68,7 +68,9 @@ def group_totals(
 
 
 @_kernel
-def sorted_moments(values: Floats, starts: Ints) -> tuple[Floats, Floats]:
+def sorted_moments(
+    values: Floats, starts: Ints, with_variance: bool = True
+) -> tuple[Floats, Floats]:
     """Mean and population variance of every group of ``values[starts[g]:starts[g+1]]``.
 
     Groups come sorted, so the summation order (and so every bit of the result) does
@@ -92,6 +94,9 @@ def sorted_moments(values: Floats, starts: Ints) -> tuple[Floats, Floats]:
                 carry += (x - t) + total
             total = t
         m = (total + carry) / (hi - lo)
+        mean[g] = m
+        if not with_variance:
+            continue
         total, carry = 0.0, 0.0
         for j in range(lo, hi):
             d = values[j] - m
@@ -102,7 +107,6 @@ def sorted_moments(values: Floats, starts: Ints) -> tuple[Floats, Floats]:
             else:
                 carry += (x - t) + total
             total = t
-        mean[g] = m
         variance[g] = (total + carry) / (hi - lo)
     return mean, variance
 
@@ -166,6 +170,27 @@ def second_samples(
             waiting += depth[row, column]
             depth[row, column] = waiting
     return first, flight, depth, reporting
+
+
+@_kernel
+def minute_stats(samples: Ints) -> tuple[Floats, Ints]:
+    """Mean and max (at least 0) of every whole minute of a (rows, seconds) array.
+
+    Sums are exact integers, so the mean is the one NumPy's ``mean`` gives.
+    """
+    rows, minutes = samples.shape[0], samples.shape[1] // 60
+    mean = np.empty((rows, minutes), np.float64)
+    peak = np.empty((rows, minutes), np.int64)
+    for row in range(rows):
+        for minute in range(minutes):
+            total, top = 0, 0
+            for second in range(minute * 60, minute * 60 + 60):
+                value = samples[row, second]
+                total += value
+                top = max(top, value)
+            mean[row, minute] = total / 60
+            peak[row, minute] = top
+    return mean, peak
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: top bits of key * golden

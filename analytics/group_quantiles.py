@@ -119,7 +119,11 @@ def group_quantiles(
     return out, nn > 0
 
 
-def group_moments(groups: SortedGroups, to_values: ToValues | None = None) -> tuple[Floats, Floats]:
-    """Per group the mean and population variance (NaN for a group without values)."""
-    mean, variance = sorted_moments((to_values or _as_floats)(groups.values), groups.starts)
-    return mean, variance
+def group_moments(
+    groups: SortedGroups, to_values: ToValues | None = None, *, variance: bool = True
+) -> tuple[Floats, Floats]:
+    """Per group the mean and population variance (NaN for a group without values, and
+    everywhere when ``variance`` is False)."""
+    values = (to_values or _as_floats)(groups.values)
+    means, variances = sorted_moments(values, groups.starts, variance)
+    return means, variances
