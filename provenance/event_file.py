@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import rfc8785
 
 from provenance.event_schema import (
     EVENT_COLUMNS,
@@ -182,8 +183,28 @@ def canonical_lines(events: pl.DataFrame) -> pl.Series:
     return (lines if order is None else lines.gather(order)).rechunk()
 
 
+# RFC 8785 numbers are IEEE doubles: integers beyond this are refused (as rfc8785 does).
+JSON_SAFE_INTEGER = 2**53 - 1
+
+
+def _refuse_unsafe_integers(events: pl.DataFrame) -> None:
+    """Raise ``rfc8785.IntegerDomainError`` for a JSON-number integer a double cannot
+    hold exactly (nanosecond times are decimal strings and may use all of int64)."""
+    names = [n for n, t in EVENT_SCHEMA.items() if t == pl.Int64() and n not in NS_COLUMNS]
+    if events.height == 0:
+        return
+    extremes = events.select(
+        *(pl.col(n).min().alias(f"{n}_min") for n in names),
+        *(pl.col(n).max().alias(f"{n}_max") for n in names),
+    ).row(0)
+    for value in extremes:
+        if value is not None and abs(value) > JSON_SAFE_INTEGER:
+            raise rfc8785.IntegerDomainError(value)
+
+
 def build_event_file(events: pl.DataFrame) -> EventFile:
     """The canonical file of ``events`` (any order, canonical columns) with its digest."""
+    _refuse_unsafe_integers(events)
     lines = canonical_lines(events)
     array = lines.to_arrow()
     if isinstance(array, pa.ChunkedArray):

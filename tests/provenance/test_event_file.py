@@ -118,7 +118,15 @@ def test_per_minute_slices_hash_their_lines() -> None:
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
-maybe_int = st.none() | st.integers(min_value=0, max_value=10**9)
+# Integers are printed by the compiled writer: negatives and both ends of the range
+# JSON numbers hold exactly (RFC 8785 refuses integers beyond 2^53 - 1).
+SAFE = 2**53 - 1
+maybe_int = (
+    st.none()
+    | st.integers(min_value=0, max_value=10**9)
+    | st.integers(min_value=-SAFE, max_value=SAFE)
+    | st.sampled_from([-SAFE, SAFE, -1, 0, 9, 10, -10])
+)
 
 
 @st.composite
@@ -126,7 +134,7 @@ def event_records(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "call_id": draw(text),
         "completion_tokens": draw(maybe_int),
-        "end_ns": draw(st.integers(min_value=0, max_value=2**62)),
+        "end_ns": draw(st.integers(min_value=-(2**63), max_value=2**63 - 1)),
         "error_type": draw(st.none() | text),
         "http_status": draw(st.none() | st.integers(min_value=100, max_value=599)),
         "model": draw(st.none() | text),
@@ -136,7 +144,7 @@ def event_records(draw: st.DrawFn) -> dict[str, Any]:
         "run_id": draw(text),
         "shard_id": draw(text),
         "span_id": draw(st.binary(min_size=8, max_size=8)).hex(),
-        "start_ns": draw(st.integers(min_value=0, max_value=2**62)),
+        "start_ns": draw(st.integers(min_value=-(2**63), max_value=2**63 - 1)),
         "status": draw(st.sampled_from(["ok", "error"])),
         "trace_id": draw(st.binary(min_size=16, max_size=16)).hex(),
         "ttft_s": draw(
@@ -206,3 +214,16 @@ def test_nan_and_infinity_are_refused_like_rfc8785() -> None:
     for bad in (math.nan, math.inf, -math.inf):
         with pytest.raises(rfc8785.CanonicalizationError):
             build_event_file(frame([record(0, ttft_s=bad)]))
+
+
+def test_integers_beyond_the_json_safe_range_are_refused_like_rfc8785() -> None:
+    import pytest
+
+    for bad in (2**53, -(2**53), 2**63 - 1):
+        with pytest.raises(rfc8785.IntegerDomainError):
+            rfc8785.dumps({"prompt_tokens": bad})
+        with pytest.raises(rfc8785.IntegerDomainError):
+            build_event_file(frame([record(0, prompt_tokens=bad)]))
+    # Nanosecond times are decimal strings: every int64 is fine there.
+    extreme = record(0, start_ns=-(2**63), end_ns=2**63 - 1)
+    assert build_event_file(frame([extreme])).tobytes() == reference_bytes([extreme])
