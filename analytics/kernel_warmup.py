@@ -1,8 +1,9 @@
-"""Compile every analytics kernel once (or load it from Numba's on-disk cache).
+"""Compile every kernel a seal uses once (or load it from Numba's on-disk cache).
 
-The compiled loops of :mod:`analytics.group_kernels` take about 6 s to compile on first
-use and a fraction of a second to load from the cache afterwards. The analytics worker
-warms them at start and the container image at build time, so no seal waits for them.
+The compiled loops of :mod:`analytics.group_kernels` and :mod:`provenance.line_writer`
+take several seconds to compile on first use and a fraction of a second to load from
+the cache afterwards. The analytics worker warms them at start and the container image
+at build time, so no seal waits for them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 import polars as pl
 
 from analytics.run_figures import analyze_events
+from provenance.event_file import build_event_file
 from provenance.event_schema import EVENT_SCHEMA
 
 log = logging.getLogger("tpmledger.analytics")
@@ -36,9 +38,11 @@ def _events() -> pl.DataFrame:
 
 
 def warm() -> float:
-    """Run the analytics once on two events; returns the seconds it took."""
+    """Run the analytics and the file writer once on two events; returns the seconds."""
     started = time.perf_counter()
-    analyze_events(_events())
+    events = _events()
+    analyze_events(events)
+    build_event_file(events)
     seconds = time.perf_counter() - started
     log.info("analytics kernels ready in %.1fs", seconds)
     return seconds

@@ -1,14 +1,19 @@
 """JCS (RFC 8785) text of event values, column at a time, for the canonical event file.
 
-Integers are printed by Polars, plain strings are quoted by the template's literal text,
-JSON escaping is applied only to a string column that has something to escape, and the
-two float columns are printed as ECMAScript number text; only floats that Polars does
-not print the ECMAScript way (outside the plain-decimal range) go through the
-``rfc8785`` package, one distinct value at a time. Columns holding one value in every
-row are printed once. :mod:`provenance.event_file` assembles the lines.
+Integers are printed by the line writer, plain strings are copied between quotes, JSON
+escaping is applied only to a string column that has something to escape, and the two
+float columns are printed as ECMAScript number text; only floats that Polars does not
+print the ECMAScript way (outside the plain-decimal range) go through the ``rfc8785``
+package, one distinct value at a time. Columns holding one value in every row are
+printed once. :mod:`provenance.event_file` lays the lines out and
+:mod:`provenance.line_writer` writes them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 import polars as pl
 import rfc8785
@@ -94,51 +99,48 @@ def _escaped_string(name: str) -> pl.Expr:
     return encoded.str.slice(len(name) + 4).str.strip_suffix("}")
 
 
-def value_texts(
-    frame: pl.DataFrame, skip: frozenset[str] = frozenset()
-) -> tuple[pl.DataFrame, list[tuple[str, pl.Expr, bool]]]:
-    """The frame with float columns replaced by their text, and per key: (name, text
-    expression, whether the text still needs surrounding quotes).
+@dataclass(frozen=True)
+class ValueField:
+    """How one key's value is printed: ``constant`` (printed once, in the template),
+    ``text`` (the final bytes of a text column, between quotes when ``quoted``) or
+    ``integer`` (decimal, between quotes when ``quoted``). A null prints ``null``."""
 
-    Plain strings and nanosecond decimals are quoted by the literal text around them
-    (no per-row work) unless the column has nulls; escaping is done only for a string
-    column that has something to escape. Columns in ``skip`` get a placeholder entry
-    (their text is printed elsewhere) and cost nothing.
+    name: str
+    kind: Literal["constant", "text", "integer"]
+    column: pl.Expr
+    quoted: bool
+
+
+def value_fields(
+    frame: pl.DataFrame, constants: Mapping[str, str]
+) -> tuple[pl.DataFrame, list[ValueField]]:
+    """The frame with float columns replaced by their text, and how each key is printed.
+
+    Plain strings are copied as they are between quotes; JSON escaping is applied only
+    to a string column that has something to escape; integers are printed by the
+    writer; columns in ``constants`` cost nothing per row.
     """
-    strings = [n for n, t in EVENT_SCHEMA.items() if t == pl.String() and n not in skip]
+    strings = [n for n, t in EVENT_SCHEMA.items() if t == pl.String() and n not in constants]
     escape = (
         frame.select(pl.col(strings).str.contains_any(_ESCAPED_CHARS).any()).row(0, named=True)
         if strings
         else {}
     )
-    nulls = frame.null_count().row(0, named=True)
-    floats = [n for n, t in EVENT_SCHEMA.items() if t == pl.Float64() and n not in skip]
-    float_texts = _float_texts(frame, floats)
-    texts: list[tuple[str, pl.Expr, bool]] = []
+    floats = [n for n, t in EVENT_SCHEMA.items() if t == pl.Float64() and n not in constants]
+    fields: list[ValueField] = []
     for name, dtype in EVENT_SCHEMA.items():
         column = pl.col(name)
-        if name in skip:
-            texts.append((name, column, False))
-            continue
-        if dtype == pl.Float64():
-            texts.append((name, column, False))  # the column now holds its text
-            continue
-        if dtype == pl.String() and escape.get(name):
-            texts.append((name, _escaped_string(name).fill_null("null"), False))
-            continue
-        text = column if dtype == pl.String() else column.cast(pl.String)
-        quoted = dtype == pl.String() or name in NS_COLUMNS
-        if nulls[name] and quoted:
-            text = (
-                pl.when(column.is_null())
-                .then(pl.lit("null"))
-                .otherwise(pl.concat_str(pl.lit('"'), text, pl.lit('"')))
-            )
-            quoted = False
-        elif nulls[name]:
-            text = text.fill_null("null")
-        texts.append((name, text, quoted))
-    return frame.with_columns(**float_texts), texts
+        if name in constants:
+            fields.append(ValueField(name, "constant", column, False))
+        elif dtype == pl.Float64():
+            fields.append(ValueField(name, "text", column, False))  # the column is its text
+        elif dtype == pl.String() and escape.get(name):
+            fields.append(ValueField(name, "text", _escaped_string(name), False))
+        elif dtype == pl.String():
+            fields.append(ValueField(name, "text", column, True))
+        else:
+            fields.append(ValueField(name, "integer", column, name in NS_COLUMNS))
+    return frame.with_columns(**_float_texts(frame, floats)), fields
 
 
 def constant_texts(frame: pl.DataFrame) -> dict[str, str]:
@@ -164,8 +166,3 @@ def constant_texts(frame: pl.DataFrame) -> dict[str, str]:
         else:  # the same digits Polars prints for the column
             constants[name] = f'"{value}"' if name in NS_COLUMNS else str(value)
     return constants
-
-
-def template_text(text: str) -> str:
-    """Literal text inside a ``pl.format`` template (braces doubled)."""
-    return text.replace("{", "{{").replace("}", "}}")
