@@ -89,6 +89,15 @@ def value_groups(
     )
 
 
+def event_value_groups(grid: EventGrid, arrays: EventArrays) -> tuple[ValueGroups, ValueGroups]:
+    """TTFT (successful attempts that report it) and latency (every attempt), grouped."""
+    every = np.ones(arrays.latency_ns.size, dtype=np.bool_)
+    return (
+        value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft"),
+        value_groups(grid, arrays.latency_ns, every, "latency"),
+    )
+
+
 def _value_columns(groups: ValueGroups, name: str) -> dict[str, pl.Series]:
     """Percentile columns (and for TTFT the mean and variance), cells then minutes."""
     columns: dict[str, pl.Series] = {}

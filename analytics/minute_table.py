@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-import numpy as np
 import polars as pl
 
-from analytics.cell_figures import CellFigures, cell_figures, value_groups
+from analytics.cell_figures import CellFigures, cell_figures, event_value_groups
 from analytics.concurrency import SecondSeries, minute_concurrency, second_series
 from analytics.event_arrays import event_arrays
 from analytics.event_grid import EventGrid, event_grid
@@ -79,10 +78,7 @@ def build_minute_table(
     series = series if series is not None else second_series(events, grid)
     if cells is None:
         arrays = event_arrays(events)
-        every = np.ones(events.height, dtype=np.bool_)
-        ttft = value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft")
-        latency = value_groups(grid, arrays.latency_ns, every, "latency")
-        cells = cell_figures(grid, arrays, ttft, latency)
+        cells = cell_figures(grid, arrays, *event_value_groups(grid, arrays))
     table = (
         cells.rows.join(minute_concurrency(series, caps), on=["shard_id", "minute_ns"], how="left")
         .with_columns(rate_columns())

@@ -21,8 +21,8 @@ from analytics.cell_figures import (
     WHOLE_RUN,
     CellFigures,
     cell_figures,
+    event_value_groups,
     run_values,
-    value_groups,
 )
 from analytics.concurrency import SecondSeries, second_series, work_conserving
 from analytics.event_arrays import EventArrays, event_arrays
@@ -199,9 +199,7 @@ def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> R
             measured=arrays.retries_measured,
         )
         grid = grid_job.result()
-        every = np.ones(events.height, dtype=np.bool_)
-        ttft = value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft")
-        latency = value_groups(grid, arrays.latency_ns, every, "latency")
+        ttft, latency = event_value_groups(grid, arrays)
         run = pool.submit(run_values, ttft, latency)
         cells = cell_figures(grid, arrays, ttft, latency)
         table = build_minute_table(events, context.caps, series.result(), grid=grid, cells=cells)
