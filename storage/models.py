@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Double,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -33,6 +35,8 @@ __all__ = [
     "Attempt",
     "Base",
     "IngestToken",
+    "LiveDirty",
+    "LiveMinute",
     "MinuteMetric",
     "Run",
     "Snapshot",
@@ -99,6 +103,20 @@ class Attempt(Base):
     __table_args__ = (
         # Every per-run read goes through this index and never touches other runs.
         Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
+        # The live path's probes (docs/metrics.md#live-figures): children by parent
+        # (rollups) and attempts by explicit call id (order within a call).
+        Index(
+            "ix_attempts_trace_id_parent_span_id",
+            "trace_id",
+            "parent_span_id",
+            postgresql_where=text("parent_span_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_attempts_run_id_call_id",
+            "run_id",
+            "call_id",
+            postgresql_where=text("call_id_explicit"),
+        ),
     )
 
 
@@ -119,6 +137,9 @@ class Run(Base):
     # Bumped by every ingest commit that stored spans of this run; the analytics
     # worker reseals runs whose updated_at is newer than their latest snapshot.
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # Longest queued-to-released interval of any attempt (end − start + queue wait), so the
+    # live path finds every attempt overlapping a minute through ix_attempts_run_id_end_ns.
+    max_slot_ns: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_runs_sweep_id", "sweep_id"),)
 
@@ -156,17 +177,14 @@ class Snapshot(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONB)
     # Newest ingest time the snapshot covers (runs.updated_at when it was computed).
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # False when sealed while the run was still receiving data (``analyze`` of a live run):
+    # a sweep does not take such a snapshot as the cap's final figures.
+    final: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
 
 
-class MinuteMetric(Base):
-    """One minute of one snapshot, for the whole run (shard_id '*') and per shard."""
+class MinuteFigures:
+    """The minute-table columns (docs/metrics.md#minute-table), shared by snapshot and live rows."""
 
-    __tablename__ = "minute_metrics"
-
-    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer, primary_key=True)
-    shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     calls_in_minute: Mapped[int] = mapped_column(BigInteger)
     prompt_tpm_in: Mapped[int] = mapped_column(BigInteger)
     completion_tpm_out: Mapped[int] = mapped_column(BigInteger)
@@ -190,3 +208,52 @@ class MinuteMetric(Base):
     queue_depth_max: Mapped[int | None] = mapped_column(Integer)
     concurrency_cap: Mapped[int | None] = mapped_column(Integer)
     shards_active: Mapped[int] = mapped_column(Integer)
+
+
+class MinuteMetric(MinuteFigures, Base):
+    """One minute of one snapshot, for the whole run (shard_id '*') and per shard."""
+
+    __tablename__ = "minute_metrics"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+
+
+class LiveMinute(MinuteFigures, Base):
+    """One minute of a run's live minute table (docs/metrics.md#live-figures).
+
+    Rows of one minute are replaced together each time new attempts touch the minute; a
+    minute with rows here supersedes the same minute of the run's latest snapshot. The
+    extra columns let run-level figures be summed exactly: ``queue_reports`` (attempts
+    ending here that reported a queue wait), ``retry_evidence`` (one of them carried a
+    resend count or an explicit call id), and the work-conserving check's seconds with a
+    queue and, of those, seconds below 0.9 × ``sag_cap``.
+    """
+
+    __tablename__ = "live_minutes"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    queue_reports: Mapped[int] = mapped_column(BigInteger)
+    retry_evidence: Mapped[bool] = mapped_column(Boolean)
+    queue_seconds: Mapped[int] = mapped_column(BigInteger)
+    sag_seconds: Mapped[int] = mapped_column(BigInteger)
+    sag_cap: Mapped[int | None] = mapped_column(Integer)
+    # runs.updated_at read in the transaction that computed the row.
+    data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class LiveDirty(Base):
+    """Minutes an ingest commit touched: attempts ending in ``end_minute_ns`` whose
+    queued-to-released intervals began in ``from_minute_ns`` at the earliest."""
+
+    __tablename__ = "live_dirty"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    run_id: Mapped[str] = mapped_column(Text)
+    end_minute_ns: Mapped[int] = mapped_column(BigInteger)
+    from_minute_ns: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,109 @@
+"""Live minute table: dirty-minute queue written by ingest, live rows kept by analytics.
+
+- ``live_dirty``: every ingest commit appends, per run, which end-time minutes its attempts
+  touched and from which minute their slot/queue intervals began; the analytics worker
+  drains it (docs/metrics.md#live-figures).
+- ``live_minutes``: the minute table of runs with data newer than their latest snapshot,
+  recomputed minute by minute, plus what run-level figures need to be summed exactly.
+- ``runs.max_slot_ns``: the longest queued-to-released interval of the run, so the worker
+  can find every attempt overlapping a minute through the (run_id, end_ns) index.
+- ``snapshots.final``: false for a snapshot sealed while its run was still receiving data.
+- Two partial indexes the live path probes: children by parent (rollups), attempts by
+  explicit call id (position of an attempt without a resend count within its call).
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0003"
+down_revision: str | Sequence[str] | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "live_dirty",
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("end_minute_ns", sa.BigInteger(), nullable=False),
+        sa.Column("from_minute_ns", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_live_dirty")),
+    )
+    op.create_table(
+        "live_minutes",
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("shard_id", sa.Text(), nullable=False),
+        sa.Column("minute_utc", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("calls_in_minute", sa.BigInteger(), nullable=False),
+        sa.Column("prompt_tpm_in", sa.BigInteger(), nullable=False),
+        sa.Column("completion_tpm_out", sa.BigInteger(), nullable=False),
+        sa.Column("tpm_total", sa.BigInteger(), nullable=False),
+        sa.Column("successes", sa.BigInteger(), nullable=False),
+        sa.Column("failures", sa.BigInteger(), nullable=False),
+        sa.Column("retries", sa.BigInteger(), nullable=True),
+        sa.Column("retry_rate", sa.Double(), nullable=True),
+        sa.Column("success_rate", sa.Double(), nullable=True),
+        sa.Column("ttft_p50_s", sa.Double(), nullable=True),
+        sa.Column("ttft_p95_s", sa.Double(), nullable=True),
+        sa.Column("ttft_p99_s", sa.Double(), nullable=True),
+        sa.Column("ttft_mean_s", sa.Double(), nullable=True),
+        sa.Column("ttft_variance_s2", sa.Double(), nullable=True),
+        sa.Column("latency_p50_s", sa.Double(), nullable=True),
+        sa.Column("latency_p95_s", sa.Double(), nullable=True),
+        sa.Column("latency_p99_s", sa.Double(), nullable=True),
+        sa.Column("in_flight_mean", sa.Double(), nullable=True),
+        sa.Column("in_flight_max", sa.Integer(), nullable=True),
+        sa.Column("queue_depth_mean", sa.Double(), nullable=True),
+        sa.Column("queue_depth_max", sa.Integer(), nullable=True),
+        sa.Column("concurrency_cap", sa.Integer(), nullable=True),
+        sa.Column("shards_active", sa.Integer(), nullable=False),
+        sa.Column("queue_reports", sa.BigInteger(), nullable=False),
+        sa.Column("retry_evidence", sa.Boolean(), nullable=False),
+        sa.Column("queue_seconds", sa.BigInteger(), nullable=False),
+        sa.Column("sag_seconds", sa.BigInteger(), nullable=False),
+        sa.Column("sag_cap", sa.Integer(), nullable=True),
+        sa.Column("data_as_of", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("computed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("run_id", "minute_utc", "shard_id", name=op.f("pk_live_minutes")),
+    )
+    op.add_column("runs", sa.Column("max_slot_ns", sa.BigInteger(), nullable=True))
+    op.add_column(
+        "snapshots",
+        sa.Column("final", sa.Boolean(), server_default=sa.text("true"), nullable=False),
+    )
+    # Runs stored before this revision: their longest interval, once.
+    op.execute(
+        """
+        UPDATE runs r SET max_slot_ns = (
+            SELECT max(a.end_ns - a.start_ns
+                       + coalesce(round(least(a.queue_wait_s, 3e9) * 1e9)::bigint, 0))
+            FROM attempts a WHERE a.run_id = r.run_id)
+        """
+    )
+    op.create_index(
+        "ix_attempts_trace_id_parent_span_id",
+        "attempts",
+        ["trace_id", "parent_span_id"],
+        postgresql_where=sa.text("parent_span_id IS NOT NULL"),
+    )
+    op.create_index(
+        "ix_attempts_run_id_call_id",
+        "attempts",
+        ["run_id", "call_id"],
+        postgresql_where=sa.text("call_id_explicit"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_attempts_run_id_call_id", table_name="attempts")
+    op.drop_index("ix_attempts_trace_id_parent_span_id", table_name="attempts")
+    op.drop_column("snapshots", "final")
+    op.drop_column("runs", "max_slot_ns")
+    op.drop_table("live_minutes")
+    op.drop_table("live_dirty")
