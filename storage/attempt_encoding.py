@@ -44,6 +44,8 @@ ENCODED_COLUMNS: Final = tuple(c for c in ATTEMPT_COPY_COLUMNS if c in _NUMERIC)
 )
 
 _NULL: Final = "\\N"
+_MINUTE_NS: Final = 60_000_000_000
+_MAX_WAIT_S: Final = 3e9  # queue waits beyond ~95 years count as this (no int64 overflow)
 _BYTEA_PREFIX: Final = "\\\\x"  # bytea hex input, its backslash escaped for COPY
 _ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _ARRAY_ELEMENT_ESCAPES: Final = str.maketrans({"\\": "\\\\", '"': '\\"'})
@@ -60,6 +62,11 @@ class RunTally:
     concurrency_cap: int | None
     sweep_id: str | None
     attempts: int
+    # Live minute table (docs/metrics.md#live-figures): end-time minute (ns) -> earliest
+    # minute (ns) in which an attempt ending there was queued or admitted, and the
+    # longest queued-to-released interval.
+    touched: dict[int, int] = field(default_factory=dict)
+    max_slot_ns: int = 0
 
     def merge(self, other: RunTally) -> None:
         """Fold ``other`` into this tally (the larger declared count, cap and sweep win)."""
@@ -70,6 +77,12 @@ class RunTally:
         self.concurrency_cap = _larger(self.concurrency_cap, other.concurrency_cap)
         self.sweep_id = _larger(self.sweep_id, other.sweep_id)
         self.attempts += other.attempts
+        self.max_slot_ns = max(self.max_slot_ns, other.max_slot_ns)
+        touched = self.touched
+        for end_minute, from_minute in other.touched.items():
+            current = touched.get(end_minute)
+            if current is None or from_minute < current:
+                touched[end_minute] = from_minute
 
 
 @dataclass(slots=True)
@@ -99,6 +112,21 @@ def _array(values: list[str] | None) -> str:
         return _NULL
     quoted = ",".join(f'"{item.translate(_ARRAY_ELEMENT_ESCAPES)}"' for item in values)
     return _text(f"{{{quoted}}}")
+
+
+def _touch(tally: RunTally, start_ns: int, end_ns: int, queue_wait: float | None) -> None:
+    """Record the attempt's end minute, where its interval began, and its length."""
+    if queue_wait is None or queue_wait < 0:
+        began = start_ns
+    else:
+        began = start_ns - round(min(queue_wait, _MAX_WAIT_S) * 1e9)
+    if end_ns - began > tally.max_slot_ns:
+        tally.max_slot_ns = end_ns - began
+    end_minute = end_ns - end_ns % _MINUTE_NS
+    from_minute = began - began % _MINUTE_NS
+    current = tally.touched.get(end_minute)
+    if current is None or from_minute < current:
+        tally.touched[end_minute] = from_minute
 
 
 def _add(tally: RunTally, shard_id: str, end_ns: int, declared: Any, cap: Any, sweep: Any) -> None:
@@ -150,9 +178,10 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
         )  # fmt: skip
         tally = runs.get(run_id)
         if tally is None:
-            runs[run_id] = RunTally(end_ns, end_ns, {shard_id}, declared, cap, sweep, 1)
+            tally = runs[run_id] = RunTally(end_ns, end_ns, {shard_id}, declared, cap, sweep, 1)
         else:
             _add(tally, shard_id, end_ns, declared, cap, sweep)
+        _touch(tally, start_ns, end_ns, queue_wait)
         # One scan of all text columns together; values with a backslash, tab, newline
         # or carriage return (rare) are escaped one by one.
         probe = (
@@ -219,6 +248,8 @@ def merge_runs(blocks: Iterable[AttemptBlock]) -> dict[str, RunTally]:
                     tally.concurrency_cap,
                     tally.sweep_id,
                     tally.attempts,
+                    dict(tally.touched),
+                    tally.max_slot_ns,
                 )
             else:
                 current.merge(tally)

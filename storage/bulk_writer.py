@@ -46,12 +46,13 @@ _UPSERT_RUNS_ON_CONFLICT = """
         concurrency_cap = COALESCE(excluded.concurrency_cap, r.concurrency_cap),
         sweep_id = COALESCE(excluded.sweep_id, r.sweep_id),
         attempts = r.attempts + excluded.attempts,
+        max_slot_ns = GREATEST(r.max_slot_ns, excluded.max_slot_ns),
         updated_at = excluded.updated_at
 """
 
 _RUNS_COLUMNS = (
     "run_id, first_event_ns, last_event_ns, shard_ids, declared_shard_count, "
-    "concurrency_cap, sweep_id, attempts, updated_at"
+    "concurrency_cap, sweep_id, attempts, max_slot_ns, updated_at"
 )
 
 _MERGE_FROM_STAGING = f"""
@@ -59,12 +60,14 @@ WITH inserted AS (
     INSERT INTO attempts ({_COLUMNS})
     SELECT {_COLUMNS} FROM attempts_staging
     ON CONFLICT (trace_id, span_id) DO NOTHING
-    RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id
+    RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
+              end_ns - start_ns
+              + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns
 ), per_run AS (
     INSERT INTO runs AS r ({_RUNS_COLUMNS})
     SELECT run_id, min(end_ns), max(end_ns), array_agg(DISTINCT shard_id ORDER BY shard_id),
            max(declared_shard_count), max(concurrency_cap), max(sweep_id), count(*),
-           clock_timestamp()
+           max(slot_ns), clock_timestamp()
     FROM inserted GROUP BY run_id ORDER BY run_id
     {_UPSERT_RUNS_ON_CONFLICT}
     RETURNING 1
@@ -74,13 +77,21 @@ SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_run)
 
 _UPSERT_RUNS = f"""
 INSERT INTO runs AS r ({_RUNS_COLUMNS})
-SELECT run_id, first_ns, last_ns, shard_ids, declared, cap, sweep, n, clock_timestamp()
+SELECT run_id, first_ns, last_ns, shard_ids, declared, cap, sweep, n, slot, clock_timestamp()
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::int[],
-            %s::text[], %s::bigint[])
-     AS u(run_id, first_ns, last_ns, shard_csv, declared, cap, sweep, n)
+            %s::text[], %s::bigint[], %s::bigint[])
+     AS u(run_id, first_ns, last_ns, shard_csv, declared, cap, sweep, n, slot)
 CROSS JOIN LATERAL (SELECT string_to_array(shard_csv, chr(31)) AS shard_ids) s
 ORDER BY run_id
 {_UPSERT_RUNS_ON_CONFLICT}
+"""
+
+# The live minute table's queue (docs/metrics.md#live-figures): which minutes this commit
+# touched, drained by the analytics worker. Marking minutes of re-sent rows too is harmless
+# (the worker recomputes a minute from what is stored).
+_MARK_DIRTY = """
+INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[])
 """
 
 
@@ -110,8 +121,12 @@ def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock
         with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
             copy_blocks(conn, "attempts", blocks)
     except errors.UniqueViolation:
-        return _write_through_staging(conn, blocks)
-    _upsert_runs(conn, merge_runs(blocks))
+        stored = _write_through_staging(conn, blocks)
+        _mark_dirty(conn, merge_runs(blocks))
+        return stored
+    runs = merge_runs(blocks)
+    _upsert_runs(conn, runs)
+    _mark_dirty(conn, runs)
     return sum(block.rows for block in blocks)
 
 
@@ -128,7 +143,7 @@ def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock])
 
 def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
     """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock)."""
-    columns: list[list[Any]] = [[] for _ in range(8)]
+    columns: list[list[Any]] = [[] for _ in range(9)]
     for run_id in sorted(runs):
         t = runs[run_id]
         values = (
@@ -140,8 +155,24 @@ def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
             t.concurrency_cap,
             t.sweep_id,
             t.attempts,
+            t.max_slot_ns,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
     with conn.cursor() as cur:
         cur.execute(_UPSERT_RUNS, columns)
+
+
+def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
+    """Queue the (run, minute) cells the batch touched for the live minute table."""
+    run_ids: list[str] = []
+    ends: list[int] = []
+    froms: list[int] = []
+    for run_id in sorted(runs):
+        for end_minute, from_minute in runs[run_id].touched.items():
+            run_ids.append(run_id)
+            ends.append(end_minute)
+            froms.append(from_minute)
+    if run_ids:
+        with conn.cursor() as cur:
+            cur.execute(_MARK_DIRTY, (run_ids, ends, froms))
