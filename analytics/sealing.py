@@ -26,6 +26,7 @@ from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
 from analytics.run_computation import RunComputation, StageTimer, compute_run
 from provenance.event_file import EVENTS_FORMAT
 from storage.database import transaction
+from storage.live_store import drop_sealed_live_rows
 from storage.models import Snapshot
 from storage.snapshot_store import insert_snapshot, latest_version, lock_run_for_sealing
 from tpmledger import __version__
@@ -109,10 +110,32 @@ def _unchanged(latest: Snapshot, computation: RunComputation) -> bool:
     )
 
 
+def _minute_range(computation: RunComputation) -> tuple[datetime, datetime] | None:
+    """First and last minute of the computation's minute table (None when empty)."""
+    minutes = computation.analysis.minutes.get_column("minute_ns")
+    if minutes.len() == 0:
+        return None
+    first, last = int(minutes.min()), int(minutes.max())  # type: ignore[arg-type]
+    return (
+        datetime.fromtimestamp(first // 1_000_000_000, UTC),
+        datetime.fromtimestamp(last // 1_000_000_000, UTC),
+    )
+
+
 def seal_computation(
-    url: str, computation: RunComputation, *, force: bool = False, now: datetime | None = None
+    url: str,
+    computation: RunComputation,
+    *,
+    force: bool = False,
+    now: datetime | None = None,
+    final: bool = True,
 ) -> SealResult:
-    """Store ``computation`` as the run's next version (or return the unchanged newest)."""
+    """Store ``computation`` as the run's next version (or return the unchanged newest).
+
+    ``final=False`` marks a snapshot sealed while the run was still receiving data: a
+    sweep does not take it as the cap's final figures. Live minute rows the snapshot
+    covers are deleted in the same transaction (docs/metrics.md#live-figures).
+    """
     run_id = computation.run_id
     with transaction(url) as session:
         lock_run_for_sealing(session, run_id)
@@ -120,6 +143,9 @@ def seal_computation(
         if version and not force:
             latest = session.get(Snapshot, (run_id, version))
             if latest is not None and _unchanged(latest, computation):
+                drop_sealed_live_rows(
+                    session, run_id, computation.facts.updated_at, _minute_range(computation)
+                )
                 return SealResult(
                     run_id, version, latest.seal, False, latest.metrics, latest.document
                 )
@@ -143,18 +169,35 @@ def seal_computation(
             "document": document,
             "metrics": metrics,
             "data_as_of": computation.facts.updated_at,
+            "final": final,
         }
         records = minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)
+        drop_sealed_live_rows(
+            session, run_id, computation.facts.updated_at, _minute_range(computation)
+        )
     return SealResult(run_id, version + 1, seal, True, metrics, document)
 
 
 def seal_run(
-    url: str, run_id: str, *, force: bool = False, timer: StageTimer | None = None
+    url: str,
+    run_id: str,
+    *,
+    force: bool = False,
+    timer: StageTimer | None = None,
+    quiet_s: float | None = None,
 ) -> SealResult:
-    """Recompute ``run_id`` from the database and seal it as a new version if it changed."""
+    """Recompute ``run_id`` from the database and seal it as a new version if it changed.
+
+    With ``quiet_s``, the snapshot is final only if the run received no data for that
+    long before it was computed (``tpmledger analyze`` of a running run is provisional).
+    """
     computation = compute_run(url, run_id, timer)
+    final = True
+    if quiet_s is not None:
+        quiet_for = datetime.now(UTC) - computation.facts.updated_at
+        final = quiet_for.total_seconds() >= quiet_s
     if timer is None:
-        return seal_computation(url, computation, force=force)
+        return seal_computation(url, computation, force=force, final=final)
     with timer.stage("store"):
-        return seal_computation(url, computation, force=force)
+        return seal_computation(url, computation, force=force, final=final)

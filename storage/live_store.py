@@ -1,0 +1,229 @@
+"""Reads and writes of the live minute table's path (docs/metrics.md#live-figures).
+
+Ingest appends the minutes each commit touched to ``live_dirty``; the analytics worker
+takes a run's marks, reads the attempts of the touched minutes (never the whole run),
+and replaces those minutes' rows in ``live_minutes``. Everything here runs on the
+caller's connection, inside the one transaction that :func:`live_transaction` opens:
+the marks are deleted, the attempts read and the rows written atomically, so a failed
+update leaves the marks for the next try.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+import psycopg
+from psycopg import sql
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from storage.attempt_frames import ATTEMPT_COPY_KINDS, ATTEMPT_SELECT_LIST, copy_select
+from storage.binary_copy import Kind
+from storage.database import raw_transaction
+from storage.models import LiveMinute
+
+MINUTE_NS = 60_000_000_000
+
+#: Columns of a live window frame: the attempt columns, then what the probes derive.
+LIVE_WINDOW_KINDS: dict[str, Kind] = {
+    **ATTEMPT_COPY_KINDS,
+    "call_id_explicit": "integer",
+    "rollup": "integer",
+    "later_in_call": "integer",
+}
+
+# A span is a rollup when a stored LLM span of its run names it as parent (rollups are
+# left out of every figure); an attempt without a resend count is a retry when an earlier
+# non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
+# use the partial indexes of migration 0003.
+_IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
+                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id)"""
+_WINDOW_SQL = f"""
+SELECT {{columns}}, a.call_id_explicit::int AS call_id_explicit,
+       ({_IS_PARENT.format(t="a")})::int AS rollup,
+       (a.resend_count IS NULL AND a.call_id_explicit AND EXISTS (
+            SELECT 1 FROM attempts b
+            WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
+              AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
+              AND NOT {_IS_PARENT.format(t="b")}))::int AS later_in_call
+FROM attempts a
+WHERE a.run_id = {{run_id}} AND a.end_ns >= {{low}} AND a.end_ns < {{high}}
+"""
+
+# Attempts outside the touched minutes whose figures the touched minutes' attempts
+# change: parents (they become rollups) and later attempts of the same explicit call
+# without a resend count (their position in the call moves).
+_DEPENDENTS_SQL = """
+SELECT p.end_ns, p.start_ns, p.queue_wait_s
+FROM attempts a
+JOIN attempts p ON p.trace_id = a.trace_id AND p.span_id = a.parent_span_id
+               AND p.run_id = a.run_id
+WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s
+  AND a.parent_span_id IS NOT NULL
+UNION ALL
+SELECT o.end_ns, o.end_ns, NULL
+FROM attempts a
+JOIN attempts o ON o.run_id = a.run_id AND o.call_id_explicit AND o.call_id = a.call_id
+WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s
+  AND a.call_id_explicit AND o.resend_count IS NULL
+  AND (o.start_ns, o.end_ns, o.span_id) > (a.start_ns, a.end_ns, a.span_id)
+  AND (o.end_ns < %(low)s OR o.end_ns >= %(high)s)
+"""
+
+
+@dataclass(frozen=True)
+class LiveRunFacts:
+    """The ``runs`` row facts the live path needs, read in the update's transaction."""
+
+    run_id: str
+    updated_at: datetime
+    first_event_ns: int
+    last_event_ns: int
+    max_slot_ns: int
+
+
+@contextmanager
+def live_transaction(url: str) -> Iterator[psycopg.Connection]:
+    """One REPEATABLE READ transaction (commit on exit, rollback on error)."""
+    with raw_transaction(url) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield conn
+
+
+def dirty_run_ids(url: str) -> list[str]:
+    """Runs with queued marks, in id order."""
+    with raw_transaction(url) as conn:
+        rows = conn.execute("SELECT DISTINCT run_id FROM live_dirty ORDER BY run_id").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def take_marks(conn: psycopg.Connection, run_id: str) -> list[tuple[int, int]]:
+    """Delete the run's queued marks; returns (end_minute_ns, from_minute_ns) pairs."""
+    rows = conn.execute(
+        "DELETE FROM live_dirty WHERE run_id = %s RETURNING end_minute_ns, from_minute_ns",
+        (run_id,),
+    ).fetchall()
+    return [(int(end), int(start)) for end, start in rows]
+
+
+def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None:
+    row = conn.execute(
+        "SELECT run_id, updated_at, first_event_ns, last_event_ns, coalesce(max_slot_ns, 0) "
+        "FROM runs WHERE run_id = %s",
+        (run_id,),
+    ).fetchone()
+    return LiveRunFacts(*row) if row else None
+
+
+def fetch_window(conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int) -> pl.DataFrame:
+    """Attempts of ``run_id`` ending in [low_ns, high_ns), with the probes' flags."""
+    query = sql.SQL(_WINDOW_SQL).format(
+        columns=sql.SQL(ATTEMPT_SELECT_LIST),
+        run_id=sql.Literal(run_id),
+        low=sql.Literal(low_ns),
+        high=sql.Literal(high_ns),
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
+
+
+def dependent_intervals(
+    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int
+) -> list[tuple[int, int]]:
+    """(start of interval ns, end ns) of attempts outside the window that the window's
+    attempts change (see ``_DEPENDENTS_SQL``)."""
+    rows = conn.execute(
+        _DEPENDENTS_SQL, {"run_id": run_id, "low": low_ns, "high": high_ns}
+    ).fetchall()
+    out = []
+    for end_ns, start_ns, wait_s in rows:
+        began = int(start_ns) - (round(min(float(wait_s), 3e9) * 1e9) if wait_s else 0)
+        out.append((began, int(end_ns)))
+    return out
+
+
+def known_caps(conn: psycopg.Connection, run_id: str) -> dict[str, int]:
+    """Each shard's cap as the run's live rows and newest snapshot recorded it."""
+    rows = conn.execute(
+        """
+        SELECT shard_id, max(concurrency_cap) FROM (
+            SELECT shard_id, concurrency_cap FROM live_minutes WHERE run_id = %(run)s
+            UNION ALL
+            SELECT m.shard_id, m.concurrency_cap FROM minute_metrics m
+            WHERE m.run_id = %(run)s AND m.version = (
+                SELECT max(version) FROM snapshots WHERE run_id = %(run)s)
+        ) caps
+        WHERE shard_id <> '*' AND concurrency_cap IS NOT NULL
+        GROUP BY shard_id
+        """,
+        {"run": run_id},
+    ).fetchall()
+    return {str(shard): int(cap) for shard, cap in rows}
+
+
+def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int]) -> int:
+    """Queue again the minutes whose work-conserving seconds were counted against an
+    older cap of their shard (a larger cap was declared since); returns how many."""
+    if not caps:
+        return 0
+    shards, values = list(caps), [caps[s] for s in caps]
+    cursor = conn.execute(
+        """
+        INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
+        SELECT DISTINCT l.run_id, m.ns, m.ns
+        FROM live_minutes l
+        JOIN unnest(%s::text[], %s::int[]) AS c(shard_id, cap) ON c.shard_id = l.shard_id
+        CROSS JOIN LATERAL (
+            SELECT (extract(epoch FROM l.minute_utc)::bigint * 1000000000) AS ns) m
+        WHERE l.run_id = %s AND l.queue_seconds > 0 AND l.sag_cap IS DISTINCT FROM c.cap
+        """,
+        (shards, values, run_id),
+    )
+    return cursor.rowcount
+
+
+_LIVE_COLUMNS: tuple[str, ...] = tuple(c.name for c in LiveMinute.__table__.columns)
+
+
+def replace_minutes(
+    conn: psycopg.Connection,
+    run_id: str,
+    minute_starts: Sequence[datetime],
+    rows: Sequence[dict[str, Any]],
+) -> None:
+    """Replace every live row of ``minute_starts`` with ``rows`` (one COPY)."""
+    conn.execute(
+        "DELETE FROM live_minutes WHERE run_id = %s AND minute_utc = ANY(%s)",
+        (run_id, list(minute_starts)),
+    )
+    if not rows:
+        return
+    statement = sql.SQL("COPY live_minutes ({}) FROM STDIN").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in _LIVE_COLUMNS)
+    )
+    with conn.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row([row.get(c) for c in _LIVE_COLUMNS])
+
+
+def drop_sealed_live_rows(
+    session: Session, run_id: str, data_as_of: datetime, minutes: tuple[datetime, datetime] | None
+) -> None:
+    """Delete the live rows a new snapshot covers: computed from data it also saw, for
+    minutes it has rows of (``minutes`` = its first and last minute). Rows of other
+    minutes (activity before the first call ended) stay: the snapshot has none of them.
+    Runs in the sealing transaction."""
+    if minutes is None:
+        return
+    session.execute(
+        text(
+            "DELETE FROM live_minutes WHERE run_id = :run AND data_as_of <= :as_of "
+            "AND minute_utc BETWEEN :first AND :last"
+        ),
+        {"run": run_id, "as_of": data_as_of, "first": minutes[0], "last": minutes[1]},
+    )
