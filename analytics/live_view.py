@@ -143,7 +143,13 @@ def merge_tables(
         state=state,
         rows=[],
         live=state.has_new_data,
-        data_as_of=state.updated_at if state.has_new_data else state.snapshot_data_as_of,
+        # What the rows reflect: the newest ingest commit the live rows saw (the live
+        # table may be a moment behind the newest commit), else the snapshot's.
+        data_as_of=max(
+            [r["data_as_of"] for r in live]
+            + ([state.snapshot_data_as_of] if state.snapshot_data_as_of else []),
+            default=None,
+        ),
         retries_measured=any(
             r.get("retry_evidence") if r.get("_live") else r["retries"] is not None for r in chosen
         ),

@@ -31,17 +31,12 @@ from storage.attempt_frames import (
     fetch_run_facts,
 )
 from storage.database import raw_transaction
+from storage.runs_read import UnknownRun
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")
 
-
-class UnknownRun(LookupError):
-    """The run has no ``runs`` row (nothing was ever stored for it)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"unknown run {run_id!r}: no spans were stored for it")
-        self.run_id = run_id
+__all__ = ["SEAL_KEYS", "RunComputation", "StageTimer", "UnknownRun", "compute_run", "load_run"]
 
 
 @dataclass

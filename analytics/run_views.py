@@ -1,22 +1,24 @@
-"""The run object and minute series as the read API serves them (SPEC §8).
+"""The run object and minute series as the read API serves them (docs/api.md).
 
-Sealed runs are served from their newest snapshot (no raw-span scan per request). A run
-that has data but was never sealed yet is computed live, without sealing (``seal`` and
-``snapshot_version`` are null), so a brand-new run is visible before the worker runs.
+Sealed runs are served from their newest snapshot; runs with data newer than it (or
+never sealed) from the live minute table over the snapshot's rows
+(:mod:`analytics.live_view`), marked ``"live": true`` with ``data_as_of``. No request
+reads raw spans or computes figures from them: this runs in the ingest process.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from analytics.minute_table import with_minute_utc
-from analytics.run_computation import compute_run
-from storage.snapshots_read import latest_snapshot, minute_rows
+from analytics.live_view import minutes_view, run_view
+from storage.live_read import run_states
+from storage.runs_read import UnknownRun, ns_to_rfc3339
 
-# Keys of one element of GET /v1/runs/{run_id}/minutes, in SPEC §8 order.
+# Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order.
 API_MINUTE_KEYS: tuple[str, ...] = (
     "minute_utc",
+    "state",
     "calls_in_minute",
     "prompt_tpm_in",
     "completion_tpm_out",
@@ -38,7 +40,7 @@ API_MINUTE_KEYS: tuple[str, ...] = (
 
 
 def _utc(minute: datetime) -> str:
-    return minute.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return minute.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
@@ -47,23 +49,46 @@ def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_object(url: str, run_id: str) -> dict[str, Any]:
-    """The §8 run object (plus extra keys); raises ``UnknownRun`` for an unknown run."""
-    snapshot = latest_snapshot(url, run_id)
-    if snapshot is not None:
-        return dict(snapshot.metrics)
-    computation = compute_run(url, run_id)
-    return {**computation.metrics, "seal": None, "snapshot_version": None}
+def run_object(url: str, run_id: str, close_after_s: float = 120.0) -> dict[str, Any]:
+    """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run."""
+    view = run_view(url, run_id, close_after_s=close_after_s)
+    if view is None:
+        raise UnknownRun(run_id)
+    return view
 
 
-def minute_series(url: str, run_id: str, shard_id: str = "*") -> list[dict[str, Any]] | None:
-    """Minutes of the whole run ('*') or one shard; None when that shard has no rows."""
-    snapshot = latest_snapshot(url, run_id)
-    if snapshot is not None:
-        rows = minute_rows(url, run_id, snapshot.version, shard_id)
-    else:
-        table = with_minute_utc(compute_run(url, run_id).analysis.minutes)
-        rows = [r for r in table.to_dicts() if r["shard_id"] == shard_id]
+def minute_series(
+    url: str, run_id: str, shard_id: str = "*", close_after_s: float = 120.0
+) -> list[dict[str, Any]] | None:
+    """Minutes of the whole run ('*') or one shard with their ``state``; None when that
+    shard has no rows. Raises :class:`UnknownRun` for an unknown run."""
+    rows = minutes_view(url, run_id, shard_id, close_after_s=close_after_s)
+    if rows is None:
+        raise UnknownRun(run_id)
     if not rows:
         return None
     return [_api_minute(r) for r in rows]
+
+
+def run_list(url: str) -> list[dict[str, Any]]:
+    """``GET /v1/runs``: every run, most recent activity first, live or sealed."""
+    return [
+        {
+            "run_id": s.run_id,
+            "attempts": s.attempts,
+            "shard_count": len(s.shard_ids),
+            "first_event_utc": ns_to_rfc3339(s.first_event_ns),
+            "last_event_utc": ns_to_rfc3339(s.last_event_ns),
+            "latest_seal": s.snapshot_seal,
+            "status": "live" if s.has_new_data else "sealed",
+            "data_as_of": _utc_ms(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
+        }
+        for s in run_states(url)
+    ]
+
+
+def _utc_ms(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

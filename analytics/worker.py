@@ -1,11 +1,16 @@
-"""The analytics worker (``tpmledger serve analytics``): reseals runs that received new data.
+"""The analytics worker (``tpmledger serve analytics``): live minute table and reseals.
 
-Every ``settings.analytics_poll_s`` it asks storage for runs whose ``runs.updated_at`` is
-newer than their latest snapshot's ``data_as_of`` and older than
-``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not on
-every batch), and seals each. A run whose figures turn out unchanged is remembered by its
-``updated_at`` so it is not recomputed on every poll. SIGTERM/SIGINT stop it cleanly
-between seals.
+Two loops on two threads, so a long seal never delays live figures:
+
+- the live loop, every ``settings.live_poll_s``, drains ingest's marks into the live minute
+  table (:class:`analytics.live_updater.LiveUpdater`; docs/metrics.md#live-figures);
+- the reseal loop, every ``settings.analytics_poll_s``, asks storage for runs whose
+  ``runs.updated_at`` is newer than their latest snapshot's ``data_as_of`` and older than
+  ``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not
+  on every batch), and seals each. A run whose figures turn out unchanged is remembered by
+  its ``updated_at`` so it is not recomputed on every poll.
+
+SIGTERM/SIGINT stop both cleanly between updates and seals.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from analytics.kernel_warmup import warm
+from analytics.live_updater import LiveUpdater
 from analytics.run_computation import StageTimer
 from analytics.sealing import seal_run
 from storage.snapshots_read import runs_due_for_seal
@@ -88,14 +94,47 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     loop = ResealLoop(settings.database_url, settings.reseal_quiet_s)
     warm()
     log.info(
-        "analytics worker polling every %.1fs (quiet period %.1fs)",
+        "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
         settings.analytics_poll_s,
         settings.reseal_quiet_s,
+        settings.live_poll_s,
     )
+    live = threading.Thread(
+        target=run_live_loop,
+        args=(LiveUpdater(settings.database_url), settings.live_poll_s, stop),
+        name="live-minutes",
+        daemon=True,
+    )
+    live.start()
     while not stop.is_set():
         try:
             loop.poll_once(stop)
         except Exception:  # database restarts must not kill the worker
             log.exception("analytics poll failed; retrying")
         stop.wait(settings.analytics_poll_s)
+    live.join(timeout=30)
     log.info("analytics worker stopped")
+
+
+def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
+    """Drain new data into the live minute table until ``stop`` is set.
+
+    After an update that found work it polls again at once (a backlog drains without
+    waiting); when idle it waits ``poll_s``.
+    """
+    while not stop.is_set():
+        try:
+            updates = updater.update_once()
+        except Exception:  # database restarts must not kill the worker
+            log.exception("live update failed; retrying")
+            updates = []
+        for update in updates:
+            log.debug(
+                "live %s: %d minutes, %d attempts read, %.3fs",
+                update.run_id,
+                update.minutes,
+                update.attempts_read,
+                update.wall_s,
+            )
+        if not updates:
+            stop.wait(poll_s)

@@ -14,6 +14,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     ``settings`` locates the summary signing key (default: read from the environment).
     """
     router = APIRouter(prefix="/v1")
-    router.include_router(runs_routes.build_router(database_url))
+    close_after_s = (settings or Settings()).minute_close_after_s
+    router.include_router(runs_routes.build_router(database_url, close_after_s))
     router.include_router(summary_routes.build_router(database_url, settings))
     return router

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from storage.runs_read import list_runs
+from storage.runs_read import UnknownRun
 
 if TYPE_CHECKING:
     from provenance.event_file import EventFile
@@ -29,41 +29,49 @@ def _chunks(file: EventFile) -> Iterator[bytes]:
         yield bytes(file.data[start : start + STREAM_CHUNK])
 
 
-def build_router(database_url: str) -> APIRouter:
+def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
+    """Run routes over ``database_url``; ``close_after_s`` is when a live minute closes."""
     router = APIRouter(tags=["runs"])
 
-    @router.get("/runs", summary="Every run with attempts, shards, first/last event, latest seal")
+    @router.get(
+        "/runs",
+        summary="Every run with attempts, shards, first/last event, latest seal, live or sealed",
+    )
     async def get_runs() -> dict[str, Any]:
-        return {"runs": await run_in_threadpool(list_runs, database_url)}
+        from analytics.run_views import run_list
+
+        return {"runs": await run_in_threadpool(run_list, database_url)}
 
     @router.get(
         "/runs/{run_id}",
-        summary="A run's figures (newest sealed snapshot; computed live if never sealed)",
+        summary='A run\'s figures: sealed, or live ("live": true) while data newer than its '
+        "newest snapshot arrives",
         responses={404: {"description": "unknown run"}},
     )
     async def get_run(run_id: str) -> dict[str, Any]:
-        from analytics.run_computation import UnknownRun
         from analytics.run_views import run_object
 
         try:
-            return await run_in_threadpool(run_object, database_url, run_id)
+            return await run_in_threadpool(run_object, database_url, run_id, close_after_s)
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
 
     @router.get(
         "/runs/{run_id}/minutes",
-        summary="Minute series of the whole run (default) or one shard",
+        summary="Minute series of the whole run (default) or one shard, each minute with its "
+        "state: open, closed or sealed",
         responses={404: {"description": "unknown run or shard"}},
     )
     async def get_minutes(
         run_id: str,
         shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
     ) -> dict[str, Any]:
-        from analytics.run_computation import UnknownRun
         from analytics.run_views import minute_series
 
         try:
-            minutes = await run_in_threadpool(minute_series, database_url, run_id, shard_id)
+            minutes = await run_in_threadpool(
+                minute_series, database_url, run_id, shard_id, close_after_s
+            )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
         if minutes is None:
@@ -79,7 +87,6 @@ def build_router(database_url: str) -> APIRouter:
         responses={404: {"description": "unknown run"}},
     )
     async def get_events(run_id: str) -> StreamingResponse:
-        from analytics.run_computation import UnknownRun
         from analytics.run_events import load_run_events
         from provenance.event_file import build_event_file
 

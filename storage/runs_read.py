@@ -12,6 +12,14 @@ from storage.models import Run
 from storage.snapshots_read import latest_seals
 
 
+class UnknownRun(LookupError):
+    """The run has no ``runs`` row (nothing was ever stored for it)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"unknown run {run_id!r}: no spans were stored for it")
+        self.run_id = run_id
+
+
 def ns_to_rfc3339(ns: int | None) -> str | None:
     """Nanoseconds since the epoch as RFC 3339 UTC with ``Z`` (SPEC §8)."""
     if ns is None:

@@ -79,6 +79,17 @@ class Settings(BaseSettings):
         default=10.0, description="A run is resealed once it received no data for this long."
     )
     analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
+    live_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="How often the analytics worker drains new data into the live minute table.",
+    )
+    minute_close_after_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="A minute of a live run is 'open' until this long after it ends, then "
+        "'closed' (docs/metrics.md#live-figures).",
+    )
     signing_key_path: Path | None = Field(
         default=None, description="Ed25519 private key (PEM); default under the data dir."
     )

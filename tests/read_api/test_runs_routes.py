@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import read_api
+from analytics.live_updater import LiveUpdater
 from analytics.sealing import seal_run
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
@@ -23,10 +24,10 @@ RUN_KEYS = {
 }  # fmt: skip
 EXTRA_KEYS = {
     "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",
-    "latency_s",
+    "latency_s", "live", "data_as_of",
 }  # fmt: skip
 MINUTE_KEYS = [
-    "minute_utc", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",
+    "minute_utc", "state", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",
     "successes", "failures", "retries", "retry_rate", "success_rate", "ttft_p50_s",
     "ttft_p95_s", "ttft_p99_s", "in_flight_mean", "in_flight_max", "queue_depth_mean",
     "queue_depth_max", "shards_active",
@@ -51,16 +52,45 @@ def client(database_url: str) -> TestClient:
         for i in range(20)
     ]
     store(database_url, rows)
+    LiveUpdater(database_url).update_once()
     app = FastAPI()
     app.include_router(read_api.build_router(database_url))
     return TestClient(app)
 
 
-def test_unsealed_run_is_computed_live_without_seal(client: TestClient) -> None:
+def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     body = client.get("/v1/runs/api-run").json()
-    assert set(body) == RUN_KEYS | EXTRA_KEYS
+    assert set(body) == RUN_KEYS | EXTRA_KEYS | {"latest_sealed_version"}
+    assert body["live"] is True and UTC_Z.match(body["data_as_of"])
     assert body["seal"] is None and body["snapshot_version"] is None
     assert body["attempts"] == 20
+    assert body["tokens"] == {"prompt": 2000, "completion": 1000, "total": 3000}
+    # Figures the minute rows cannot state exactly wait for the seal: null, not guessed.
+    assert body["ttft_s"]["p95"] is None and body["logical_calls"] is None
+    listed = client.get("/v1/runs").json()["runs"]
+    assert [(r["run_id"], r["status"]) for r in listed] == [("api-run", "live")]
+
+
+def test_traffic_after_a_seal_is_live_at_once_over_the_sealed_minutes(
+    client: TestClient, database_url: str
+) -> None:
+    seal_run(database_url, "api-run")
+    assert client.get("/v1/runs/api-run").json()["live"] is False
+    more = [
+        attempt_row(
+            run_id="api-run", start_ns=BASE_NS + 600 * SECOND, end_ns=BASE_NS + 601 * SECOND
+        )
+    ]
+    store(database_url, more)
+    LiveUpdater(database_url).update_once()
+    body = client.get("/v1/runs/api-run").json()
+    assert body["live"] is True and body["attempts"] == 21
+    assert body["latest_sealed_version"] == 1
+    minutes = client.get("/v1/runs/api-run/minutes").json()["minutes"]
+    assert sum(m["calls_in_minute"] for m in minutes) == 21
+    states = {m["state"] for m in minutes}
+    assert "sealed" in states and states - {"sealed"} <= {"open", "closed"}
+    assert minutes[-1]["state"] != "sealed" and minutes[-1]["calls_in_minute"] == 1
 
 
 def test_sealed_run_detail_has_exact_names_and_utc_times(
@@ -68,7 +98,8 @@ def test_sealed_run_detail_has_exact_names_and_utc_times(
 ) -> None:
     sealed = seal_run(database_url, "api-run")
     body = client.get("/v1/runs/api-run").json()
-    assert set(body) == RUN_KEYS | EXTRA_KEYS
+    assert set(body) == RUN_KEYS | EXTRA_KEYS | {"snapshot_final"}
+    assert body["live"] is False
     assert body["seal"] == sealed.seal and body["snapshot_version"] == 1
     assert set(body["peak_minute"]) == PEAK_KEYS
     assert UTC_Z.match(body["first_event_utc"]) and UTC_Z.match(body["peak_minute"]["minute_utc"])
