@@ -7,7 +7,13 @@ retry rate rises by at most ``max_retry_rate_rise`` and call success rate falls 
 most ``max_success_rate_drop`` (both absolute fractions: 0.01 = 1 point). The knee
 (recommended cap) is the last accepted cap; the walk stops at the first rejection.
 A rate that was not measured cannot veto a cap (no figure, no verdict); unknown
-throughput always rejects. Several runs at one cap: the newest sealed one counts.
+throughput always rejects. Several runs at one cap: the newest one counts.
+
+Each cap says where its figures come from (docs/dashboard.md#sweeps): ``sealed`` (a final
+snapshot, the run quiet since) or ``live`` (the live minute table, or a snapshot sealed
+while the run was still receiving data). While any compared cap is live the result is
+``provisional``: the walk uses the live figures it has (call success rate and TTFT are
+not known live, so they cannot veto) and the recommendation is labelled as such.
 """
 
 from __future__ import annotations
@@ -16,11 +22,8 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from storage.database import read_session
-from storage.models import Run
-from storage.snapshots_read import latest_snapshots
+from analytics.live_view import current_table, live_figures
+from storage.live_read import RunState, run_states
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class SweepPoint:
     ttft_p95_s: float | None
     accepted: bool | None = None  # None: the walk stopped before this cap
     reason: str = ""
+    status: str = "sealed"  # "sealed" | "live"
 
 
 @dataclass
@@ -59,10 +63,16 @@ class SweepResult:
     thresholds: SweepThresholds = field(default_factory=SweepThresholds)
     skipped_run_ids: list[str] = field(default_factory=list)
 
+    @property
+    def provisional(self) -> bool:
+        """True while any compared cap's run is still live."""
+        return any(p.status == "live" for p in self.points)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "sweep_id": self.sweep_id,
             "knee_cap": self.knee_cap,
+            "provisional": self.provisional,
             "thresholds": self.thresholds.as_dict(),
             "points": [asdict(p) for p in self.points],
             "skipped_run_ids": self.skipped_run_ids,
@@ -114,8 +124,10 @@ def _with(point: SweepPoint, accepted: bool | None, reason: str) -> SweepPoint:
     return SweepPoint(**{**asdict(point), "accepted": accepted, "reason": reason})
 
 
-def point_from_metrics(run_id: str, metrics: dict[str, Any]) -> SweepPoint | None:
-    """A sweep point from a snapshot's run object (None when the run declared no cap)."""
+def point_from_metrics(
+    run_id: str, metrics: dict[str, Any], status: str = "sealed"
+) -> SweepPoint | None:
+    """A sweep point from a run object (None when the run declared no cap)."""
     cap = metrics.get("concurrency_cap")
     if cap is None:
         return None
@@ -126,25 +138,41 @@ def point_from_metrics(run_id: str, metrics: dict[str, Any]) -> SweepPoint | Non
         retry_rate=metrics.get("retry_rate"),
         call_success_rate=metrics.get("call_success_rate"),
         ttft_p95_s=(metrics.get("ttft_s") or {}).get("p95"),
+        status=status,
     )
 
 
+def is_final(state: RunState) -> bool:
+    """The run's figures are final: a snapshot sealed once the run was quiet, and no data
+    since. ``tpmledger analyze`` of a running run seals a snapshot that is not final."""
+    return (
+        state.snapshot_metrics is not None and bool(state.snapshot_final) and not state.has_new_data
+    )
+
+
+def _run_point(url: str, state: RunState) -> SweepPoint | None:
+    if is_final(state):
+        assert state.snapshot_metrics is not None
+        return point_from_metrics(state.run_id, state.snapshot_metrics)
+    table = current_table(url, state.run_id)
+    if table is None or not table.rows:
+        return None
+    return point_from_metrics(state.run_id, live_figures(table), status="live")
+
+
 def load_sweep(url: str, sweep_id: str, thresholds: SweepThresholds | None = None) -> SweepResult:
-    """The sweep from its runs' latest sealed snapshots, walked with ``thresholds``."""
+    """The sweep from its runs' final snapshots or live figures, walked with ``thresholds``."""
     rule = thresholds or SweepThresholds()
     result = SweepResult(sweep_id=sweep_id, thresholds=rule)
-    with read_session(url) as session:
-        run_ids = list(session.scalars(select(Run.run_id).where(Run.sweep_id == sweep_id)))
-    snapshots = latest_snapshots(url, run_ids)
+    states = [s for s in run_states(url) if s.sweep_id == sweep_id]
     newest: dict[int, tuple[Any, SweepPoint]] = {}
-    for run_id in sorted(run_ids):
-        snap = snapshots.get(run_id)
-        point = point_from_metrics(run_id, snap.metrics) if snap else None
-        if snap is None or point is None:
-            result.skipped_run_ids.append(run_id)
+    for state in sorted(states, key=lambda s: s.run_id):
+        point = _run_point(url, state)
+        if point is None:
+            result.skipped_run_ids.append(state.run_id)
             continue
         seen = newest.get(point.cap)
-        if seen is None or snap.computed_at > seen[0]:
-            newest[point.cap] = (snap.computed_at, point)
+        if seen is None or state.updated_at > seen[0]:
+            newest[point.cap] = (state.updated_at, point)
     result.points, result.knee_cap = walk_caps([p for _, p in newest.values()], rule)
     return result

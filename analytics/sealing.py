@@ -56,6 +56,7 @@ class SealResult:
     created: bool
     metrics: dict[str, Any]
     document: dict[str, Any]
+    final: bool = True  # False: sealed while the run was still receiving data
 
 
 def rfc3339_utc(moment: datetime) -> str:
@@ -147,7 +148,13 @@ def seal_computation(
                     session, run_id, computation.facts.updated_at, _minute_range(computation)
                 )
                 return SealResult(
-                    run_id, version, latest.seal, False, latest.metrics, latest.document
+                    run_id,
+                    version,
+                    latest.seal,
+                    False,
+                    latest.metrics,
+                    latest.document,
+                    latest.final,
                 )
         computed_at = now or datetime.now(UTC)
         # The document carries milliseconds; store exactly what was sealed.
@@ -176,7 +183,7 @@ def seal_computation(
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
         )
-    return SealResult(run_id, version + 1, seal, True, metrics, document)
+    return SealResult(run_id, version + 1, seal, True, metrics, document, final)
 
 
 def seal_run(

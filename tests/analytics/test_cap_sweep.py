@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analytics.cap_sweep import SweepPoint, SweepThresholds, load_sweep, walk_caps
+from analytics.live_updater import LiveUpdater
 from analytics.sealing import seal_run
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
@@ -72,3 +73,39 @@ def test_load_sweep_reads_latest_snapshots(database_url: str) -> None:
     assert result.knee_cap == 4
     assert result.skipped_run_ids == ["unsealed"]
     assert result.as_dict()["thresholds"] == RULE.as_dict()
+
+
+def _cap_run(url: str, run_id: str, cap: int, per_minute: int) -> None:
+    rows = [
+        attempt_row(
+            run_id=run_id,
+            sweep_id="sweep-2",
+            concurrency_cap=cap,
+            start_ns=BASE_NS + m * MINUTE_NS + k * 1_000_000_000,
+            end_ns=BASE_NS + m * MINUTE_NS + k * 1_000_000_000 + 500_000_000,
+        )
+        for m in range(3)
+        for k in range(per_minute)
+    ]
+    store(url, rows)
+
+
+def test_a_live_cap_makes_the_recommendation_provisional(database_url: str) -> None:
+    _cap_run(database_url, "c2", 2, 1)
+    seal_run(database_url, "c2")
+    _cap_run(database_url, "c4", 4, 3)  # still running: only live figures
+    LiveUpdater(database_url).update_once()
+    result = load_sweep(database_url, "sweep-2")
+    assert [(p.cap, p.status, p.sustained_tpm_total) for p in result.points] == [
+        (2, "sealed", 150),
+        (4, "live", 450),
+    ]
+    assert result.provisional and result.as_dict()["provisional"] is True
+    # `analyze` of the running cap seals a snapshot that is not final: still live.
+    seal_run(database_url, "c4", quiet_s=3600)
+    assert load_sweep(database_url, "sweep-2").points[1].status == "live"
+    # Sealed once quiet: final, and the recommendation is no longer provisional.
+    seal_run(database_url, "c4", force=True)
+    final = load_sweep(database_url, "sweep-2")
+    assert [p.status for p in final.points] == ["sealed", "sealed"]
+    assert not final.provisional and final.knee_cap == 4

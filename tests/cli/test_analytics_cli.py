@@ -91,6 +91,7 @@ def test_sweep_prints_thresholds_and_knee(
     database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TPMLEDGER_RESEAL_QUIET_S", "0")  # the runs count as quiet: final
     # Caps 4 and 8 per run; cap 8 doubles throughput, so it is the knee.
     for cap, per_minute in ((4, 2), (8, 4)):
         rows = [
@@ -111,3 +112,31 @@ def test_sweep_prints_thresholds_and_knee(
     out = capsys.readouterr().out
     assert '"min_throughput_gain": 0.02' in out
     assert "knee (recommended cap): 8" in out
+
+
+def test_analyze_of_a_running_run_is_provisional_and_the_sweep_says_live(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analytics.live_updater import LiveUpdater
+
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    for cap, per_minute in ((4, 2), (8, 4)):
+        rows = [
+            attempt_row(
+                run_id=f"lv-{cap}",
+                sweep_id="lv",
+                concurrency_cap=cap,
+                start_ns=BASE_NS + m * MINUTE_NS + k * SECOND,
+                end_ns=BASE_NS + m * MINUTE_NS + k * SECOND + SECOND,
+            )
+            for m in range(4)
+            for k in range(per_minute)
+        ]
+        store(database_url, rows)
+    LiveUpdater(database_url).update_once()
+    assert main(["analyze", "lv-8"]) == 0  # data stored a moment ago: still running
+    assert "provisional" in capsys.readouterr().out
+    assert main(["sweep", "lv"]) == 0
+    out = capsys.readouterr().out
+    assert "cap    8  live" in out and "cap    4  live" in out
+    assert "knee (recommended cap): 8 — provisional: cap(s) 4, 8 still live" in out

@@ -89,9 +89,10 @@ def run_analyze(args: argparse.Namespace) -> int:
     from analytics.run_computation import UnknownRun
     from analytics.sealing import seal_run
 
-    with database(settings_from_args(args), migrate_to_head=True) as url:
+    settings = settings_from_args(args)
+    with database(settings, migrate_to_head=True) as url:
         try:
-            result = seal_run(url, args.run_id, force=args.force)
+            result = seal_run(url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s)
         except UnknownRun as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
@@ -100,6 +101,12 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 0
     state = "sealed new version" if result.created else "unchanged; newest version"
     print(f"{state} {result.version} of {result.run_id} (seal {result.seal})")
+    if not result.final:
+        print(
+            "note: the run was still receiving data, so this version is provisional: a cap "
+            "sweep keeps showing the run as live until the analytics worker seals it once "
+            "quiet (docs/metrics.md#live-figures)"
+        )
     _print_object(result.metrics)
     return 0
 
@@ -183,12 +190,17 @@ def run_sweep(args: argparse.Namespace) -> int:
     for p in result.points:
         verdict = {True: "accepted", False: "rejected", None: "-"}[p.accepted]
         print(
-            f"  cap {p.cap:>4}  sustained_tpm_total {p.sustained_tpm_total}  retry_rate "
+            f"  cap {p.cap:>4}  {p.status:<6}  sustained_tpm_total {p.sustained_tpm_total}  "
+            "retry_rate "
             f"{p.retry_rate}  call_success_rate {p.call_success_rate}  ttft_p95_s "
             f"{p.ttft_p95_s}  {verdict}: {p.reason}"
         )
     for run_id in result.skipped_run_ids:
         print(f"  skipped {run_id}: no concurrency cap declared or not sealed yet")
     knee = result.knee_cap if result.knee_cap is not None else "not measured"
-    print(f"knee (recommended cap): {knee}")
+    if result.provisional:
+        live = ", ".join(str(p.cap) for p in result.points if p.status == "live")
+        print(f"knee (recommended cap): {knee} — provisional: cap(s) {live} still live")
+    else:
+        print(f"knee (recommended cap): {knee}")
     return 0
