@@ -76,10 +76,14 @@ def create_app(
     *,
     api_base_url: str = "http://127.0.0.1:4318",
     refresh_ms: int = DEFAULT_REFRESH_MS,
+    close_after_s: float = 120.0,
 ) -> dash.Dash:
     """The multi-page app over ``database_url``; nothing is read from the database here."""
     config = DashboardConfig(
-        database_url=database_url, api_base_url=api_base_url, refresh_ms=refresh_ms
+        database_url=database_url,
+        api_base_url=api_base_url,
+        refresh_ms=refresh_ms,
+        close_after_s=close_after_s,
     )
     app = dash.Dash(
         __name__,
@@ -119,7 +123,11 @@ def run(settings: Settings) -> None:
 
     if not settings.database_url:
         raise ValueError("the dashboard needs settings.database_url")
-    app = create_app(settings.database_url, api_base_url=settings.api_base_url)
+    app = create_app(
+        settings.database_url,
+        api_base_url=settings.api_base_url,
+        close_after_s=settings.minute_close_after_s,
+    )
     server = waitress.create_server(
         app.server, host=settings.host, port=settings.dashboard_port, threads=8
     )

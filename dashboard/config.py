@@ -16,3 +16,5 @@ class DashboardConfig:
     api_base_url: str = "http://127.0.0.1:4318"
     # How often a live run's page and the runs list re-read their tables.
     refresh_ms: int = DEFAULT_REFRESH_MS
+    # A live minute is "open" until this long after it ends, then "closed".
+    close_after_s: float = 120.0

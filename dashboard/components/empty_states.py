@@ -50,13 +50,25 @@ def run_not_found(run_id: str) -> dbc.Alert:
     )
 
 
-def not_sealed_yet(run_id: str) -> dbc.Alert:
-    """A run with spans but no snapshot: figures come from sealed snapshots only."""
+def live_waiting(run_id: str) -> dbc.Alert:
+    """A live run whose first minutes the analytics worker has not computed yet."""
     return dbc.Alert(
-        f"Run {run_id} has spans but no sealed snapshot yet. The analytics worker seals it "
-        "shortly after data stops arriving; this page refreshes on its own.",
+        f"Run {run_id} is receiving spans; its first live figures appear within seconds "
+        "(the analytics worker computes the minutes new spans touch). This page refreshes "
+        "on its own.",
         color="secondary",
-        id="run-not-sealed",
+        id="run-live-waiting",
+    )
+
+
+def provenance_pending() -> html.Div:
+    """The provenance card of a run that was never sealed."""
+    return html.Div(
+        "Not sealed yet: the figures above are live and provisional. The analytics worker "
+        "seals the run (event file digest, Merkle root, signed summary) once it is quiet; "
+        "`tpmledger analyze RUN` seals it now.",
+        id="run-provenance-pending",
+        className="small text-body-secondary",
     )
 
 

@@ -11,10 +11,13 @@ from dash import html
 from dashboard.data.run_records import RunRecord
 from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc
 
+# Shown for a live run's figure that minute rows cannot state exactly (null until sealed).
+NOT_YET = "not measured yet"
+
 
 def kpi_card(card_id: str, label: str, value: str, detail: str | None = None) -> dbc.Col:
     """One figure: a label naming what it counts, the value, and an optional detail line."""
-    muted = " text-body-secondary" if value == NOT_MEASURED else ""
+    muted = " text-body-secondary" if value in (NOT_MEASURED, NOT_YET) else ""
     body = [
         html.Div(label, className="kpi-label small text-body-secondary"),
         html.Div(value, id=f"{card_id}-value", className=f"kpi-value fs-4 fw-semibold{muted}"),
@@ -50,13 +53,30 @@ def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
 
 
 def run_kpi_cards(run: RunRecord) -> dbc.Row:
-    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards."""
+    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards.
+
+    For a live run, figures the live minute rows cannot state exactly (call success,
+    TTFT percentiles) read "not measured yet" and say they wait for the seal.
+    """
     m = run.metrics
+    live = run.is_live
+
+    def later(text: str) -> str:
+        return NOT_YET if live and text == NOT_MEASURED else text
+
     peak = m.get("peak_minute") or {}
     peak_completion = m.get("peak_completion_minute") or {}
     ttft = m.get("ttft_s") or {}
     declared = m.get("declared_shard_count", run.declared_shard_count)
     shards = m.get("shard_count", run.observed_shards)
+    ttft_detail = None
+    if ttft.get("p95") is not None:
+        ttft_detail = f"p50 {fmt_seconds(ttft.get('p50'))} · p99 {fmt_seconds(ttft.get('p99'))}"
+    elif live:
+        ttft_detail = "run-level percentiles need every attempt: shown once sealed"
+    success_detail = f"attempts: {fmt_rate(m.get('attempt_success_rate'))}"
+    if live and m.get("call_success_rate") is None:
+        success_detail += " · calls: once sealed"
     cards = [
         kpi_card(
             "run-kpi-peak-total",
@@ -79,18 +99,11 @@ def run_kpi_cards(run: RunRecord) -> dbc.Row:
         kpi_card(
             "run-kpi-success",
             "Call success rate",
-            fmt_rate(m.get("call_success_rate")),
-            f"attempts: {fmt_rate(m.get('attempt_success_rate'))}",
+            later(fmt_rate(m.get("call_success_rate"))),
+            success_detail,
         ),
         kpi_card("run-kpi-retry", "Retry rate", fmt_rate(m.get("retry_rate")), _retry_detail(m)),
-        kpi_card(
-            "run-kpi-ttft",
-            "TTFT p95",
-            fmt_seconds(ttft.get("p95")),
-            f"p50 {fmt_seconds(ttft.get('p50'))} · p99 {fmt_seconds(ttft.get('p99'))}"
-            if ttft.get("p95") is not None
-            else None,
-        ),
+        kpi_card("run-kpi-ttft", "TTFT p95", later(fmt_seconds(ttft.get("p95"))), ttft_detail),
         kpi_card(
             "run-kpi-shards",
             "Shards (observed)",

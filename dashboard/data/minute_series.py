@@ -8,6 +8,7 @@ Minutes come back as ``YYYY-MM-DD HH:MM`` strings in UTC, which Plotly shows ver
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -91,3 +92,31 @@ def load_shard_minutes(
 def shard_sort_key(shard_id: str) -> tuple[int, int, str]:
     """Numeric shard ids in numeric order ("2" before "10"), then the rest by name."""
     return (0, int(shard_id), "") if shard_id.isdigit() else (1, 0, shard_id)
+
+
+def _plot_minute(minute: datetime) -> str:
+    return minute.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def series_from_rows(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> MinuteSeries:
+    """A series from current-table rows of one shard (live runs: analytics.live_view)."""
+    series = MinuteSeries(columns={c: [] for c in columns})
+    for row in rows:
+        series.minutes.append(_plot_minute(row["minute_utc"]))
+        for name in columns:
+            series.columns[name].append(row[name])
+    return series
+
+
+def shard_series_from_rows(
+    rows: list[dict[str, Any]], columns: tuple[str, ...]
+) -> dict[str, MinuteSeries]:
+    """Per-shard series (natural shard order) from current-table rows of every shard."""
+    by_shard: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["shard_id"] != WHOLE_RUN:
+            by_shard.setdefault(row["shard_id"], []).append(row)
+    return {
+        shard: series_from_rows(by_shard[shard], columns)
+        for shard in sorted(by_shard, key=shard_sort_key)
+    }

@@ -1,14 +1,15 @@
 """Runs joined with their latest sealed snapshot, and whether each run is live or sealed.
 
-Reads the ``runs`` and ``snapshots`` tables only (SPEC §6: never raw spans per request).
-A run is *live* when ingest stored data after its latest snapshot was computed
-(``runs.updated_at > snapshots.data_as_of``, or no snapshot yet) or within the last two
-minutes; otherwise it is *sealed*.
+Reads the ``runs``, ``snapshots`` and live minute tables only (never raw spans per
+request). A run is *live* when ingest stored data after its latest snapshot was computed
+(``runs.updated_at > snapshots.data_as_of``, or no snapshot yet); its figures then come
+from the live minute table over the snapshot's rows (docs/dashboard.md#live-runs) and are
+provisional. Otherwise it is *sealed* and its figures are the snapshot's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,17 +18,14 @@ from sqlalchemy import text
 from storage.database import read_session
 from storage.runs_read import ns_to_rfc3339
 
-LIVE_WINDOW = "2 minutes"
-
 # One query for both the runs page and the run page; the latest snapshot is picked with a
 # LATERAL join so a run with many versions reads one snapshot row.
-_RUNS_SQL = f"""
+_RUNS_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shard_count,
        r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
        s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
        s.tree_size, s.computed_at, s.data_as_of, s.metrics,
-       (s.version IS NULL OR r.updated_at > s.data_as_of
-        OR r.updated_at > now() - interval '{LIVE_WINDOW}') AS live
+       (s.version IS NULL OR r.updated_at > s.data_as_of) AS live
 FROM runs r
 LEFT JOIN LATERAL (
     SELECT * FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
@@ -64,8 +62,11 @@ class RunRecord:
     first_event_utc: str | None
     last_event_utc: str | None
     snapshot: SnapshotInfo | None
-    # The SPEC §8 run object stored with the snapshot; empty when never sealed.
+    # The run object: the snapshot's, or for a live run the live figures (what minute rows
+    # state exactly; the rest null until sealed). Empty before any figure exists.
     metrics: dict[str, Any]
+    # The newest ingest commit the figures reflect (None: nothing computed yet).
+    data_as_of: datetime | None = None
 
     @property
     def is_live(self) -> bool:
@@ -98,23 +99,44 @@ def _record(row: Any) -> RunRecord:
         last_event_utc=ns_to_rfc3339(row.last_event_ns),
         snapshot=snapshot,
         metrics=dict(row.metrics or {}),
+        data_as_of=row.data_as_of,
     )
 
 
-def load_runs(url: str) -> list[RunRecord]:
-    """Every run, most recent activity first."""
+def with_live_figures(url: str, run: RunRecord, close_after_s: float) -> RunRecord:
+    """``run`` with the live figures in place of the snapshot's when it is live."""
+    if not run.is_live:
+        return run
+    from analytics.live_view import current_table, live_figures
+
+    table = current_table(url, run.run_id, close_after_s=close_after_s)
+    if table is None or not table.rows:
+        return replace(run, metrics={}, data_as_of=None)
+    return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of)
+
+
+def load_runs(url: str, close_after_s: float = 120.0) -> list[RunRecord]:
+    """Every run, most recent activity first (live runs with their live figures)."""
     with read_session(url) as session:
         rows = session.execute(text(_RUNS_SQL + " ORDER BY r.last_event_ns DESC, r.run_id"))
-        return [_record(row) for row in rows]
+        records = [_record(row) for row in rows]
+    return [with_live_figures(url, r, close_after_s) for r in records]
 
 
-def load_run(url: str, run_id: str) -> RunRecord | None:
-    """One run with its latest snapshot, or ``None`` when ingest never saw it."""
+def load_run(
+    url: str, run_id: str, close_after_s: float = 120.0, *, live_figures: bool = True
+) -> RunRecord | None:
+    """One run with its latest snapshot (live figures when live, unless ``live_figures``
+    is False: the caller reads the live table itself), or ``None`` when ingest never saw
+    it."""
     with read_session(url) as session:
         row = session.execute(
             text(_RUNS_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}
         ).first()
-        return _record(row) if row is not None else None
+    if row is None:
+        return None
+    record = _record(row)
+    return with_live_figures(url, record, close_after_s) if live_figures else record
 
 
 def load_sweep_runs(url: str, sweep_id: str) -> list[RunRecord]:

@@ -1,23 +1,30 @@
-"""Server-side work of the run page's callbacks (SPEC §6), kept apart from its layout.
+"""Server-side work of the run page's callbacks, kept apart from its layout.
 
-Each function reads one ``runs``/``snapshots`` row and the snapshot's minute rows only, so
-it costs the same for a thousand attempts or a million; ``bench/dashboard_callbacks.py``
-times them.
+Each function reads one ``runs``/``snapshots`` row and minute rows only (the snapshot's,
+or for a live run the live minute table over them), so it costs the same for a thousand
+attempts or a million; ``bench/dashboard_callbacks.py`` times them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dash import dcc, html
 
-from dashboard.components.empty_states import not_sealed_yet, run_not_found
+from analytics.live_view import CurrentTable, current_table, live_figures
+from dashboard.components.empty_states import live_waiting, provenance_pending, run_not_found
 from dashboard.components.kpi_cards import run_kpi_cards
 from dashboard.components.provenance_panel import provenance_panel
-from dashboard.components.status_badge import status_badge
+from dashboard.components.status_badge import freshness_line, status_badge
 from dashboard.config import DashboardConfig
-from dashboard.data.minute_series import load_run_minutes, load_shard_minutes
+from dashboard.data.minute_series import (
+    MinuteSeries,
+    load_run_minutes,
+    load_shard_minutes,
+    series_from_rows,
+    shard_series_from_rows,
+)
 from dashboard.data.run_records import RunRecord, load_run
 from dashboard.display import TOKEN_COLUMNS, fmt_utc
 from dashboard.figures.chart_style import Figure, message_figure
@@ -61,11 +68,13 @@ class RunPanels:
 
 def _header(run: RunRecord) -> html.Div:
     snap = run.snapshot
-    as_of = (
-        f"snapshot v{snap.version} · data as of {fmt_utc(snap.data_as_of, seconds=True)}"
-        if snap
-        else "no snapshot yet"
-    )
+    if run.is_live:
+        sealed = f"latest sealed snapshot v{snap.version}" if snap else "not sealed yet"
+        as_of = f"live figures (provisional) · {sealed}"
+    elif snap:
+        as_of = f"snapshot v{snap.version} · data as of {fmt_utc(snap.data_as_of, seconds=True)}"
+    else:
+        as_of = "no snapshot yet"
     sweep: list[Any] = []
     if run.sweep_id:
         sweep = [" · sweep ", dcc.Link(run.sweep_id, href=f"/sweeps?sweep_id={run.sweep_id}")]
@@ -73,6 +82,7 @@ def _header(run: RunRecord) -> html.Div:
     return html.Div(
         [
             html.H2([run.run_id, " ", status_badge(run.status, "run-status")], className="h4 mb-1"),
+            freshness_line(run.status, run.data_as_of, "run-freshness"),
             html.Div(
                 [
                     f"{run.attempts:,} attempts · first event {first} · last event {last}"
@@ -85,19 +95,37 @@ def _header(run: RunRecord) -> html.Div:
     )
 
 
+def _live(config: DashboardConfig, run: RunRecord) -> tuple[RunRecord, CurrentTable | None]:
+    """A live run with its live figures, and its current minute table (read once)."""
+    table = current_table(config.database_url, run.run_id, close_after_s=config.close_after_s)
+    if table is None or not table.rows:
+        return replace(run, metrics={}, data_as_of=None), None
+    return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of), table
+
+
+def _whole_run_minutes(
+    config: DashboardConfig, run: RunRecord, table: CurrentTable | None, columns: tuple[str, ...]
+) -> MinuteSeries:
+    if table is not None:
+        return series_from_rows(table.shard_rows("*"), columns)
+    assert run.snapshot is not None
+    return load_run_minutes(config.database_url, run.run_id, run.snapshot.version, columns)
+
+
 def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
     """Server-side work of the refresh callback (also timed by ``bench/dashboard_callbacks.py``)."""
-    run = load_run(config.database_url, run_id)
+    run = load_run(config.database_url, run_id, live_figures=False)
     hidden = {"display": "none"}
     empty = message_figure("")
     if run is None:
         return RunPanels(run_not_found(run_id), None, empty, "", empty, empty, None, hidden, True)
-    if run.snapshot is None:
-        header = html.Div([_header(run), not_sealed_yet(run_id)])
-        return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
-    minutes = load_run_minutes(
-        config.database_url, run_id, run.snapshot.version, CONCURRENCY_COLUMNS + TTFT_COLUMNS
-    )
+    table = None
+    if run.is_live:
+        run, table = _live(config, run)
+        if table is None:
+            header = html.Div([_header(run), live_waiting(run_id)])
+            return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
+    minutes = _whole_run_minutes(config, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
     return RunPanels(
         header=_header(run),
         kpis=run_kpi_cards(run),
@@ -105,7 +133,9 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
         work_conserving=work_conserving_text(run.metrics),
         ttft=ttft_figure(minutes),
         balance=shard_balance_figure(run.metrics.get("shard_balance")),
-        provenance=provenance_panel(run, config.api_base_url),
+        provenance=provenance_panel(run, config.api_base_url)
+        if run.snapshot
+        else provenance_pending(),
         body_style={},
         refresh_disabled=not run.is_live,
     )
@@ -113,12 +143,22 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
 
 def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Figure:
     """Server-side work of the token-type switch: stacked shards plus the run's rates."""
-    run = load_run(config.database_url, run_id)
-    if run is None or run.snapshot is None:
+    run = load_run(config.database_url, run_id, live_figures=False)
+    if run is None:
         return message_figure("")
     if token_type not in TOKEN_COLUMNS:
         token_type = "total"
+    column = TOKEN_COLUMNS[token_type]
+    if run.is_live:
+        run, table = _live(config, run)
+        if table is None:
+            return message_figure("")
+        shards = shard_series_from_rows(table.rows, (column,))
+        rates = series_from_rows(table.shard_rows("*"), ("retry_rate", "success_rate"))
+        return throughput_figure(shards, rates, token_type, run.metrics)
+    if run.snapshot is None:
+        return message_figure("")
     version = run.snapshot.version
-    shards = load_shard_minutes(config.database_url, run_id, version, (TOKEN_COLUMNS[token_type],))
+    shards = load_shard_minutes(config.database_url, run_id, version, (column,))
     rates = load_run_minutes(config.database_url, run_id, version, ("retry_rate", "success_rate"))
     return throughput_figure(shards, rates, token_type, run.metrics)

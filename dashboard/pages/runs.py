@@ -11,7 +11,8 @@ import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
 from dashboard.components.empty_states import no_runs_state
-from dashboard.components.status_badge import status_badge
+from dashboard.components.kpi_cards import NOT_YET
+from dashboard.components.status_badge import freshness_text, status_badge
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import RunRecord, load_runs
 from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc, short_hash
@@ -37,7 +38,8 @@ def run_href(run_id: str) -> str:
 
 
 def _cell(value: str) -> html.Td:
-    return html.Td(value, className="text-body-secondary" if value == NOT_MEASURED else None)
+    muted = value in (NOT_MEASURED, NOT_YET, "computing", "not sealed")
+    return html.Td(value, className="text-body-secondary" if muted else None)
 
 
 def _row(run: RunRecord) -> html.Tr:
@@ -47,11 +49,21 @@ def _row(run: RunRecord) -> html.Tr:
     if run.declared_shard_count is not None and run.declared_shard_count != run.observed_shards:
         shards += f" of {run.declared_shard_count}"
     seal = run.snapshot.seal if run.snapshot else None
-    peak_text = fmt_int(peak.get("tpm_total")) if run.snapshot else "not sealed"
+    pending = "computing" if run.is_live else "not sealed"
+
+    def shown(text: str) -> str:
+        if not m:
+            return pending  # no figure computed yet
+        return NOT_YET if run.is_live and text == NOT_MEASURED else text
+
+    peak_text = fmt_int(peak.get("tpm_total")) if m else pending
+    status = [status_badge(run.status)]
+    if run.is_live:
+        status.append(html.Div(freshness_text(run.data_as_of), className="small runs-freshness"))
     return html.Tr(
         [
             html.Td(dcc.Link(run.run_id, href=run_href(run.run_id), className="run-link")),
-            html.Td(status_badge(run.status)),
+            html.Td(status),
             html.Td(shards),
             html.Td(f"{run.attempts:,}"),
             html.Td(
@@ -59,11 +71,9 @@ def _row(run: RunRecord) -> html.Tr:
                 if peak
                 else peak_text
             ),
-            _cell(fmt_rate(m.get("attempt_success_rate")) if run.snapshot else "not sealed"),
-            _cell(fmt_rate(m.get("retry_rate")) if run.snapshot else "not sealed"),
-            _cell(
-                fmt_seconds((m.get("ttft_s") or {}).get("p95")) if run.snapshot else "not sealed"
-            ),
+            _cell(shown(fmt_rate(m.get("attempt_success_rate")))),
+            _cell(shown(fmt_rate(m.get("retry_rate")))),
+            _cell(shown(fmt_seconds((m.get("ttft_s") or {}).get("p95")))),
             html.Td(html.Code(short_hash(seal), title=seal or "not sealed yet")),
             html.Td(fmt_utc(run.first_event_utc, seconds=True), className="small"),
             html.Td(fmt_utc(run.last_event_utc, seconds=True), className="small"),
@@ -74,7 +84,7 @@ def _row(run: RunRecord) -> html.Tr:
 
 def runs_table_view(config: DashboardConfig) -> Any:
     """The runs table (or the empty state with the exporter environment lines)."""
-    runs = load_runs(config.database_url)
+    runs = load_runs(config.database_url, config.close_after_s)
     if not runs:
         return no_runs_state(config.api_base_url)
     return dbc.Table(

@@ -1,7 +1,9 @@
 """Sweep page (``/sweeps?sweep_id=…``): TPM against cap, rates, knee and recommended cap.
 
-The sweep and its knee come from ``analytics.cap_sweep.load_sweep`` (SPEC §4), which reads
-each run's latest sealed snapshot; the page only draws it and prints the thresholds.
+The sweep and its knee come from ``analytics.cap_sweep.load_sweep``, which reads each
+run's final snapshot, or the live minute table while the run is still receiving data; the
+page draws it, says which caps are sealed or live, labels the recommendation provisional
+while any cap is live (docs/dashboard.md#sweeps) and prints the thresholds.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from dash import Input, Output, dcc, html
 
 from analytics.cap_sweep import SweepResult, load_sweep
 from dashboard.components.empty_states import no_sweeps_state
+from dashboard.components.kpi_cards import NOT_YET
+from dashboard.components.status_badge import status_badge
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import list_sweep_ids
-from dashboard.display import fmt_int, fmt_rate, fmt_seconds
+from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds
 from dashboard.figures.chart_style import Figure, message_figure
 from dashboard.figures.sweep import sweep_figure
 from dashboard.pages.runs import run_href
@@ -37,6 +41,7 @@ def thresholds_text(view: SweepResult) -> str:
 
 _COLUMNS = (
     "Cap",
+    "Status",
     "Run",
     "Sustained TPM (total)",
     "Call success",
@@ -51,6 +56,23 @@ def _verdict(accepted: bool | None, reason: str) -> str:
     return f"{label}: {reason}" if reason else label
 
 
+def _later(status: str, text: str) -> str:
+    return NOT_YET if status == "live" and text == NOT_MEASURED else text
+
+
+def recommendation_text(view: SweepResult) -> str:
+    """The recommended cap, labelled provisional while any compared cap is live."""
+    if view.knee_cap is None:
+        return "Recommended cap: not measured (no run with a cap has figures yet)"
+    if view.provisional:
+        live = ", ".join(str(p.cap) for p in view.points if p.status == "live")
+        return (
+            f"Provisional recommendation: cap {view.knee_cap} — cap {live} still live; "
+            "final once every compared cap is sealed"
+        )
+    return f"Recommended cap: {view.knee_cap}"
+
+
 def _points_table(view: SweepResult) -> dbc.Table:
     rows = [
         html.Tr(
@@ -60,11 +82,12 @@ def _points_table(view: SweepResult) -> dbc.Table:
                     if p.cap == view.knee_cap
                     else str(p.cap)
                 ),
+                html.Td(status_badge(p.status)),
                 html.Td(dcc.Link(p.run_id, href=run_href(p.run_id))),
                 html.Td(fmt_int(p.sustained_tpm_total)),
-                html.Td(fmt_rate(p.call_success_rate)),
+                html.Td(_later(p.status, fmt_rate(p.call_success_rate))),
                 html.Td(fmt_rate(p.retry_rate)),
-                html.Td(fmt_seconds(p.ttft_p95_s)),
+                html.Td(_later(p.status, fmt_seconds(p.ttft_p95_s))),
                 html.Td(_verdict(p.accepted, p.reason), className="small"),
             ]
         )
@@ -79,14 +102,10 @@ def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[Figure,
     if not sweep_id:
         return message_figure(""), None, None
     view = load_sweep(config.database_url, sweep_id)
-    recommended = (
-        f"Recommended cap: {view.knee_cap}"
-        if view.knee_cap is not None
-        else "Recommended cap: not measured (no sealed run with a cap)"
-    )
+    recommended = recommendation_text(view)
     skipped = (
         html.Div(
-            f"Not placed (no cap or not sealed): {', '.join(view.skipped_run_ids)}",
+            f"Not placed (no cap declared, or no figures yet): {', '.join(view.skipped_run_ids)}",
             className="small text-body-secondary",
         )
         if view.skipped_run_ids
@@ -94,7 +113,12 @@ def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[Figure,
     )
     summary = html.Div(
         [
-            html.Div(recommended, id="sweep-recommended", className="fs-5 fw-semibold"),
+            html.Div(
+                recommended,
+                id="sweep-recommended",
+                className="fs-5 fw-semibold"
+                + (" text-warning-emphasis" if view.provisional else ""),
+            ),
             html.Div(thresholds_text(view), id="sweep-thresholds", className="small mb-2"),
             skipped,
         ]

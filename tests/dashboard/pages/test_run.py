@@ -136,7 +136,8 @@ def test_live_run_refreshes_until_sealed(
 ) -> None:
     seeded = seed_sealed_run(page_database_url, "live-run", live=True)
     browser.get(f"{dashboard_server.url}/runs/live-run")
-    assert wait_text(browser, "run-status") == "live"
+    assert wait_text(browser, "run-status") == "live — provisional"
+    assert text_of(browser, "run-freshness").startswith("Live, provisional figures · data as of")
     assert text_of(browser, "run-kpi-peak-total-value") == fmt_int(
         seeded.metrics["peak_minute"]["tpm_total"]
     )
