@@ -100,11 +100,18 @@ def _fill_span(span: Span, rng: random.Random, call_id: str, resend: int, failed
 
 
 def build_bodies(
-    total_spans: int, batch: int = 512, *, seed: int = 7, run_id: str | None = None
+    total_spans: int,
+    batch: int = 512,
+    *,
+    seed: int = 7,
+    run_id: str | None = None,
+    base_ns: int | None = None,
+    step_ns: int = 7_000_000,
 ) -> list[bytes]:
     """Serialized ``ExportTraceServiceRequest`` bodies holding ``total_spans`` unique spans.
 
-    Request ``i`` comes from shard ``i % 8``. Each request is a copy of one of a few
+    Request ``i`` comes from shard ``i % 8``; span ``n`` starts ``base_ns + n × step_ns``
+    (default: an hour ago, 7 ms apart). Each request is a copy of one of a few
     templates with ids, times and call ids rewritten, which keeps generation fast while
     every span stays unique.
     """
@@ -121,7 +128,8 @@ def build_bodies(
             failed = rng.random() < 0.05
             _fill_span(rs.scope_spans[0].spans.add(), rng, "", 0, failed)
         templates.append(request)
-    base_ns = time.time_ns() - 3600 * 1_000_000_000
+    if base_ns is None:
+        base_ns = time.time_ns() - 3600 * 1_000_000_000
     bodies: list[bytes] = []
     serial = 0
     remaining = total_spans
@@ -135,7 +143,7 @@ def build_bodies(
             serial += 1
             span.trace_id = prefix + serial.to_bytes(8, "big")
             span.span_id = (serial | 1 << 62).to_bytes(8, "big")
-            span.start_time_unix_nano = base_ns + serial * 7_000_000
+            span.start_time_unix_nano = base_ns + serial * step_ns
             span.end_time_unix_nano = span.start_time_unix_nano + 1_000_000 * (200 + serial % 5000)
             span.attributes[0].value.string_value = f"call-{serial:x}"
         bodies.append(request.SerializeToString())

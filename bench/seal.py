@@ -62,8 +62,13 @@ def _hex_id(expr: pl.Expr, width: int, prefix: str = "") -> pl.Expr:
     return text.cast(pl.Binary).bin.encode("hex")
 
 
-def generate(attempts: int, shards: int, cap: int = 16) -> pl.DataFrame:
-    """The run's attempts in COPY_COLUMNS order (CSV-ready: bytea as \\x hex)."""
+def generate(
+    attempts: int, shards: int, cap: int = 16, *, offset: int = 0, run_id: str = RUN_ID
+) -> pl.DataFrame:
+    """The run's attempts in COPY_COLUMNS order (CSV-ready: bytea as \\x hex).
+
+    ``offset`` starts the attempt numbering there (chunks of a larger run concatenate).
+    """
     i = pl.col("i")
 
     def rnd(seed: int, modulo: int) -> pl.Expr:
@@ -78,12 +83,14 @@ def generate(attempts: int, shards: int, cap: int = 16) -> pl.DataFrame:
     # An attempt after a failed one in the same slot retries that call.
     prev = i - shards * cap
     prev_failed = (prev >= 0) & ((prev.hash(1) % 50) == 0)
-    frame = pl.DataFrame({"i": pl.int_range(0, attempts, eager=True, dtype=pl.Int64)})
+    frame = pl.DataFrame(
+        {"i": pl.int_range(offset, offset + attempts, eager=True, dtype=pl.Int64)}
+    )
     out = frame.select(
         trace_id=pl.lit("\\x") + _hex_id(i, 16),
         span_id=pl.lit("\\x") + _hex_id(i, 8),
         parent_span_id=pl.lit("\\x") + _hex_id(i, 8, prefix="p"),
-        run_id=pl.lit(RUN_ID),
+        run_id=pl.lit(run_id),
         shard_id=(i % shards).cast(pl.String),
         declared_shard_count=pl.lit(shards),
         concurrency_cap=pl.lit(cap),
