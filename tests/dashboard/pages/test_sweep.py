@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
+from storage.database import raw_transaction
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.conftest import RunningDashboard
 from tests.dashboard.lifecycle_builders import seed_sweep
@@ -54,3 +55,21 @@ def test_sweep_page_marks_the_knee_and_prints_the_rule(
         By.XPATH, "//*[contains(@class,'option') and normalize-space()='other']"
     ).click()
     wait_for(lambda: text_of(browser, "sweep-recommended") == "Recommended cap: 4", timeout=30)
+
+
+def test_a_live_cap_makes_the_recommendation_provisional(
+    page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
+) -> None:
+    seed_sweep(page_database_url, "halfway", caps=[4, 8], tpm=[1_000, 2_000], retry=[0.0, 0.0])
+    # Cap 8's run receives data after its snapshot: it is live again.
+    with raw_transaction(page_database_url) as conn:
+        conn.execute("UPDATE runs SET updated_at = now() WHERE run_id = 'halfway-cap8'")
+
+    browser.get(dashboard_server.url + "/sweeps?sweep_id=halfway")
+    recommended = wait_text(browser, "sweep-recommended")
+    assert recommended.startswith("Provisional recommendation: cap ")
+    assert "cap 8 still live" in recommended
+    rows = browser.find_elements(By.CSS_SELECTOR, "#sweep-points tbody tr")
+    statuses = [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows]
+    assert statuses == ["sealed", "live — provisional"]
+    screenshot(browser, output_dir, "sweep-page-live-cap")
