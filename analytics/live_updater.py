@@ -1,11 +1,18 @@
 """Keeps the live minute table current: drains ingest's marks, recomputes touched minutes.
 
 One update of one run is one REPEATABLE READ transaction (:mod:`storage.live_store`):
-take the run's marks, widen them by the attempts the new ones change elsewhere (parents
-that became rollups, later attempts of the same call), read the attempts of each
-contiguous range of touched minutes plus those overlapping it, and replace those
-minutes' live rows. The cost follows the touched minutes, never the run's size
-(docs/metrics.md#live-figures).
+take the run's marks, read the attempts of each contiguous range of touched minutes plus
+those overlapping it, and replace those minutes' live rows. The cost follows the touched
+minutes, never the run's size (docs/metrics.md#live-figures).
+
+Two flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
+names it as parent) and ``later_in_call`` (an earlier attempt of its explicit call exists,
+for attempts without a resend count). They are probed in the database once per attempt
+and kept in a per-run cache of the attempts last read, so a busy minute re-read every
+update probes only its new attempts. New attempts can change the flags of others (a late
+child turns its parent into a rollup; an earlier attempt moves its call's others): those
+attempts are looked up from the new ones, dropped from the cache, and their minutes
+recomputed in the same update.
 """
 
 from __future__ import annotations
@@ -17,18 +24,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import polars as pl
+import psycopg
 
 from analytics.live_minutes import live_minute_rows
 from storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
-    dependent_intervals,
+    dependents,
     dirty_run_ids,
     fetch_window,
     known_caps,
     live_run_facts,
     live_transaction,
     mark_stale_caps,
+    probe_flags,
     replace_minutes,
     take_marks,
 )
@@ -82,12 +91,22 @@ def _minute_utc(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // SECOND_NS, tz=UTC)
 
 
+_FLAG_SCHEMA = {
+    "trace_id": pl.String,
+    "span_id": pl.String,
+    "rollup": pl.Int64,
+    "later_in_call": pl.Int64,
+}
+
+
 @dataclass
 class LiveUpdater:
     """Drains the marks of every run; :meth:`update_once` is the unit tests drive."""
 
     url: str
     failures: dict[str, float] = field(default_factory=dict)  # run_id -> retry after
+    # run_id -> flags of the attempts read by the run's last update (see module doc)
+    flags: dict[str, pl.DataFrame] = field(default_factory=dict)
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
@@ -99,6 +118,7 @@ class LiveUpdater:
             except Exception:  # one bad run must not stop the others
                 log.exception("live update of %s failed; retrying in 30 s", run_id)
                 self.failures[run_id] = time.monotonic() + 30.0
+                self.flags.pop(run_id, None)
                 continue
             self.failures.pop(run_id, None)
             if update is not None:
@@ -116,17 +136,36 @@ class LiveUpdater:
             touched: set[int] = set()
             for end_minute, from_minute in marks:
                 touched.update(minute_span(from_minute, end_minute))
-            for minutes in contiguous_ranges(touched):
-                low, high = minutes[0], minutes[-1] + MINUTE_NS
-                for began, ended in dependent_intervals(conn, run_id, low, high):
-                    touched.update(minute_span(began, ended))
+            cache = self.flags.get(run_id, pl.DataFrame(schema=_FLAG_SCHEMA))
+            windows = {tuple(m): self._window(conn, facts, m) for m in contiguous_ranges(touched)}
+            # What the attempts read for the first time change elsewhere.
+            unseen = [_unseen(w, cache) for w in windows.values()]
+            fresh = pl.concat(unseen) if unseen else pl.DataFrame(schema=_FLAG_SCHEMA)
+            changed = dependents(
+                conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list()
+            )
+            for dependent in changed:
+                touched.update(minute_span(dependent.began_ns, dependent.end_ns))
+            if changed:
+                stale = pl.DataFrame(
+                    {
+                        "trace_id": [d.trace_id for d in changed],
+                        "span_id": [d.span_id for d in changed],
+                    }
+                )
+                cache = cache.join(stale, on=["trace_id", "span_id"], how="anti")
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
-            frames = []
+            frames, seen = [], []
             for minutes in contiguous_ranges(touched):
-                window = self._window(conn, facts, minutes)
+                window = windows.get(tuple(minutes))
+                if window is None:
+                    window = self._window(conn, facts, minutes)
+                window, flags = self._with_flags(conn, run_id, window, cache)
+                seen.append(flags)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
+            self.flags[run_id] = pl.concat(seen).unique(["trace_id", "span_id"])
             rows = pl.concat(frames) if frames else None
             computed_at = datetime.now(UTC)
             records = []
@@ -144,8 +183,30 @@ class LiveUpdater:
         return update
 
     @staticmethod
-    def _window(conn: object, facts: LiveRunFacts, minutes: list[int]) -> pl.DataFrame:
+    def _with_flags(
+        conn: psycopg.Connection, run_id: str, window: pl.DataFrame, cache: pl.DataFrame
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The window with ``rollup`` and ``later_in_call``: cached, else probed."""
+        joined = window.join(cache, on=["trace_id", "span_id"], how="left")
+        missing = joined.filter(pl.col("rollup").is_null())
+        if missing.height:
+            probed = probe_flags(
+                conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list()
+            )
+            joined = joined.update(probed, on=["trace_id", "span_id"], how="left")
+        flags = joined.select(list(_FLAG_SCHEMA))
+        return joined, flags
+
+    @staticmethod
+    def _window(conn: psycopg.Connection, facts: LiveRunFacts, minutes: list[int]) -> pl.DataFrame:
         low = minutes[0]
         # Every attempt overlapping the range ends before its end + the longest interval.
         high = minutes[-1] + MINUTE_NS + facts.max_slot_ns + SECOND_NS
-        return fetch_window(conn, facts.run_id, low, high)  # type: ignore[arg-type]
+        return fetch_window(conn, facts.run_id, low, high)
+
+
+def _unseen(window: pl.DataFrame, cache: pl.DataFrame) -> pl.DataFrame:
+    """Ids of the window's attempts the cache does not hold (read for the first time)."""
+    return window.select("trace_id", "span_id").join(
+        cache.select("trace_id", "span_id"), on=["trace_id", "span_id"], how="anti"
+    )

@@ -177,9 +177,14 @@ def merge_tables(
         for r in chosen
         if r["shard_id"] == WHOLE_RUN and not r.get("_live") and r["concurrency_cap"] is not None
     ]
-    sealed_shards = {r["shard_id"] for r in chosen if not r.get("_live")} - {WHOLE_RUN}
+    sealed_caps: dict[str, int] = {}
+    for r in chosen:
+        if not r.get("_live") and r["shard_id"] != WHOLE_RUN and r["concurrency_cap"]:
+            shard = r["shard_id"]
+            sealed_caps[shard] = max(sealed_caps.get(shard, 0), r["concurrency_cap"])
     if sealed_star:
-        named = sum(c for s, c in caps.items() if s in sealed_shards)
+        # Shards named in the snapshot count with their cap then, others with today's.
+        named = sum(sealed_caps.get(s, c) for s, c in caps.items())
         table.hidden_cap = max(max(sealed_star) - named, 0)
     table.queue_shards &= called
     table.work_conserving = _work_conserving(table, chosen)

@@ -129,7 +129,9 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
             log.exception("live update failed; retrying")
             updates = []
         for update in updates:
-            log.debug(
+            # Slow updates are what delays live figures: say so at the default level.
+            log.log(
+                logging.INFO if update.wall_s > 2.0 else logging.DEBUG,
                 "live %s: %d minutes, %d attempts read, %.3fs",
                 update.run_id,
                 update.minutes,

@@ -29,51 +29,75 @@ from storage.models import LiveMinute
 
 MINUTE_NS = 60_000_000_000
 
-#: Columns of a live window frame: the attempt columns, then what the probes derive.
-LIVE_WINDOW_KINDS: dict[str, Kind] = {
-    **ATTEMPT_COPY_KINDS,
-    "call_id_explicit": "integer",
-    "rollup": "integer",
-    "later_in_call": "integer",
-}
+#: Columns of a live window frame: the attempt columns and whether the call id is explicit.
+LIVE_WINDOW_KINDS: dict[str, Kind] = {**ATTEMPT_COPY_KINDS, "call_id_explicit": "integer"}
+
+_WINDOW_SQL = """
+SELECT {columns}, call_id_explicit::int
+FROM attempts
+WHERE run_id = {run_id} AND end_ns >= {low} AND end_ns < {high}
+"""
 
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
 # left out of every figure); an attempt without a resend count is a retry when an earlier
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
-# use the partial indexes of migration 0003.
+# use the partial indexes of migration 0003, for the attempts given only.
 _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
                    AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id)"""
-_WINDOW_SQL = f"""
-SELECT {{columns}}, a.call_id_explicit::int AS call_id_explicit,
-       ({_IS_PARENT.format(t="a")})::int AS rollup,
+_PROBE_SQL = f"""
+SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
+       ({_IS_PARENT.format(t="a")})::int,
        (a.resend_count IS NULL AND a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
-              AND NOT {_IS_PARENT.format(t="b")}))::int AS later_in_call
-FROM attempts a
-WHERE a.run_id = {{run_id}} AND a.end_ns >= {{low}} AND a.end_ns < {{high}}
+              AND NOT {_IS_PARENT.format(t="b")}))::int
+FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
+JOIN attempts a ON a.trace_id = u.trace_id AND a.span_id = u.span_id
+WHERE a.run_id = %(run_id)s
 """
 
-# Attempts outside the touched minutes whose figures the touched minutes' attempts
-# change: parents (they become rollups) and later attempts of the same explicit call
-# without a resend count (their position in the call moves).
+# What the given (new) attempts change elsewhere: their parents become rollups (kind 1),
+# and later attempts of the same explicit call without a resend count move in the call
+# (kind 2); a parent that is itself an explicit call's attempt moves its call's others
+# (kind 3: the order among non-rollups changed).
 _DEPENDENTS_SQL = """
-SELECT p.end_ns, p.start_ns, p.queue_wait_s
-FROM attempts a
-JOIN attempts p ON p.trace_id = a.trace_id AND p.span_id = a.parent_span_id
-               AND p.run_id = a.run_id
-WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s
-  AND a.parent_span_id IS NOT NULL
+WITH given AS (
+    SELECT a.* FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
+    JOIN attempts a ON a.trace_id = u.trace_id AND a.span_id = u.span_id
+    WHERE a.run_id = %(run_id)s
+), parents AS (
+    SELECT DISTINCT p.* FROM given g
+    JOIN attempts p ON p.trace_id = g.trace_id AND p.span_id = g.parent_span_id
+                   AND p.run_id = g.run_id
+    WHERE g.parent_span_id IS NOT NULL
+)
+SELECT 1, encode(p.trace_id, 'hex'), encode(p.span_id, 'hex'), p.start_ns, p.end_ns,
+       p.queue_wait_s
+FROM parents p
 UNION ALL
-SELECT o.end_ns, o.end_ns, NULL
-FROM attempts a
-JOIN attempts o ON o.run_id = a.run_id AND o.call_id_explicit AND o.call_id = a.call_id
-WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s
-  AND a.call_id_explicit AND o.resend_count IS NULL
-  AND (o.start_ns, o.end_ns, o.span_id) > (a.start_ns, a.end_ns, a.span_id)
-  AND (o.end_ns < %(low)s OR o.end_ns >= %(high)s)
+SELECT 2, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM given g
+JOIN attempts o ON o.run_id = g.run_id AND o.call_id_explicit AND o.call_id = g.call_id
+WHERE g.call_id_explicit AND o.resend_count IS NULL
+  AND (o.start_ns, o.end_ns, o.span_id) > (g.start_ns, g.end_ns, g.span_id)
+UNION ALL
+SELECT 3, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM parents p
+JOIN attempts o ON o.run_id = p.run_id AND o.call_id_explicit AND o.call_id = p.call_id
+WHERE p.call_id_explicit AND o.resend_count IS NULL
 """
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """An attempt whose derived flags a new attempt changed, and its interval."""
+
+    trace_id: str  # hex
+    span_id: str  # hex
+    began_ns: int  # queued (or admitted) time: the interval whose minutes to recompute
+    end_ns: int
+    becomes_rollup: bool
 
 
 @dataclass(frozen=True)
@@ -121,7 +145,7 @@ def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None
 
 
 def fetch_window(conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int) -> pl.DataFrame:
-    """Attempts of ``run_id`` ending in [low_ns, high_ns), with the probes' flags."""
+    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex)."""
     query = sql.SQL(_WINDOW_SQL).format(
         columns=sql.SQL(ATTEMPT_SELECT_LIST),
         run_id=sql.Literal(run_id),
@@ -132,18 +156,44 @@ def fetch_window(conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: in
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
-def dependent_intervals(
-    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int
-) -> list[tuple[int, int]]:
-    """(start of interval ns, end ns) of attempts outside the window that the window's
-    attempts change (see ``_DEPENDENTS_SQL``)."""
+def _id_arrays(trace_ids: Sequence[str], span_ids: Sequence[str]) -> dict[str, list[bytes]]:
+    return {
+        "traces": [bytes.fromhex(t) for t in trace_ids],
+        "spans": [bytes.fromhex(s) for s in span_ids],
+    }
+
+
+def probe_flags(
+    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+) -> pl.DataFrame:
+    """``rollup`` and ``later_in_call`` (0/1) of the given attempts (hex ids)."""
+    schema = {
+        "trace_id": pl.String,
+        "span_id": pl.String,
+        "rollup": pl.Int64,
+        "later_in_call": pl.Int64,
+    }
+    if not trace_ids:
+        return pl.DataFrame(schema=schema)
     rows = conn.execute(
-        _DEPENDENTS_SQL, {"run_id": run_id, "low": low_ns, "high": high_ns}
+        _PROBE_SQL, {"run_id": run_id, **_id_arrays(trace_ids, span_ids)}
+    ).fetchall()
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def dependents(
+    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+) -> list[Dependent]:
+    """Attempts whose flags the given (new) attempts changed (see ``_DEPENDENTS_SQL``)."""
+    if not trace_ids:
+        return []
+    rows = conn.execute(
+        _DEPENDENTS_SQL, {"run_id": run_id, **_id_arrays(trace_ids, span_ids)}
     ).fetchall()
     out = []
-    for end_ns, start_ns, wait_s in rows:
-        began = int(start_ns) - (round(min(float(wait_s), 3e9) * 1e9) if wait_s else 0)
-        out.append((began, int(end_ns)))
+    for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
+        waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0
+        out.append(Dependent(trace_id, span_id, int(start_ns) - waited, int(end_ns), kind == 1))
     return out
 
 
