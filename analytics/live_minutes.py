@@ -61,8 +61,14 @@ _COUNTS = (
 def _canonical(events: pl.DataFrame) -> pl.DataFrame:
     """Canonical event columns, with every resend count known: an attempt without one
     takes 1 when an earlier attempt of its call exists (the probe), else 0."""
+    # Columns no minute figure reads are not fetched (storage.live_store): null here.
+    absent = [
+        pl.lit(None, dtype=dtype).alias(name)
+        for name, dtype in EVENT_SCHEMA.items()
+        if name not in events.columns
+    ]
     return events.with_columns(
-        resend_count=pl.coalesce("resend_count", pl.col("later_in_call"))
+        *absent, resend_count=pl.coalesce("resend_count", pl.col("later_in_call"))
     ).select(pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items())
 
 

@@ -22,18 +22,34 @@ from psycopg import sql
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from storage.attempt_frames import ATTEMPT_COPY_KINDS, ATTEMPT_SELECT_LIST, copy_select
+from storage.attempt_frames import copy_select
 from storage.binary_copy import Kind
 from storage.database import raw_transaction
 from storage.models import LiveMinute
 
 MINUTE_NS = 60_000_000_000
 
-#: Columns of a live window frame: the attempt columns and whether the call id is explicit.
-LIVE_WINDOW_KINDS: dict[str, Kind] = {**ATTEMPT_COPY_KINDS, "call_id_explicit": "integer"}
+#: Columns of a live window frame: what the minute figures need (ids in hex for the
+#: flag cache), nothing more: a busy minute is re-read on every update.
+LIVE_WINDOW_KINDS: dict[str, Kind] = {
+    "trace_id": "hex",
+    "span_id": "hex",
+    "shard_id": "text",
+    "status": "text",
+    "start_ns": "integer",
+    "end_ns": "integer",
+    "queue_wait_s": "float",
+    "ttft_s": "float",
+    "prompt_tokens": "integer",
+    "completion_tokens": "integer",
+    "resend_count": "integer",
+    "concurrency_cap": "integer",
+    "call_id_explicit": "integer",
+}
 
 _WINDOW_SQL = """
-SELECT {columns}, call_id_explicit::int
+SELECT trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
+       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int
 FROM attempts
 WHERE run_id = {run_id} AND end_ns >= {low} AND end_ns < {high}
 """
@@ -53,8 +69,11 @@ SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
               AND NOT {_IS_PARENT.format(t="b")}))::int
 FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
-JOIN attempts a ON a.trace_id = u.trace_id AND a.span_id = u.span_id
-WHERE a.run_id = %(run_id)s
+CROSS JOIN LATERAL (  -- one primary-key lookup per id, never a scan of the table
+    SELECT * FROM attempts x
+    WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
+    LIMIT 1
+) a
 """
 
 # What the given (new) attempts change elsewhere: their parents become rollups (kind 1),
@@ -64,8 +83,11 @@ WHERE a.run_id = %(run_id)s
 _DEPENDENTS_SQL = """
 WITH given AS (
     SELECT a.* FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
-    JOIN attempts a ON a.trace_id = u.trace_id AND a.span_id = u.span_id
-    WHERE a.run_id = %(run_id)s
+    CROSS JOIN LATERAL (
+        SELECT * FROM attempts x
+        WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
+        LIMIT 1
+    ) a
 ), parents AS (
     SELECT DISTINCT p.* FROM given g
     JOIN attempts p ON p.trace_id = g.trace_id AND p.span_id = g.parent_span_id
@@ -147,7 +169,6 @@ def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None
 def fetch_window(conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int) -> pl.DataFrame:
     """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex)."""
     query = sql.SQL(_WINDOW_SQL).format(
-        columns=sql.SQL(ATTEMPT_SELECT_LIST),
         run_id=sql.Literal(run_id),
         low=sql.Literal(low_ns),
         high=sql.Literal(high_ns),
