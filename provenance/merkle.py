@@ -3,7 +3,8 @@
 Leaf hash = SHA-256(0x00 || data), node hash = SHA-256(0x01 || left || right), a tree of
 n > 1 leaves splits at k = the largest power of two smaller than n, and the empty tree's
 root is SHA-256 of the empty string (RFC 6962 §2.1). Verification follows RFC 9162
-§2.1.3.2, which needs only the leaf hash, its index, the tree size, the path and the root.
+§2.1.3.2, which needs only the leaf hash, its index, the tree size, the path and the root;
+consistency proofs between two tree sizes follow RFC 9162 §2.1.4.
 """
 
 from __future__ import annotations
@@ -112,3 +113,59 @@ def verify_inclusion(
         return root_from_inclusion_proof(index, tree_size, leaf, proof) == root
     except ValueError:
         return False
+
+
+def consistency_proof(hashes: Sequence[bytes], old_size: int) -> list[bytes]:
+    """PROOF(m, D[n]) of RFC 9162 §2.1.4.1: the tree of the first ``old_size`` leaf
+    hashes is a prefix of the tree over all of ``hashes``."""
+    if not 0 < old_size <= len(hashes):
+        raise ValueError(f"old size {old_size} is not in 1..{len(hashes)}")
+
+    def subproof(m: int, leaves: Sequence[bytes], complete: bool) -> list[bytes]:
+        n = len(leaves)
+        if m == n:
+            return [] if complete else [root_from_leaf_hashes(leaves)]
+        k = split_point(n)
+        if m <= k:
+            return [*subproof(m, leaves[:k], complete), root_from_leaf_hashes(leaves[k:])]
+        return [*subproof(m - k, leaves[k:], False), root_from_leaf_hashes(leaves[:k])]
+
+    return subproof(old_size, hashes, True)
+
+
+def verify_consistency(
+    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
+) -> bool:
+    """RFC 9162 §2.1.4.2: True when the tree of ``new_size`` leaves with head
+    ``new_root`` extends the tree of ``old_size`` leaves with head ``old_root``."""
+    if len(old_root) != 32 or len(new_root) != 32 or any(len(p) != 32 for p in proof):
+        return False
+    if not 0 < old_size <= new_size:
+        return False
+    if old_size == new_size:
+        return not proof and old_root == new_root
+    path = list(proof)
+    if old_size & (old_size - 1) == 0:  # an exact power of two: the old root is a node
+        path.insert(0, old_root)
+    if not path:
+        return False
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    first = second = path[0]
+    for node in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            first = node_hash(node, first)
+            second = node_hash(node, second)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            second = node_hash(second, node)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and first == old_root and second == new_root
