@@ -177,6 +177,7 @@ def seal_computation(
             "metrics": metrics,
             "data_as_of": computation.facts.updated_at,
             "final": final,
+            "leaf_hashes": b"".join(computation.tree.leaf_hashes),
         }
         records = minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)

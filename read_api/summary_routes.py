@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
@@ -42,6 +42,32 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
             return await run_in_threadpool(signed_envelope, run_id)
         except RunNotSealed as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from exc
+
+    @router.get(
+        "/runs/{run_id}/consistency",
+        summary="RFC 9162 proof that version `to`'s minute tree extends version `from`'s",
+        responses={
+            404: {"description": "no such version"},
+            409: {"description": "no proof: minutes changed between the versions"},
+        },
+    )
+    async def get_consistency(
+        run_id: str,
+        old: int = Query(..., alias="from", description="the earlier version"),
+        new: int = Query(..., alias="to", description="the later version"),
+    ) -> dict[str, Any]:
+        from analytics.version_consistency import (
+            ConsistencyRefused,
+            VersionNotFound,
+            prove_consistency,
+        )
+
+        try:
+            return await run_in_threadpool(prove_consistency, database_url, run_id, old, new)
+        except VersionNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from exc
+        except ConsistencyRefused as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from exc
 
     @router.get("/keys", summary="Public keys (SPKI PEM) that sign run summaries")
     async def get_keys() -> dict[str, Any]:

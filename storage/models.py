@@ -180,6 +180,9 @@ class Snapshot(Base):
     # False when sealed while the run was still receiving data (``analyze`` of a live run):
     # a sweep does not take such a snapshot as the cap's final figures.
     final: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    # The version's minute leaf hashes, 32 bytes each in minute order (consistency proofs
+    # between versions need no recomputation); NULL for versions sealed before 0003.
+    leaf_hashes: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class MinuteFigures:

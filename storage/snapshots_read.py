@@ -52,6 +52,12 @@ def latest_snapshot(url: str, run_id: str) -> Snapshot | None:
         ).first()
 
 
+def snapshot_at(url: str, run_id: str, version: int) -> Snapshot | None:
+    """One version of ``run_id`` (detached ORM row), or None."""
+    with read_session(url) as session:
+        return session.get(Snapshot, (run_id, version))
+
+
 def latest_snapshots(url: str, run_ids: Sequence[str]) -> dict[str, Snapshot]:
     """The newest snapshot of each run in ``run_ids`` (runs never sealed are absent)."""
     if not run_ids:

@@ -8,6 +8,8 @@
 - ``runs.max_slot_ns``: the longest queued-to-released interval of the run, so the worker
   can find every attempt overlapping a minute through the (run_id, end_ns) index.
 - ``snapshots.final``: false for a snapshot sealed while its run was still receiving data.
+- ``snapshots.leaf_hashes``: the version's minute leaf hashes (32 bytes each, in minute
+  order), so a consistency proof between two versions needs no recomputation.
 - Two partial indexes the live path probes: children by parent (rollups), attempts by
   explicit call id (position of an attempt without a resend count within its call).
 
@@ -77,6 +79,7 @@ def upgrade() -> None:
         "snapshots",
         sa.Column("final", sa.Boolean(), server_default=sa.text("true"), nullable=False),
     )
+    op.add_column("snapshots", sa.Column("leaf_hashes", sa.LargeBinary(), nullable=True))
     # Runs stored before this revision: their longest interval, once.
     op.execute(
         """
@@ -103,6 +106,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_attempts_run_id_call_id", table_name="attempts")
     op.drop_index("ix_attempts_trace_id_parent_span_id", table_name="attempts")
+    op.drop_column("snapshots", "leaf_hashes")
     op.drop_column("snapshots", "final")
     op.drop_column("runs", "max_slot_ns")
     op.drop_table("live_minutes")

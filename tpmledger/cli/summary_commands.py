@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tpmledger.cli import consistency_commands
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``summary show|export|verify|prove``."""
+    """Add ``summary show|export|verify|prove|prove-consistency|verify-consistency``."""
     summary = subparsers.add_parser(
         "summary",
         help="signed run summaries: show, export, verify offline, prove a minute",
@@ -72,6 +73,8 @@ def register(subparsers: Any) -> None:
     prove.add_argument("--out", type=Path, metavar="FILE", help="write here instead of stdout")
     add_data_dir_option(prove)
     prove.set_defaults(func=prove_minute)
+
+    consistency_commands.register(actions)
 
 
 # A run still receiving spans can change between sealing and reading its events.
