@@ -8,11 +8,14 @@ minutes, never the run's size (docs/metrics.md#live-figures).
 Two flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
 names it as parent) and ``later_in_call`` (an earlier attempt of its explicit call exists,
 for attempts without a resend count). They are probed in the database once per attempt
-and kept in a per-run cache of the attempts last read, so a busy minute re-read every
-update probes only its new attempts. New attempts can change the flags of others (a late
-child turns its parent into a rollup; an earlier attempt moves its call's others): those
-attempts are looked up from the new ones, dropped from the cache, and their minutes
-recomputed in the same update.
+and kept with the attempts in a per-run cache of the range last read. Every ingest commit
+records a batch id with its rows and its marks, so the next update of that range reads
+only the rows of the commits its marks name (a busy minute is not re-read whole on every
+update) and probes only those. New attempts can change the flags of others (a late child
+turns its parent into a rollup; an earlier attempt moves its call's others): those
+attempts are looked up from the new ones, their flags forgotten, and their minutes
+recomputed in the same update. The cache is dropped when another worker drained the
+run's marks in between (``live_state.generation``) or an update failed.
 """
 
 from __future__ import annotations
@@ -91,12 +94,22 @@ def _minute_utc(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // SECOND_NS, tz=UTC)
 
 
-_FLAG_SCHEMA = {
-    "trace_id": pl.String,
-    "span_id": pl.String,
-    "rollup": pl.Int64,
-    "later_in_call": pl.Int64,
-}
+_KEYS = ["trace_id", "span_id"]
+_FLAGS = ["rollup", "later_in_call"]
+
+
+@dataclass
+class RunCache:
+    """The attempts ending in [low, high) as of the run's last update, with their flags.
+
+    Valid while this updater made every update of the run (``generation``); the next
+    update then reads only the rows of the ingest commits its marks name.
+    """
+
+    generation: int
+    low: int
+    high: int
+    rows: pl.DataFrame
 
 
 @dataclass
@@ -105,8 +118,7 @@ class LiveUpdater:
 
     url: str
     failures: dict[str, float] = field(default_factory=dict)  # run_id -> retry after
-    # run_id -> flags of the attempts read by the run's last update (see module doc)
-    flags: dict[str, pl.DataFrame] = field(default_factory=dict)
+    caches: dict[str, RunCache] = field(default_factory=dict)
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
@@ -118,7 +130,7 @@ class LiveUpdater:
             except Exception:  # one bad run must not stop the others
                 log.exception("live update of %s failed; retrying in 30 s", run_id)
                 self.failures[run_id] = time.monotonic() + 30.0
-                self.flags.pop(run_id, None)
+                self.caches.pop(run_id, None)
                 continue
             self.failures.pop(run_id, None)
             if update is not None:
@@ -128,44 +140,49 @@ class LiveUpdater:
     def update_run(self, run_id: str) -> LiveUpdate | None:
         """Recompute the minutes the run's queued marks touched (one transaction)."""
         started, cpu = time.perf_counter(), time.process_time()
+        cache = self.caches.pop(run_id, None)
         with live_transaction(self.url) as conn:
-            marks = take_marks(conn, run_id)
+            marks, generation = take_marks(conn, run_id)
             facts = live_run_facts(conn, run_id)
             if not marks or facts is None:
                 return None
+            if cache is not None and cache.generation != generation - 1:
+                cache = None  # another worker drained marks meanwhile
+            batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
+            reader = _WindowReader(
+                conn, facts, cache, None if any(m.batch_id is None for m in marks) else batches
+            )
             touched: set[int] = set()
-            for end_minute, from_minute in marks:
-                touched.update(minute_span(from_minute, end_minute))
-            cache = self.flags.get(run_id, pl.DataFrame(schema=_FLAG_SCHEMA))
-            windows = {tuple(m): self._window(conn, facts, m) for m in contiguous_ranges(touched)}
-            # What the attempts read for the first time change elsewhere.
-            unseen = [_unseen(w, cache) for w in windows.values()]
-            fresh = pl.concat(unseen) if unseen else pl.DataFrame(schema=_FLAG_SCHEMA)
+            for mark in marks:
+                touched.update(minute_span(mark.from_minute_ns, mark.end_minute_ns))
+            windows = {tuple(m): reader.read(m) for m in contiguous_ranges(touched)}
+            # What attempts seen for the first time change elsewhere (their flags unknown).
+            fresh = pl.concat([w.filter(pl.col("rollup").is_null()).select(_KEYS)
+                               for w in windows.values()])  # fmt: skip
             changed = dependents(
                 conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list()
             )
             for dependent in changed:
                 touched.update(minute_span(dependent.began_ns, dependent.end_ns))
-            if changed:
-                stale = pl.DataFrame(
-                    {
-                        "trace_id": [d.trace_id for d in changed],
-                        "span_id": [d.span_id for d in changed],
-                    }
-                )
-                cache = cache.join(stale, on=["trace_id", "span_id"], how="anti")
+            stale = pl.DataFrame(
+                {
+                    "trace_id": [d.trace_id for d in changed],
+                    "span_id": [d.span_id for d in changed],
+                },
+                schema={"trace_id": pl.String, "span_id": pl.String},
+            ).unique()  # an attempt can be changed by several new ones
+            reader.forget(stale)
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
-            frames, seen = [], []
+            frames = []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
-                if window is None:
-                    window = self._window(conn, facts, minutes)
-                window, flags = self._with_flags(conn, run_id, window, cache)
-                seen.append(flags)
+                window = reader.read(minutes) if window is None else _forget(window, stale)
+                window = _probe_missing(conn, run_id, window)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
-            self.flags[run_id] = pl.concat(seen).unique(["trace_id", "span_id"])
+                low, high = reader.bounds(minutes)
+                cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
             computed_at = datetime.now(UTC)
             records = []
@@ -178,35 +195,82 @@ class LiveUpdater:
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
+        if cache is not None:
+            self.caches[run_id] = cache  # only once the transaction committed
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
 
-    @staticmethod
-    def _with_flags(
-        conn: psycopg.Connection, run_id: str, window: pl.DataFrame, cache: pl.DataFrame
-    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The window with ``rollup`` and ``later_in_call``: cached, else probed."""
-        joined = window.join(cache, on=["trace_id", "span_id"], how="left")
-        missing = joined.filter(pl.col("rollup").is_null())
-        if missing.height:
-            probed = probe_flags(
-                conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list()
-            )
-            joined = joined.update(probed, on=["trace_id", "span_id"], how="left")
-        flags = joined.select(list(_FLAG_SCHEMA))
-        return joined, flags
 
-    @staticmethod
-    def _window(conn: psycopg.Connection, facts: LiveRunFacts, minutes: list[int]) -> pl.DataFrame:
-        low = minutes[0]
+class _WindowReader:
+    """Reads the attempts of a range of minutes (and those overlapping it), from the cache
+    where it holds them plus the rows of the new ingest commits, else from the table."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        facts: LiveRunFacts,
+        cache: RunCache | None,
+        batches: list[int] | None,
+    ) -> None:
+        self.conn, self.facts, self.cache, self.batches = conn, facts, cache, batches
+
+    def bounds(self, minutes: list[int]) -> tuple[int, int]:
         # Every attempt overlapping the range ends before its end + the longest interval.
-        high = minutes[-1] + MINUTE_NS + facts.max_slot_ns + SECOND_NS
-        return fetch_window(conn, facts.run_id, low, high)
+        return minutes[0], minutes[-1] + MINUTE_NS + self.facts.max_slot_ns + SECOND_NS
+
+    def _fetch(self, low: int, high: int, batches: list[int] | None = None) -> pl.DataFrame:
+        return fetch_window(self.conn, self.facts.run_id, low, high, batches)
+
+    def read(self, minutes: list[int]) -> pl.DataFrame:
+        low, high = self.bounds(minutes)
+        cache, parts = self.cache, []
+        a, b = (max(low, cache.low), min(high, cache.high)) if cache else (high, high)
+        if cache is not None and a < b and self.batches is not None:
+            ends = pl.col("end_ns")
+            parts.append(cache.rows.filter((ends >= a) & (ends < b)))
+            parts.append(_unflagged(self._fetch(a, b, self.batches)))
+            if low < a:
+                parts.append(_unflagged(self._fetch(low, a)))
+            if b < high:
+                parts.append(_unflagged(self._fetch(b, high)))
+        else:
+            parts.append(_unflagged(self._fetch(low, high)))
+        window = pl.concat(parts, how="diagonal_relaxed").unique(_KEYS, keep="first")
+        if cache is not None:  # flags of rows the cache knows, wherever they were read
+            known = cache.rows.select(*_KEYS, *(pl.col(f).alias(f"_{f}") for f in _FLAGS))
+            window = (
+                window.join(known, on=_KEYS, how="left")
+                .with_columns(pl.coalesce(f, f"_{f}").alias(f) for f in _FLAGS)
+                .drop(f"_{f}" for f in _FLAGS)
+            )
+        return window
+
+    def forget(self, stale: pl.DataFrame) -> None:
+        """Drop cached flags of attempts whose flags new attempts changed."""
+        if self.cache is not None and stale.height:
+            self.cache.rows = _forget(self.cache.rows, stale)
 
 
-def _unseen(window: pl.DataFrame, cache: pl.DataFrame) -> pl.DataFrame:
-    """Ids of the window's attempts the cache does not hold (read for the first time)."""
-    return window.select("trace_id", "span_id").join(
-        cache.select("trace_id", "span_id"), on=["trace_id", "span_id"], how="anti"
-    )
+def _unflagged(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(f) for f in _FLAGS)
+
+
+def _forget(frame: pl.DataFrame, stale: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the flags of ``stale`` attempts unknown again (probed anew)."""
+    if stale.height == 0:
+        return frame
+    marked = frame.join(stale.unique().with_columns(_stale=pl.lit(True)), on=_KEYS, how="left")
+    stale_row = pl.col("_stale").fill_null(False)
+    return marked.with_columns(
+        pl.when(stale_row).then(None).otherwise(pl.col(f)).alias(f) for f in _FLAGS
+    ).drop("_stale")
+
+
+def _probe_missing(conn: psycopg.Connection, run_id: str, window: pl.DataFrame) -> pl.DataFrame:
+    """The window with every unknown flag probed in the database."""
+    missing = window.filter(pl.col("rollup").is_null())
+    if missing.height == 0:
+        return window
+    probed = probe_flags(conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list())
+    return window.update(probed, on=_KEYS, how="left")

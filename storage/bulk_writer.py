@@ -90,9 +90,11 @@ ORDER BY run_id
 # touched, drained by the analytics worker. Marking minutes of re-sent rows too is harmless
 # (the worker recomputes a minute from what is stored).
 _MARK_DIRTY = """
-INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
-SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[])
+INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id)
+SELECT u.*, %s FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS u
 """
+# Every row this transaction stores gets this batch id (the column's default reads it).
+_NEW_BATCH = "SELECT set_config('tpmledger.ingest_batch', nextval('ingest_batches')::text, true)"
 
 
 def copy_blocks(conn: psycopg.Connection, table: str, blocks: Iterable[AttemptBlock]) -> None:
@@ -117,16 +119,18 @@ def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock
     blocks = [block for block in blocks if block.rows]
     if not blocks:
         return 0
+    row = conn.execute(_NEW_BATCH).fetchone()
+    batch = int(row[0]) if row else None
     try:
         with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
             copy_blocks(conn, "attempts", blocks)
     except errors.UniqueViolation:
         stored = _write_through_staging(conn, blocks)
-        _mark_dirty(conn, merge_runs(blocks))
+        _mark_dirty(conn, merge_runs(blocks), batch)
         return stored
     runs = merge_runs(blocks)
     _upsert_runs(conn, runs)
-    _mark_dirty(conn, runs)
+    _mark_dirty(conn, runs, batch)
     return sum(block.rows for block in blocks)
 
 
@@ -163,7 +167,7 @@ def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
         cur.execute(_UPSERT_RUNS, columns)
 
 
-def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
+def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally], batch: int | None) -> None:
     """Queue the (run, minute) cells the batch touched for the live minute table."""
     run_ids: list[str] = []
     ends: list[int] = []
@@ -175,4 +179,4 @@ def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
             froms.append(from_minute)
     if run_ids:
         with conn.cursor() as cur:
-            cur.execute(_MARK_DIRTY, (run_ids, ends, froms))
+            cur.execute(_MARK_DIRTY, (batch, run_ids, ends, froms))

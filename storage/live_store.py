@@ -51,7 +51,7 @@ _WINDOW_SQL = """
 SELECT trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
        prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int
 FROM attempts
-WHERE run_id = {run_id} AND end_ns >= {low} AND end_ns < {high}
+WHERE run_id = {run_id} AND end_ns >= {low} AND end_ns < {high} {batches}
 """
 
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
@@ -148,13 +148,32 @@ def dirty_run_ids(url: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def take_marks(conn: psycopg.Connection, run_id: str) -> list[tuple[int, int]]:
-    """Delete the run's queued marks; returns (end_minute_ns, from_minute_ns) pairs."""
+@dataclass(frozen=True)
+class Mark:
+    """Attempts ending in ``end_minute_ns``, intervals from ``from_minute_ns``, stored by
+    ingest commit ``batch_id`` (None: written before batches were recorded)."""
+
+    end_minute_ns: int
+    from_minute_ns: int
+    batch_id: int | None
+
+
+def take_marks(conn: psycopg.Connection, run_id: str) -> tuple[list[Mark], int]:
+    """Delete the run's queued marks; returns them and the run's update generation (one
+    more than the previous update's, unless someone else drained marks meanwhile)."""
     rows = conn.execute(
-        "DELETE FROM live_dirty WHERE run_id = %s RETURNING end_minute_ns, from_minute_ns",
+        "DELETE FROM live_dirty WHERE run_id = %s "
+        "RETURNING end_minute_ns, from_minute_ns, batch_id",
         (run_id,),
     ).fetchall()
-    return [(int(end), int(start)) for end, start in rows]
+    generation = conn.execute(
+        "INSERT INTO live_state AS s (run_id, generation) VALUES (%s, 1) "
+        "ON CONFLICT (run_id) DO UPDATE SET generation = s.generation + 1 "
+        "RETURNING generation",
+        (run_id,),
+    ).fetchone()
+    marks = [Mark(int(end), int(start), batch) for end, start, batch in rows]
+    return marks, int(generation[0]) if generation else 0
 
 
 def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None:
@@ -166,12 +185,23 @@ def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None
     return LiveRunFacts(*row) if row else None
 
 
-def fetch_window(conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int) -> pl.DataFrame:
-    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex)."""
+def fetch_window(
+    conn: psycopg.Connection,
+    run_id: str,
+    low_ns: int,
+    high_ns: int,
+    batches: Sequence[int] | None = None,
+) -> pl.DataFrame:
+    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex); with
+    ``batches``, only those stored by these ingest commits."""
+    only: sql.Composable = sql.SQL("")
+    if batches is not None:
+        only = sql.SQL("AND ingest_batch = ANY({})").format(sql.Literal(list(batches)))
     query = sql.SQL(_WINDOW_SQL).format(
         run_id=sql.Literal(run_id),
         low=sql.Literal(low_ns),
         high=sql.Literal(high_ns),
+        batches=only,
     )
     frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))

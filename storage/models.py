@@ -37,6 +37,7 @@ __all__ = [
     "IngestToken",
     "LiveDirty",
     "LiveMinute",
+    "LiveState",
     "MinuteMetric",
     "Run",
     "Snapshot",
@@ -98,6 +99,12 @@ class Attempt(Base):
     resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
     received_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
+    )
+    # The ingest commit that stored the row (docs/metrics.md#live-figures); NULL for rows
+    # stored before migration 0003 or loaded by other means.
+    ingest_batch: Mapped[int | None] = mapped_column(
+        BigInteger,
+        server_default=text("NULLIF(current_setting('tpmledger.ingest_batch', true), '')::bigint"),
     )
 
     __table_args__ = (
@@ -260,3 +267,14 @@ class LiveDirty(Base):
     run_id: Mapped[str] = mapped_column(Text)
     end_minute_ns: Mapped[int] = mapped_column(BigInteger)
     from_minute_ns: Mapped[int] = mapped_column(BigInteger)
+    batch_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class LiveState(Base):
+    """How many live updates drained each run's marks (a worker's cache is valid only
+    while it made every one of them)."""
+
+    __tablename__ = "live_state"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)

@@ -10,6 +10,10 @@
 - ``snapshots.final``: false for a snapshot sealed while its run was still receiving data.
 - ``snapshots.leaf_hashes``: the version's minute leaf hashes (32 bytes each, in minute
   order), so a consistency proof between two versions needs no recomputation.
+- ``attempts.ingest_batch``: the ingest commit that stored the row (a sequence value the
+  writer sets per transaction), recorded with the commit's marks too, so the worker reads
+  only new rows of a minute it holds already; ``live_state`` counts each run's updates
+  so a worker knows no other one drained marks in between.
 - Two partial indexes the live path probes: children by parent (rollups), attempts by
   explicit call id (position of an attempt without a resend count within its call).
 
@@ -21,6 +25,9 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+# The writer sets tpmledger.ingest_batch per transaction (storage/bulk_writer.py).
+INGEST_BATCH_DEFAULT = "NULLIF(current_setting('tpmledger.ingest_batch', true), '')::bigint"
 
 revision: str = "0003"
 down_revision: str | Sequence[str] | None = "0002"
@@ -35,8 +42,19 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Text(), nullable=False),
         sa.Column("end_minute_ns", sa.BigInteger(), nullable=False),
         sa.Column("from_minute_ns", sa.BigInteger(), nullable=False),
+        sa.Column("batch_id", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_live_dirty")),
     )
+    op.create_table(
+        "live_state",
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("generation", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("run_id", name=op.f("pk_live_state")),
+    )
+    op.execute("CREATE SEQUENCE ingest_batches")
+    # Added without a default, then given one: existing rows stay NULL (no table rewrite).
+    op.add_column("attempts", sa.Column("ingest_batch", sa.BigInteger(), nullable=True))
+    op.alter_column("attempts", "ingest_batch", server_default=sa.text(INGEST_BATCH_DEFAULT))
     op.create_table(
         "live_minutes",
         sa.Column("run_id", sa.Text(), nullable=False),
@@ -109,5 +127,8 @@ def downgrade() -> None:
     op.drop_column("snapshots", "leaf_hashes")
     op.drop_column("snapshots", "final")
     op.drop_column("runs", "max_slot_ns")
+    op.drop_column("attempts", "ingest_batch")
+    op.execute("DROP SEQUENCE ingest_batches")
+    op.drop_table("live_state")
     op.drop_table("live_minutes")
     op.drop_table("live_dirty")
