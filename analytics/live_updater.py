@@ -226,7 +226,8 @@ class _WindowReader:
         low, high = self.bounds(minutes)
         cache, parts = self.cache, []
         a, b = (max(low, cache.low), min(high, cache.high)) if cache else (high, high)
-        if cache is not None and a < b and self.batches is not None:
+        incremental = cache is not None and a < b and self.batches is not None
+        if cache is not None and incremental:
             ends = pl.col("end_ns")
             parts.append(cache.rows.filter((ends >= a) & (ends < b)))
             parts.append(_unflagged(self._fetch(a, b, self.batches)))
@@ -236,8 +237,10 @@ class _WindowReader:
                 parts.append(_unflagged(self._fetch(b, high)))
         else:
             parts.append(_unflagged(self._fetch(low, high)))
-        window = pl.concat(parts, how="diagonal_relaxed").unique(_KEYS, keep="first")
-        if cache is not None:  # flags of rows the cache knows, wherever they were read
+        # The parts are disjoint: cached rows predate the new commits' rows, and the rest
+        # lies outside the cached range.
+        window = pl.concat(parts, how="diagonal_relaxed")
+        if cache is not None and not incremental:  # flags of rows the cache knows
             known = cache.rows.select(*_KEYS, *(pl.col(f).alias(f"_{f}") for f in _FLAGS))
             window = (
                 window.join(known, on=_KEYS, how="left")

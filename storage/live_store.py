@@ -47,11 +47,23 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "call_id_explicit": "integer",
 }
 
-_WINDOW_SQL = """
-SELECT trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
-       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int
+_COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
+       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int"""
+_WINDOW_SQL = f"""
+SELECT {_COLUMNS}
 FROM attempts
-WHERE run_id = {run_id} AND end_ns >= {low} AND end_ns < {high} {batches}
+WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
+"""
+# New commits' rows: found through the block-range index on ingest_batch alone (the
+# materialized step keeps the planner from scanning the whole window instead).
+_NEW_ROWS_SQL = f"""
+WITH new AS MATERIALIZED (
+    SELECT * FROM attempts
+    WHERE ingest_batch BETWEEN {{first}} AND {{last}} AND ingest_batch = ANY({{batches}})
+)
+SELECT {_COLUMNS}
+FROM new
+WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 """
 
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
@@ -194,15 +206,20 @@ def fetch_window(
 ) -> pl.DataFrame:
     """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex); with
     ``batches``, only those stored by these ingest commits."""
-    only: sql.Composable = sql.SQL("")
-    if batches is not None:
-        only = sql.SQL("AND ingest_batch = ANY({})").format(sql.Literal(list(batches)))
-    query = sql.SQL(_WINDOW_SQL).format(
-        run_id=sql.Literal(run_id),
-        low=sql.Literal(low_ns),
-        high=sql.Literal(high_ns),
-        batches=only,
-    )
+    bounds = {
+        "run_id": sql.Literal(run_id),
+        "low": sql.Literal(low_ns),
+        "high": sql.Literal(high_ns),
+    }
+    if batches is None:
+        query = sql.SQL(_WINDOW_SQL).format(**bounds)
+    else:
+        query = sql.SQL(_NEW_ROWS_SQL).format(
+            first=sql.Literal(min(batches, default=0)),
+            last=sql.Literal(max(batches, default=0)),
+            batches=sql.Literal(list(batches)),
+            **bounds,
+        )
     frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 

@@ -124,6 +124,13 @@ class Attempt(Base):
             "call_id",
             postgresql_where=text("call_id_explicit"),
         ),
+        # A commit's rows by their pages (rows are appended in commit order).
+        Index(
+            "ix_attempts_ingest_batch",
+            "ingest_batch",
+            postgresql_using="brin",
+            postgresql_with={"pages_per_range": 16, "autosummarize": "on"},
+        ),
     )
 
 

@@ -55,6 +55,15 @@ def upgrade() -> None:
     # Added without a default, then given one: existing rows stay NULL (no table rewrite).
     op.add_column("attempts", sa.Column("ingest_batch", sa.BigInteger(), nullable=True))
     op.alter_column("attempts", "ingest_batch", server_default=sa.text(INGEST_BATCH_DEFAULT))
+    # Rows are appended in commit order, so a block-range index finds a commit's rows by
+    # reading only their pages, at next to no cost per insert.
+    op.create_index(
+        "ix_attempts_ingest_batch",
+        "attempts",
+        ["ingest_batch"],
+        postgresql_using="brin",
+        postgresql_with={"pages_per_range": 16, "autosummarize": "on"},
+    )
     op.create_table(
         "live_minutes",
         sa.Column("run_id", sa.Text(), nullable=False),
@@ -127,6 +136,7 @@ def downgrade() -> None:
     op.drop_column("snapshots", "leaf_hashes")
     op.drop_column("snapshots", "final")
     op.drop_column("runs", "max_slot_ns")
+    op.drop_index("ix_attempts_ingest_batch", table_name="attempts")
     op.drop_column("attempts", "ingest_batch")
     op.execute("DROP SEQUENCE ingest_batches")
     op.drop_table("live_state")
