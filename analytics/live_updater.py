@@ -159,8 +159,9 @@ class LiveUpdater:
             # What attempts seen for the first time change elsewhere (their flags unknown).
             fresh = pl.concat([w.filter(pl.col("rollup").is_null()).select(_KEYS)
                                for w in windows.values()])  # fmt: skip
+            single = [reader.bounds(list(m)) for m in windows] if len(windows) == 1 else [None]
             changed = dependents(
-                conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list()
+                conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list(), single[0]
             )
             for dependent in changed:
                 touched.update(minute_span(dependent.began_ns, dependent.end_ns))
@@ -178,7 +179,7 @@ class LiveUpdater:
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
-                window = _probe_missing(conn, run_id, window)
+                window = _probe_missing(conn, run_id, window, reader.bounds(minutes))
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
                 low, high = reader.bounds(minutes)
@@ -270,10 +271,16 @@ def _forget(frame: pl.DataFrame, stale: pl.DataFrame) -> pl.DataFrame:
     ).drop("_stale")
 
 
-def _probe_missing(conn: psycopg.Connection, run_id: str, window: pl.DataFrame) -> pl.DataFrame:
+def _probe_missing(
+    conn: psycopg.Connection, run_id: str, window: pl.DataFrame, end_range: tuple[int, int]
+) -> pl.DataFrame:
     """The window with every unknown flag probed in the database."""
     missing = window.filter(pl.col("rollup").is_null())
     if missing.height == 0:
         return window
-    probed = probe_flags(conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list())
+    probed = probe_flags(
+        conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list(), end_range
+    )
+    # Probed by range, known flags come back too: only the missing ones are taken.
+    probed = probed.join(missing.select(_KEYS), on=_KEYS, how="semi")
     return window.update(probed, on=_KEYS, how="left")

@@ -80,13 +80,19 @@ SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
               AND NOT {_IS_PARENT.format(t="b")}))::int
-FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
-CROSS JOIN LATERAL (  -- one primary-key lookup per id, never a scan of the table
+{{source}}
+"""
+# The attempts the probes and dependents start from: given ids (one primary-key lookup
+# each, never a scan), or every attempt ending in a range (a worker's first read of a
+# busy minute: one set-based pass instead of hundreds of thousands of lookups).
+_BY_IDS = """FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
+CROSS JOIN LATERAL (
     SELECT * FROM attempts x
     WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
     LIMIT 1
-) a
-"""
+) a"""
+_BY_RANGE = """FROM attempts a
+WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 
 # What the given (new) attempts change elsewhere: their parents become rollups (kind 1),
 # and later attempts of the same explicit call without a resend count move in the call
@@ -94,12 +100,7 @@ CROSS JOIN LATERAL (  -- one primary-key lookup per id, never a scan of the tabl
 # (kind 3: the order among non-rollups changed).
 _DEPENDENTS_SQL = """
 WITH given AS (
-    SELECT a.* FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
-    CROSS JOIN LATERAL (
-        SELECT * FROM attempts x
-        WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
-        LIMIT 1
-    ) a
+    SELECT a.* {source}
 ), parents AS (
     SELECT DISTINCT p.* FROM given g
     JOIN attempts p ON p.trace_id = g.trace_id AND p.span_id = g.parent_span_id
@@ -224,17 +225,33 @@ def fetch_window(
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
-def _id_arrays(trace_ids: Sequence[str], span_ids: Sequence[str]) -> dict[str, list[bytes]]:
-    return {
+#: Above this many attempts the probes work on a range of end times instead of ids.
+RANGE_PROBE_MIN = 20_000
+
+
+def _source(
+    trace_ids: Sequence[str], span_ids: Sequence[str], end_range: tuple[int, int] | None
+) -> tuple[str, dict[str, Any]]:
+    """The probes' starting attempts: the ids, or (many ids) every attempt ending in
+    ``end_range``, which holds them; rows beyond the ids are harmless extra work."""
+    if end_range is not None and len(trace_ids) >= RANGE_PROBE_MIN:
+        return _BY_RANGE, {"low": end_range[0], "high": end_range[1]}
+    ids = {
         "traces": [bytes.fromhex(t) for t in trace_ids],
         "spans": [bytes.fromhex(s) for s in span_ids],
     }
+    return _BY_IDS, ids
 
 
 def probe_flags(
-    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+    conn: psycopg.Connection,
+    run_id: str,
+    trace_ids: Sequence[str],
+    span_ids: Sequence[str],
+    end_range: tuple[int, int] | None = None,
 ) -> pl.DataFrame:
-    """``rollup`` and ``later_in_call`` (0/1) of the given attempts (hex ids)."""
+    """``rollup`` and ``later_in_call`` (0/1) of the given attempts (hex ids); attempts
+    ending in ``end_range`` may come back too."""
     schema = {
         "trace_id": pl.String,
         "span_id": pl.String,
@@ -243,20 +260,26 @@ def probe_flags(
     }
     if not trace_ids:
         return pl.DataFrame(schema=schema)
+    source, params = _source(trace_ids, span_ids, end_range)
     rows = conn.execute(
-        _PROBE_SQL, {"run_id": run_id, **_id_arrays(trace_ids, span_ids)}
+        _PROBE_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def dependents(
-    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+    conn: psycopg.Connection,
+    run_id: str,
+    trace_ids: Sequence[str],
+    span_ids: Sequence[str],
+    end_range: tuple[int, int] | None = None,
 ) -> list[Dependent]:
     """Attempts whose flags the given (new) attempts changed (see ``_DEPENDENTS_SQL``)."""
     if not trace_ids:
         return []
+    source, params = _source(trace_ids, span_ids, end_range)
     rows = conn.execute(
-        _DEPENDENTS_SQL, {"run_id": run_id, **_id_arrays(trace_ids, span_ids)}
+        _DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
