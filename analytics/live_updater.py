@@ -33,6 +33,7 @@ from analytics.live_minutes import live_minute_rows
 from storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
+    Mark,
     dependents,
     dirty_run_ids,
     fetch_window,
@@ -88,6 +89,19 @@ def _caps_of(rows: pl.DataFrame, known: dict[str, int]) -> dict[str, int]:
     for shard, cap in declared.group_by("shard_id").agg(pl.col("concurrency_cap").max()).rows():
         caps[shard] = max(caps.get(shard, 0), int(cap))
     return caps
+
+
+# Ingest refuses spans (and queue waits) longer than a day (docs/ingest.md#limits); an
+# interval stored before that limit existed is followed back two days at most, so one
+# span can never make an update walk millions of minutes.
+MAX_INTERVAL_NS = 2 * 86_400 * SECOND_NS
+
+
+def _clipped(mark: Mark) -> int:
+    if mark.end_minute_ns - mark.from_minute_ns > MAX_INTERVAL_NS:
+        log.warning("an interval longer than two days is followed back two days only")
+        return mark.end_minute_ns - MAX_INTERVAL_NS
+    return mark.from_minute_ns
 
 
 def _minute_utc(ns: int) -> datetime:
@@ -154,7 +168,7 @@ class LiveUpdater:
             )
             touched: set[int] = set()
             for mark in marks:
-                touched.update(minute_span(mark.from_minute_ns, mark.end_minute_ns))
+                touched.update(minute_span(_clipped(mark), mark.end_minute_ns))
             windows = {tuple(m): reader.read(m) for m in contiguous_ranges(touched)}
             # What attempts seen for the first time change elsewhere (their flags unknown).
             fresh = pl.concat([w.filter(pl.col("rollup").is_null()).select(_KEYS)
@@ -164,7 +178,8 @@ class LiveUpdater:
                 conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list(), single[0]
             )
             for dependent in changed:
-                touched.update(minute_span(dependent.began_ns, dependent.end_ns))
+                began = max(dependent.began_ns, dependent.end_ns - MAX_INTERVAL_NS)
+                touched.update(minute_span(began, dependent.end_ns))
             stale = pl.DataFrame(
                 {
                     "trace_id": [d.trace_id for d in changed],

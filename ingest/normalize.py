@@ -156,6 +156,9 @@ def normalize_span(
             return check.token_reason(key)
     if resource_reason is not None:
         return resource_reason
+    wait_reason = check.check_queue_wait(fields.get("queue_wait_s"))
+    if wait_reason is not None:
+        return wait_reason
 
     get = fields.get
     call_id = get("call_id")

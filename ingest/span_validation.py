@@ -10,17 +10,24 @@ Decisions the SPEC leaves open, documented in ``docs/conventions.md``:
   (JavaScript SDKs and OTLP/JSON encoders send some integers as doubles); strings,
   booleans, fractional doubles and anything outside [0, 10^9] are rejected;
 - ``parent_span_id`` may be empty (a root span) or 8 bytes; all zeros counts as empty;
-- both start and end must lie in [2000-01-01T00:00:00Z, now + 1 day].
+- both start and end must lie in [2000-01-01T00:00:00Z, now + 1 day];
+- a span may last at most ``TPMLEDGER_MAX_SPAN_DURATION_S`` (default 24 h), and its
+  queue wait (``tpmledger.queue.wait_s`` / vLLM's time in queue) at most as long: no
+  figure's cost may grow with one span's length (docs/ingest.md#limits).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Final
 
 MAX_TOKENS: Final = 1_000_000_000
 # 2000-01-01T00:00:00Z in Unix nanoseconds.
 MIN_TIMESTAMP_NS: Final = 946_684_800 * 1_000_000_000
 FUTURE_SLACK_NS: Final = 86_400 * 1_000_000_000
+# Read at import: the normalizer worker processes inherit the environment.
+MAX_DURATION_S: Final = float(os.environ.get("TPMLEDGER_MAX_SPAN_DURATION_S") or 86_400)
+MAX_DURATION_NS: Final = int(MAX_DURATION_S * 1_000_000_000)
 
 _ZERO_TRACE_ID: Final = bytes(16)
 _ZERO_SPAN_ID: Final = bytes(8)
@@ -30,6 +37,12 @@ REASON_SPAN_ID: Final = "span_id must be 8 bytes and not all zero"
 REASON_PARENT_SPAN_ID: Final = "parent_span_id must be empty or 8 bytes"
 REASON_END_BEFORE_START: Final = "span end time is before its start time"
 REASON_TIME_RANGE: Final = "span timestamps must lie between 2000-01-01 and now + 1 day"
+REASON_DURATION: Final = (
+    f"span lasts longer than {MAX_DURATION_S:g} s (TPMLEDGER_MAX_SPAN_DURATION_S)"
+)
+REASON_QUEUE_WAIT: Final = (
+    f"queue wait is longer than {MAX_DURATION_S:g} s (TPMLEDGER_MAX_SPAN_DURATION_S)"
+)
 
 
 def check_ids(trace_id: bytes, span_id: bytes, parent_span_id: bytes) -> str | None:
@@ -49,6 +62,18 @@ def check_times(start_ns: int, end_ns: int, latest_ns: int) -> str | None:
         return REASON_END_BEFORE_START
     if start_ns < MIN_TIMESTAMP_NS or end_ns > latest_ns:
         return REASON_TIME_RANGE
+    if end_ns - start_ns > MAX_DURATION_NS:
+        return REASON_DURATION
+    return None
+
+
+def check_queue_wait(wait_s: float | None) -> str | None:
+    """Reason a queue wait is too long, or ``None`` (negative or non-numeric waits were
+    already read as absent)."""
+    if wait_s is None:
+        return None
+    if not 0.0 <= wait_s <= MAX_DURATION_S:  # NaN fails too
+        return REASON_QUEUE_WAIT
     return None
 
 

@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         default=10.0, description="A run is resealed once it received no data for this long."
     )
     analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
+    max_span_duration_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="Spans longer than this (or reporting a longer queue wait) are rejected "
+        "through partial success (docs/ingest.md#limits).",
+    )
     live_poll_s: float = Field(
         default=0.5,
         gt=0,

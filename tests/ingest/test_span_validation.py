@@ -46,6 +46,14 @@ def _reject(**span_fields: Any) -> str:
         ({"start_ns": Y2000_NS - 1, "end_ns": BASE_NS}, check.REASON_TIME_RANGE),
         ({"start_ns": 0, "end_ns": 0}, check.REASON_TIME_RANGE),
         ({"start_ns": BASE_NS, "end_ns": NOW_NS + DAY_NS + 1}, check.REASON_TIME_RANGE),
+        # One span from 2000-01-01 to now: accepted once, it made the concurrency series
+        # (and the live worker's minutes) grow with its 26 years.
+        ({"start_ns": Y2000_NS, "end_ns": NOW_NS}, check.REASON_DURATION),
+        ({"start_ns": BASE_NS, "end_ns": BASE_NS + DAY_NS + 1}, check.REASON_DURATION),
+        (
+            {"attributes": {**LLM, "tpmledger.queue.wait_s": 1e9}, "start_ns": BASE_NS},
+            check.REASON_QUEUE_WAIT,
+        ),
     ],
 )
 def test_id_and_time_rules(span_fields: dict[str, Any], reason: str) -> None:
