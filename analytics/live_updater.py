@@ -43,6 +43,7 @@ from storage.live_store import (
     mark_stale_caps,
     probe_flags,
     replace_minutes,
+    summarize_new_batches,
     take_marks,
 )
 
@@ -136,7 +137,10 @@ class LiveUpdater:
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
-        for run_id in dirty_run_ids(self.url):
+        run_ids = dirty_run_ids(self.url)
+        if run_ids:
+            summarize_new_batches(self.url)
+        for run_id in run_ids:
             if self.failures.get(run_id, 0.0) > time.monotonic():
                 continue
             try:

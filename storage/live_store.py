@@ -59,7 +59,8 @@ WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 _NEW_ROWS_SQL = f"""
 WITH new AS MATERIALIZED (
     SELECT * FROM attempts
-    WHERE ingest_batch BETWEEN {{first}} AND {{last}} AND ingest_batch = ANY({{batches}})
+    WHERE ingest_batch BETWEEN {{first}} AND {{last}}
+      AND ingest_batch = ANY({{batches}}::bigint[])
 )
 SELECT {_COLUMNS}
 FROM new
@@ -154,6 +155,14 @@ def live_transaction(url: str) -> Iterator[psycopg.Connection]:
         yield conn
 
 
+def summarize_new_batches(url: str) -> None:
+    """Summarize the block ranges filled since the last call, so looking up new commits'
+    rows reads only their pages (an unsummarized range is read whole on every lookup;
+    autovacuum would summarize them, but not soon enough under a steady ingest)."""
+    with raw_transaction(url) as conn:
+        conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
+
+
 def dirty_run_ids(url: str) -> list[str]:
     """Runs with queued marks, in id order."""
     with raw_transaction(url) as conn:
@@ -221,7 +230,16 @@ def fetch_window(
             batches=sql.Literal(list(batches)),
             **bounds,
         )
-    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    if batches is None:
+        frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    else:
+        # Statistics taken while the column was mostly NULL (rows loaded before batches
+        # were recorded) make the planner prefer a full scan over the block-range index.
+        conn.execute("SET LOCAL enable_seqscan = off")
+        try:
+            frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+        finally:
+            conn.execute("SET LOCAL enable_seqscan = on")
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
