@@ -177,7 +177,9 @@ class LiveUpdater:
             # What attempts seen for the first time change elsewhere (their flags unknown).
             fresh = pl.concat([w.filter(pl.col("rollup").is_null()).select(_KEYS)
                                for w in windows.values()])  # fmt: skip
-            single = [reader.bounds(list(m)) for m in windows] if len(windows) == 1 else [None]
+            # A cold read (no cache) of one busy range probes by range, in one pass.
+            cold = cache is None and len(windows) == 1
+            single = [reader.bounds(list(m)) for m in windows] if cold else [None]
             changed = dependents(
                 conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list(), single[0]
             )
@@ -198,7 +200,8 @@ class LiveUpdater:
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
-                window = _probe_missing(conn, run_id, window, reader.bounds(minutes))
+                bounds = reader.bounds(minutes) if reader.cache is None else None
+                window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
                 low, high = reader.bounds(minutes)
@@ -291,7 +294,10 @@ def _forget(frame: pl.DataFrame, stale: pl.DataFrame) -> pl.DataFrame:
 
 
 def _probe_missing(
-    conn: psycopg.Connection, run_id: str, window: pl.DataFrame, end_range: tuple[int, int]
+    conn: psycopg.Connection,
+    run_id: str,
+    window: pl.DataFrame,
+    end_range: tuple[int, int] | None,
 ) -> pl.DataFrame:
     """The window with every unknown flag probed in the database."""
     missing = window.filter(pl.col("rollup").is_null())

@@ -86,9 +86,15 @@ SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
 # The attempts the probes and dependents start from: given ids (one primary-key lookup
 # each, never a scan), or every attempt ending in a range (a worker's first read of a
 # busy minute: one set-based pass instead of hundreds of thousands of lookups).
-_BY_IDS = """FROM unnest(%(traces)s::bytea[], %(spans)s::bytea[]) AS u(trace_id, span_id)
+_BY_IDS = """FROM generate_series(0, %(count)s - 1) AS g(i)
 CROSS JOIN LATERAL (
-    SELECT * FROM attempts x
+    SELECT substring(%(ids)s::bytea FROM g.i * 24 + 1 FOR 16) AS trace_id,
+           substring(%(ids)s::bytea FROM g.i * 24 + 17 FOR 8) AS span_id
+) u
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.parent_span_id, x.run_id, x.call_id, x.call_id_explicit,
+           x.resend_count, x.start_ns, x.end_ns
+    FROM attempts x
     WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
     LIMIT 1
 ) a"""
@@ -101,11 +107,18 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # (kind 3: the order among non-rollups changed).
 _DEPENDENTS_SQL = """
 WITH given AS (
-    SELECT a.* {source}
+    SELECT a.trace_id, a.span_id, a.parent_span_id, a.run_id, a.call_id, a.call_id_explicit,
+           a.start_ns, a.end_ns
+    {source}
 ), parents AS (
-    SELECT DISTINCT p.* FROM given g
-    JOIN attempts p ON p.trace_id = g.trace_id AND p.span_id = g.parent_span_id
-                   AND p.run_id = g.run_id
+    SELECT DISTINCT p.trace_id, p.span_id, p.run_id, p.call_id, p.call_id_explicit,
+           p.start_ns, p.end_ns, p.queue_wait_s
+    FROM given g
+    CROSS JOIN LATERAL (  -- LATERAL: one index lookup per attempt, never a hash join
+        SELECT x.* FROM attempts x
+        WHERE x.trace_id = g.trace_id AND x.span_id = g.parent_span_id AND x.run_id = g.run_id
+        OFFSET 0
+    ) p
     WHERE g.parent_span_id IS NOT NULL
 )
 SELECT 1, encode(p.trace_id, 'hex'), encode(p.span_id, 'hex'), p.start_ns, p.end_ns,
@@ -114,14 +127,24 @@ FROM parents p
 UNION ALL
 SELECT 2, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM given g
-JOIN attempts o ON o.run_id = g.run_id AND o.call_id_explicit AND o.call_id = g.call_id
-WHERE g.call_id_explicit AND o.resend_count IS NULL
-  AND (o.start_ns, o.end_ns, o.span_id) > (g.start_ns, g.end_ns, g.span_id)
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+    WHERE x.run_id = g.run_id AND x.call_id_explicit AND x.call_id = g.call_id
+      AND x.resend_count IS NULL
+      AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id)
+    OFFSET 0  -- keeps the planner from turning the lookups into a scan of the table
+) o
+WHERE g.call_id_explicit
 UNION ALL
 SELECT 3, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM parents p
-JOIN attempts o ON o.run_id = p.run_id AND o.call_id_explicit AND o.call_id = p.call_id
-WHERE p.call_id_explicit AND o.resend_count IS NULL
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+    WHERE x.run_id = p.run_id AND x.call_id_explicit AND x.call_id = p.call_id
+      AND x.resend_count IS NULL
+    OFFSET 0
+) o
+WHERE p.call_id_explicit
 """
 
 
@@ -254,11 +277,10 @@ def _source(
     ``end_range``, which holds them; rows beyond the ids are harmless extra work."""
     if end_range is not None and len(trace_ids) >= RANGE_PROBE_MIN:
         return _BY_RANGE, {"low": end_range[0], "high": end_range[1]}
-    ids = {
-        "traces": [bytes.fromhex(t) for t in trace_ids],
-        "spans": [bytes.fromhex(s) for s in span_ids],
-    }
-    return _BY_IDS, ids
+    # One bytea of (trace_id 16 bytes, span_id 8 bytes) pairs: an array parameter of
+    # thousands of ids cost more to encode than the lookups themselves.
+    ids = bytes.fromhex("".join(t + s for t, s in zip(trace_ids, span_ids, strict=True)))
+    return _BY_IDS, {"ids": ids, "count": len(trace_ids)}
 
 
 def probe_flags(
