@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "events",
         help="write a run's canonical event file (events.jsonl) to stdout",
-        description="The SPEC §5 canonical file; `tpmledger events RUN | sha256sum` equals "
+        description="The canonical event file (docs/provenance.md); `tpmledger events RUN | sha256sum` equals "
         "the events_sha256 of a snapshot sealed from the same data.",
     )
     p.add_argument("run_id", metavar="RUN")
