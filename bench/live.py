@@ -7,11 +7,12 @@
 (a) Freshness (docs/metrics.md#live-figures). ``tpmledger serve ingest`` and
     ``tpmledger serve analytics`` run as child processes on an embedded PostgreSQL. Paced
     senders (another process) post OTLP/protobuf batches of one run (32 spans at the
-    simulator's rate, 512 at the high one) at a target rate: the simulator's load (8 shards × 16 in flight, ~2 s calls: 64 spans/s) and
-    ``--high-rate``. Once a second a probe posts one span of shard ``probe`` in the same
-    run; from its 200 (committed) until ``GET /v1/runs/{run}/minutes?shard_id=probe`` counts
-    it is that span's freshness. p50/p95 over the probes; the rate ingest actually
-    acknowledged is printed beside the target (the machine may not reach it).
+    simulator's rate, 512 at the high one) at a target rate: the simulator's load
+    (8 shards × 16 in flight, ~2 s calls: 64 spans/s) and ``--high-rate``. Once a second
+    a probe posts one span of shard ``probe`` in the same run; from its 200 (committed)
+    until ``GET /v1/runs/{run}/minutes?shard_id=probe`` counts it is that span's freshness.
+    p50/p95 over the probes; the rate ingest actually acknowledged is printed beside the
+    target (the machine may not reach it).
 (b) Cost per live update. For each size, a run of that many attempts (bench/seal.py's
     generator, COPYed in chunks; no marks) then receives the same stream: ``--stream-batches``
     batches of 512 attempts, one second of stream time each, written through the bulk

@@ -83,9 +83,7 @@ def generate(
     # An attempt after a failed one in the same slot retries that call.
     prev = i - shards * cap
     prev_failed = (prev >= 0) & ((prev.hash(1) % 50) == 0)
-    frame = pl.DataFrame(
-        {"i": pl.int_range(offset, offset + attempts, eager=True, dtype=pl.Int64)}
-    )
+    frame = pl.DataFrame({"i": pl.int_range(offset, offset + attempts, eager=True, dtype=pl.Int64)})
     out = frame.select(
         trace_id=pl.lit("\\x") + _hex_id(i, 16),
         span_id=pl.lit("\\x") + _hex_id(i, 8),

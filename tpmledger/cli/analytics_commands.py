@@ -48,8 +48,9 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "events",
         help="write a run's canonical event file (events.jsonl) to stdout",
-        description="The canonical event file (docs/provenance.md); `tpmledger events RUN | sha256sum` equals "
-        "the events_sha256 of a snapshot sealed from the same data.",
+        description="The canonical event file (docs/provenance.md); "
+        "`tpmledger events RUN | sha256sum` equals the events_sha256 of a snapshot sealed "
+        "from the same data.",
     )
     p.add_argument("run_id", metavar="RUN")
     _common(p, run_events)

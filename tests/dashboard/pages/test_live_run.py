@@ -133,7 +133,8 @@ def test_a_running_fleet_shows_live_figures_that_keep_moving(
         )
         assert text_of(browser, "run-kpi-ttft-value") == "not measured yet"
         throughput = wait_graph(browser, "run-throughput-graph")
-        assert {t["name"] for t in throughput["traces"] if t["type"] == "bar"} == {"shard 0", "shard 1"}
+        bars = {t["name"] for t in throughput["traces"] if t["type"] == "bar"}
+        assert bars == {"shard 0", "shard 1"}
         concurrency = wait_graph(browser, "run-concurrency-graph")
         assert concurrency["traces"]
         seen = _attempts_in_header(browser)
