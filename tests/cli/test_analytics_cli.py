@@ -52,7 +52,9 @@ def test_analyze_twice_keeps_one_version_and_snapshots_lists_it(
     run_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["analyze", "cli-run"]) == 0
-    assert "sealed new version 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "sealed new version 1" in out
+    assert "sweep_id: none" in out  # the run has no sweep: not an unmeasured figure
     assert main(["analyze", "cli-run"]) == 0
     assert "unchanged; newest version 1" in capsys.readouterr().out
     assert main(["snapshots", "cli-run", "--json"]) == 0
@@ -139,4 +141,5 @@ def test_analyze_of_a_running_run_is_provisional_and_the_sweep_says_live(
     assert main(["sweep", "lv"]) == 0
     out = capsys.readouterr().out
     assert "cap    8  live" in out and "cap    4  live" in out
+    assert "call_success_rate not measured" in out and "None" not in out
     assert "knee (recommended cap): 8 — provisional: cap(s) 4, 8 still live" in out

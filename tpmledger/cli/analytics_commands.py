@@ -76,14 +76,23 @@ def _common(p: argparse.ArgumentParser, func: Any) -> None:
     p.set_defaults(func=func)
 
 
+# Run facts the run simply does not have (not figures that could not be measured).
+_ABSENT_MEANS_NONE = frozenset({"sweep_id", "declared_shard_count", "concurrency_cap"})
+
+
+def _shown(value: Any) -> Any:
+    return "not measured" if value is None else value
+
+
 def _print_object(obj: dict[str, Any], indent: str = "") -> None:
     for key, value in obj.items():
         if isinstance(value, dict):
             print(f"{indent}{key}:")
             _print_object(value, indent + "  ")
+        elif value is None and key in _ABSENT_MEANS_NONE:
+            print(f"{indent}{key}: none")
         else:
-            shown = "not measured" if value is None else value
-            print(f"{indent}{key}: {shown}")
+            print(f"{indent}{key}: {_shown(value)}")
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -191,10 +200,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     for p in result.points:
         verdict = {True: "accepted", False: "rejected", None: "-"}[p.accepted]
         print(
-            f"  cap {p.cap:>4}  {p.status:<6}  sustained_tpm_total {p.sustained_tpm_total}  "
-            "retry_rate "
-            f"{p.retry_rate}  call_success_rate {p.call_success_rate}  ttft_p95_s "
-            f"{p.ttft_p95_s}  {verdict}: {p.reason}"
+            f"  cap {p.cap:>4}  {p.status:<6}  sustained_tpm_total "
+            f"{_shown(p.sustained_tpm_total)}  retry_rate {_shown(p.retry_rate)}  "
+            f"call_success_rate {_shown(p.call_success_rate)}  ttft_p95_s "
+            f"{_shown(p.ttft_p95_s)}  {verdict}: {p.reason}"
         )
     for run_id in result.skipped_run_ids:
         print(f"  skipped {run_id}: no concurrency cap declared or not sealed yet")
