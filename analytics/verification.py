@@ -10,6 +10,7 @@ shard), field by field. Floats agree within a relative 1e-9.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -159,7 +160,7 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
         report.notes.append(
             f"the run received data after v{latest.version} was sealed "
             f"(data as of {latest.data_as_of.isoformat()}); "
-            f"reseal with `tpmledger analyze {run_id}`"
+            f"reseal with `tpmledger analyze {shlex.quote(run_id)}`"
         )
     where = f"snapshot v{latest.version}"
     report.mismatches += compare_values(

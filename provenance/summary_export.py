@@ -10,6 +10,7 @@ Export directory: ``events.jsonl``, ``summary.dsse.json``, ``summary.sigstore.js
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,8 @@ class RunNotSealed(LookupError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(
-            f"run {run_id!r} has no sealed snapshot; seal it with `tpmledger analyze {run_id}` "
-            "(or wait for the analytics worker)"
+            f"run {run_id!r} has no sealed snapshot; seal it with "
+            f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
         )
 
 
@@ -108,7 +109,8 @@ def build_summary(url: str, run_id: str, key: SigningKey) -> RunSummary:
         raise SnapshotOutdated(
             f"run {run_id!r} has {event_file.count} events (sha256 {event_file.sha256[:16]}…) "
             f"but snapshot v{snapshot.version} sealed {snapshot.events_count} "
-            f"(sha256 {snapshot.events_sha256[:16]}…): reseal with `tpmledger analyze {run_id}`"
+            f"(sha256 {snapshot.events_sha256[:16]}…): reseal with "
+            f"`tpmledger analyze {shlex.quote(run_id)}`"
         )
     proofs = build_minute_proofs(run_id, minute_leaves(events, event_file))
     if (proofs["merkle_root"], proofs["tree_size"]) != (snapshot.merkle_root, snapshot.tree_size):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from urllib.parse import quote
 
 import dash_bootstrap_components as dbc
@@ -26,14 +27,19 @@ def download_links(api_base_url: str, run_id: str) -> list[tuple[str, str]]:
 
 
 def verify_commands(run_id: str, events_sha256: str) -> str:
-    """Shell lines anyone can run to re-check this run's seal and summary."""
-    out = f"{run_id}-summary"
+    """Shell lines anyone can run to re-check this run's seal and summary.
+
+    Run ids are whatever exporters sent: every one is shell-quoted, so a pasted line can
+    never run anything but tpmledger (``x; touch /tmp/PWNED #`` stays one argument).
+    """
+    run = shlex.quote(run_id)
+    out = shlex.quote(f"{run_id}-summary")
     return "\n".join(
         [
-            f"tpmledger verify {run_id}",
-            f"tpmledger summary export {run_id} --out {out}",
+            f"tpmledger verify {run}",
+            f"tpmledger summary export {run} --out {out}",
             f"tpmledger summary verify {out}",
-            f"sha256sum {out}/events.jsonl   # expect {events_sha256}",
+            f"sha256sum {shlex.quote(f'{run_id}-summary/events.jsonl')}   # expect {events_sha256}",
         ]
     )
 

@@ -24,3 +24,17 @@ def test_times_are_converted_to_utc_and_labelled() -> None:
     assert fmt_utc("2026-02-01T03:47:05.123Z", seconds=True) == "2026-02-01 03:47:05 UTC"
     assert plot_minute("2026-02-01T03:47:00Z") == "2026-02-01 03:47"
     assert fmt_utc(datetime(2026, 2, 1, tzinfo=UTC)) == "2026-02-01 00:00 UTC"
+
+
+def test_verify_commands_quote_hostile_run_ids() -> None:
+    import shlex
+
+    from dashboard.components.provenance_panel import verify_commands
+
+    hostile = "x; touch /tmp/PWNED #"
+    for line in verify_commands(hostile, "ab" * 32).splitlines():
+        command = line.split("   #")[0]
+        words = shlex.split(command)
+        assert words[0] in ("tpmledger", "sha256sum")
+        assert all(";" not in w or hostile in w for w in words)  # one argument, never a command
+    assert "tpmledger verify 'x; touch /tmp/PWNED #'" in verify_commands(hostile, "00")
