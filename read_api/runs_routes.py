@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from read_api.run_ids import reject_nul_run_id
 from storage.runs_read import UnknownRun
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
 
     @router.get(
         "/runs/{run_id}",
+        dependencies=[Depends(reject_nul_run_id)],
         summary='A run\'s figures: sealed, or live ("live": true) while data newer than its '
         "newest snapshot arrives",
         responses={404: {"description": "unknown run"}},
@@ -58,6 +60,7 @@ def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
 
     @router.get(
         "/runs/{run_id}/minutes",
+        dependencies=[Depends(reject_nul_run_id)],
         summary="Minute series of the whole run (default) or one shard, each minute with its "
         "state: open, closed or sealed",
         responses={404: {"description": "unknown run or shard"}},
@@ -82,6 +85,7 @@ def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
 
     @router.get(
         "/runs/{run_id}/events.jsonl",
+        dependencies=[Depends(reject_nul_run_id)],
         summary="The canonical event file (SPEC §5); its SHA-256 is events_sha256",
         response_class=StreamingResponse,
         responses={404: {"description": "unknown run"}},

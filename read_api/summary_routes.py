@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
 from provenance.signing_keys import load_or_create_signing_key, public_keys
+from read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
 
 PEM_MEDIA_TYPE = "application/x-pem-file"
@@ -33,6 +34,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
 
     @router.get(
         "/runs/{run_id}/summary",
+        dependencies=[Depends(reject_nul_run_id)],
         summary="DSSE envelope (in-toto Statement v1, Ed25519) over the run's newest snapshot",
     )
     async def get_summary(run_id: str) -> dict[str, Any]:
@@ -45,6 +47,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
 
     @router.get(
         "/runs/{run_id}/consistency",
+        dependencies=[Depends(reject_nul_run_id)],
         summary="RFC 9162 proof that version `to`'s minute tree extends version `from`'s",
         responses={
             404: {"description": "no such version"},

@@ -114,7 +114,8 @@ def _whole_run_minutes(
 
 def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
     """Server-side work of the refresh callback (also timed by ``bench/dashboard_callbacks.py``)."""
-    run = load_run(config.database_url, run_id, live_figures=False)
+    # A NUL byte cannot name a stored run (and PostgreSQL refuses it in a query).
+    run = None if "\x00" in run_id else load_run(config.database_url, run_id, live_figures=False)
     hidden = {"display": "none"}
     empty = message_figure("")
     if run is None:
@@ -143,7 +144,7 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
 
 def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Figure:
     """Server-side work of the token-type switch: stacked shards plus the run's rates."""
-    run = load_run(config.database_url, run_id, live_figures=False)
+    run = None if "\x00" in run_id else load_run(config.database_url, run_id, live_figures=False)
     if run is None:
         return message_figure("")
     if token_type not in TOKEN_COLUMNS:

@@ -134,3 +134,9 @@ def test_unknown_run_and_shard_are_404_with_message(client: TestClient) -> None:
         assert "unknown run 'nope'" in response.json()["detail"]
     response = client.get("/v1/runs/api-run/minutes", params={"shard_id": "9"})
     assert response.status_code == 404 and "no shard '9'" in response.json()["detail"]
+
+
+def test_a_nul_byte_in_a_run_id_is_404_not_500(client: TestClient) -> None:
+    for path in ("", "/minutes", "/events.jsonl", "/summary", "/consistency?from=1&to=2"):
+        response = client.get(f"/v1/runs/a%00b{path}")
+        assert response.status_code == 404, (path, response.status_code)
