@@ -37,6 +37,12 @@ SHARD_COLORS = (
 MINUTE_PERIOD: dict[str, Any] = {"xperiod": 60_000, "xperiodalignment": "middle"}
 
 
+def plot_text(value: str) -> str:
+    """A user string (shard or run id) as Plotly shows it literally: Plotly renders a
+    subset of HTML in names, labels and hover texts, so ``<a href=…>`` would become a link."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def minute_middle(minute: str) -> str:
     """The x position of a ``YYYY-MM-DD HH:MM`` minute's middle (for markers)."""
     return f"{minute}:30"

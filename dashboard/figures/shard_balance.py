@@ -13,6 +13,7 @@ from dashboard.figures.chart_style import (
     base_layout,
     figure,
     message_figure,
+    plot_text,
     value_axis,
 )
 
@@ -30,7 +31,7 @@ def shard_balance_figure(balance: Mapping[str, Any] | None) -> Figure:
     even = 1 / len(shard_ids)
     bars = {
         "type": "bar",
-        "x": [f"shard {s}" for s in shard_ids],
+        "x": [f"shard {plot_text(s)}" for s in shard_ids],
         "y": [shares[s] for s in shard_ids],
         "marker": {"color": [SHARD_COLORS[i % len(SHARD_COLORS)] for i in range(len(shard_ids))]},
         "hovertemplate": "%{y:.1%} of tokens<extra></extra>",

@@ -90,3 +90,13 @@ def test_sweep_figure_marks_the_knee() -> None:
     # The marker sits on the knee's category (index 1 of ["4", "8"]), not at x = 8.
     assert figure["layout"]["shapes"][0]["x0"] == 1
     assert knee == ["knee: recommended cap 8 (2,000 TPM)"]
+
+
+def test_user_strings_are_shown_literally_not_as_html() -> None:
+    from dashboard.figures.shard_balance import shard_balance_figure
+
+    hostile = '<a href="https://example.invalid">x</a>'
+    fig = shard_balance_figure({"shares": {hostile: 0.5, "1": 0.5}, "imbalance": 1.0})
+    labels = [x for trace in fig["data"] for x in trace.get("x", [])]
+    assert all("<a" not in str(x) for x in labels)
+    assert any("&lt;a href=" in str(x) for x in labels)
