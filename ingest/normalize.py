@@ -159,6 +159,12 @@ def normalize_span(
     wait_reason = check.check_queue_wait(fields.get("queue_wait_s"))
     if wait_reason is not None:
         return wait_reason
+    run_id, shard_id = get_run_id(fields), _shard_id(fields)
+    id_reason = check.check_id_lengths(
+        run_id, shard_id, fields.get("sweep_id"), fields.get("call_id")
+    )
+    if id_reason is not None:
+        return id_reason
 
     get = fields.get
     call_id = get("call_id")
@@ -185,8 +191,8 @@ def normalize_span(
         trace_id,
         span_id,
         parent if parent and parent != _ZERO_SPAN_ID else None,
-        get("run_id") or "unassigned",
-        _shard_id(fields),
+        run_id,
+        shard_id,
         get("declared_shard_count"),
         get("concurrency_cap"),
         get("sweep_id"),
@@ -216,6 +222,11 @@ def normalize_span(
         span_json,
         resource.encoded,
     )
+
+
+def get_run_id(fields: dict[str, Any]) -> str:
+    """``tpmledger.run.id`` / ``service.name`` (resolved by the plan), else "unassigned"."""
+    return str(fields.get("run_id") or "unassigned")
 
 
 def _shard_id(fields: dict[str, Any]) -> str:

@@ -37,6 +37,12 @@ REASON_SPAN_ID: Final = "span_id must be 8 bytes and not all zero"
 REASON_PARENT_SPAN_ID: Final = "parent_span_id must be empty or 8 bytes"
 REASON_END_BEFORE_START: Final = "span end time is before its start time"
 REASON_TIME_RANGE: Final = "span timestamps must lie between 2000-01-01 and now + 1 day"
+# Run, shard, sweep and call ids are index keys: PostgreSQL refuses an index row over ~8 kB,
+# which failed the whole COPY (every span of the request) before this limit.
+MAX_ID_CHARS: Final = 512
+REASON_ID_LENGTH: Final = (
+    f"run, shard, sweep or call id longer than {MAX_ID_CHARS} characters or holding a NUL"
+)
 REASON_DURATION: Final = (
     f"span lasts longer than {MAX_DURATION_S:g} s (TPMLEDGER_MAX_SPAN_DURATION_S)"
 )
@@ -64,6 +70,14 @@ def check_times(start_ns: int, end_ns: int, latest_ns: int) -> str | None:
         return REASON_TIME_RANGE
     if end_ns - start_ns > MAX_DURATION_NS:
         return REASON_DURATION
+    return None
+
+
+def check_id_lengths(*ids: str | None) -> str | None:
+    """Reason one of the ids is too long (or holds a NUL byte), or ``None``."""
+    for value in ids:
+        if value is not None and (len(value) > MAX_ID_CHARS or "\x00" in value):
+            return REASON_ID_LENGTH
     return None
 
 

@@ -137,3 +137,18 @@ def test_undecodable_attribute_rejects_only_its_span() -> None:
     batch = normalize_payload(corrupted, now_ns=NOW_NS)
     assert (len(batch.rows), batch.rejected) == (1, 1)
     assert batch.reject_reasons == ["span attributes are not valid OTLP KeyValues"]
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        {"tpmledger.run.id": "r" * 10_000},
+        {"tpmledger.run.id": "run", "tpmledger.shard.id": "s" * 513},
+    ],
+)
+def test_oversized_or_nul_ids_reject_only_their_spans(resource: dict[str, Any]) -> None:
+    assert _reject(resource=resource) == check.REASON_ID_LENGTH
+    call = {**LLM, "tpmledger.call.id": "c" * 600}
+    batch = normalize(span(LLM), span(call))
+    assert (len(batch.rows), batch.rejected) == (1, 1)  # the valid neighbour is kept
+    assert batch.reject_reasons == [check.REASON_ID_LENGTH]
