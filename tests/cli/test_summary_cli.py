@@ -25,7 +25,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_export_then_verify_then_tamper(
-    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    data_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     out_dir = tmp_path / "export"
     code, out, err = run(
@@ -40,6 +43,12 @@ def test_export_then_verify_then_tamper(
     assert out.count("PASS") == 9 and out.rstrip().endswith("verified")
     code, out, _ = run(capsys, "summary", "verify", str(out_dir), "--json")
     assert code == 0 and json.loads(out)["ok"] is True
+    # `--key service.pub` from the export's parent (as the docs show it): found inside DIR.
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "summary", "verify", "export", "--key", "service.pub")
+    assert code == 0, out
+    code, _, err = run(capsys, "summary", "verify", "export", "--key", "nowhere.pub")
+    assert code == 2 and "--key is a path from the current directory" in err
 
     events = out_dir / "events.jsonl"
     data = bytearray(events.read_bytes())

@@ -170,12 +170,30 @@ def verify_summary(args: argparse.Namespace) -> int:
     if not args.path.exists():
         print(f"error: {args.path} does not exist", file=sys.stderr)
         return 2
-    report = verify_path(args.path, args.key, args.envelope)
+    key = _key_path(args.key, args.path)
+    if args.key is not None and key is None:
+        print(
+            f"error: key {args.key} not found: --key is a path from the current directory "
+            f"({Path.cwd()}), and {args.path} holds no file of that name either",
+            file=sys.stderr,
+        )
+        return 2
+    report = verify_path(args.path, key, args.envelope)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         _print_report(report)
     return 0 if report.ok else 1
+
+
+def _key_path(key: Path | None, target: Path) -> Path | None:
+    """``--key`` as given when it exists from here, else the same name inside the export
+    directory (``summary verify DIR --key service.pub`` run from DIR's parent)."""
+    if key is None or key.is_file():
+        return key
+    folder = target if target.is_dir() else target.parent
+    beside = folder / key.name
+    return beside if beside.is_file() else None
 
 
 def _print_report(report: VerifyReport) -> None:
