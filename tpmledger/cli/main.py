@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"tpmledger {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log everything (commands are quiet otherwise)"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -44,8 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Services log what they do; one-shot commands stay quiet unless something is wrong
+    # (-v shows everything).
+    quiet = logging.INFO if args.command in ("serve", "up") else logging.WARNING
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else quiet,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not getattr(args, "func", None):
