@@ -103,9 +103,12 @@ def minute_records(minutes: pl.DataFrame, run_id: str, version: int) -> list[dic
     return table.to_dicts()
 
 
-def _unchanged(latest: Snapshot, computation: RunComputation) -> bool:
+def _unchanged(latest: Snapshot, computation: RunComputation, final: bool) -> bool:
+    # A provisional snapshot (sealed while the run was receiving data) is sealed again as
+    # final once the run is quiet, even with the same figures.
     return (
-        latest.events_sha256 == computation.file.sha256
+        (latest.final or not final)
+        and latest.events_sha256 == computation.file.sha256
         and latest.metrics_sha256 == computation.metrics_sha256
         and latest.document.get("params") == PARAMS
     )
@@ -143,7 +146,7 @@ def seal_computation(
         version, previous_seal = latest_version(session, run_id)
         if version and not force:
             latest = session.get(Snapshot, (run_id, version))
-            if latest is not None and _unchanged(latest, computation):
+            if latest is not None and _unchanged(latest, computation, final):
                 drop_sealed_live_rows(
                     session, run_id, computation.facts.updated_at, _minute_range(computation)
                 )

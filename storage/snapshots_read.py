@@ -112,7 +112,8 @@ def snapshot_times(url: str, run_id: str) -> tuple[datetime | None, int]:
 
 
 def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
-    """Runs with data newer than their latest snapshot and quiet for ``quiet_s`` seconds.
+    """Runs with data newer than their latest snapshot (or whose latest snapshot was sealed
+    while they were still receiving data) and quiet for ``quiet_s`` seconds.
 
     Returns (run_id, updated_at), oldest activity first. "Quiet" means no ingest commit
     touched the run for ``quiet_s``, so a live run is not resealed on every batch.
@@ -122,10 +123,11 @@ def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
         SELECT r.run_id, r.updated_at
         FROM runs r
         LEFT JOIN LATERAL (
-            SELECT s.data_as_of FROM snapshots s
+            SELECT s.data_as_of, s.final FROM snapshots s
             WHERE s.run_id = r.run_id ORDER BY s.version DESC LIMIT 1
         ) latest ON true
-        WHERE (latest.data_as_of IS NULL OR r.updated_at > latest.data_as_of)
+        WHERE (latest.data_as_of IS NULL OR r.updated_at > latest.data_as_of
+               OR NOT latest.final)
           AND r.updated_at <= now() - make_interval(secs => :quiet)
         ORDER BY r.updated_at
         """

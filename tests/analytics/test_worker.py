@@ -92,3 +92,15 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out.decode()
     assert b"sealed w4 v1" in out
+
+
+def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url: str) -> None:
+    from analytics.sealing import seal_run
+
+    store(database_url, _rows("w9", 5))
+    provisional = seal_run(database_url, "w9", quiet_s=3600)  # `analyze` while running
+    assert not provisional.final
+    assert ResealLoop(database_url, quiet_s=0).poll_once() == ["w9"]
+    versions = list_snapshots(database_url, "w9")
+    assert [v["version"] for v in versions] == [1, 2]
+    assert ResealLoop(database_url, quiet_s=0).poll_once() == []  # final now: nothing due
