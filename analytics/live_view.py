@@ -350,7 +350,7 @@ def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str
         data_as_of = state.snapshot_data_as_of
         return {
             **state.snapshot_metrics,
-            "live": False,
+            "live": state.is_live,  # a provisional snapshot covering every span so far
             "data_as_of": _iso(data_as_of),
             "snapshot_final": state.snapshot_final,
         }

@@ -80,7 +80,7 @@ def run_list(url: str) -> list[dict[str, Any]]:
             "first_event_utc": ns_to_rfc3339(s.first_event_ns),
             "last_event_utc": ns_to_rfc3339(s.last_event_ns),
             "latest_seal": s.snapshot_seal,
-            "status": "live" if s.has_new_data else "sealed",
+            "status": "live" if s.is_live else "sealed",
             "data_as_of": _utc_ms(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
         }
         for s in run_states(url)

@@ -47,6 +47,12 @@ class RunState:
         """Data arrived after the newest snapshot was computed (or it was never sealed)."""
         return self.snapshot_data_as_of is None or self.updated_at > self.snapshot_data_as_of
 
+    @property
+    def is_live(self) -> bool:
+        """Still receiving data: data newer than the newest snapshot, or that snapshot was
+        sealed while data was arriving (``tpmledger analyze`` of a running run)."""
+        return self.has_new_data or self.snapshot_final is False
+
 
 _STATE_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.updated_at, r.shard_ids,

@@ -25,7 +25,8 @@ SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shar
        r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
        s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
        s.tree_size, s.computed_at, s.data_as_of, s.metrics,
-       (s.version IS NULL OR r.updated_at > s.data_as_of) AS live
+       (s.version IS NULL OR r.updated_at > s.data_as_of) AS uncovered,
+       (s.version IS NULL OR r.updated_at > s.data_as_of OR NOT s.final) AS live
 FROM runs r
 LEFT JOIN LATERAL (
     SELECT * FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
@@ -67,6 +68,9 @@ class RunRecord:
     metrics: dict[str, Any]
     # The newest ingest commit the figures reflect (None: nothing computed yet).
     data_as_of: datetime | None = None
+    # The newest snapshot covers every stored span (live only if it was sealed while
+    # data was still arriving): its figures are shown.
+    covered: bool = False
 
     @property
     def is_live(self) -> bool:
@@ -90,6 +94,7 @@ def _record(row: Any) -> RunRecord:
     return RunRecord(
         run_id=row.run_id,
         status="live" if row.live else "sealed",
+        covered=not row.uncovered,
         observed_shards=len(row.shard_ids or []),
         declared_shard_count=row.declared_shard_count,
         concurrency_cap=row.concurrency_cap,
@@ -104,8 +109,8 @@ def _record(row: Any) -> RunRecord:
 
 
 def with_live_figures(url: str, run: RunRecord, close_after_s: float) -> RunRecord:
-    """``run`` with the live figures in place of the snapshot's when it is live."""
-    if not run.is_live:
+    """``run`` with the live figures in place of the snapshot's when spans arrived after it."""
+    if not run.is_live or run.covered:
         return run
     from analytics.live_view import current_table, live_figures
 

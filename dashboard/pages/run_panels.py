@@ -121,7 +121,7 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
     if run is None:
         return RunPanels(run_not_found(run_id), None, empty, "", empty, empty, None, hidden, True)
     table = None
-    if run.is_live:
+    if run.is_live and not run.covered:
         run, table = _live(config, run)
         if table is None:
             header = html.Div([_header(run), live_waiting(run_id)])
@@ -150,7 +150,7 @@ def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Fi
     if token_type not in TOKEN_COLUMNS:
         token_type = "total"
     column = TOKEN_COLUMNS[token_type]
-    if run.is_live:
+    if run.is_live and not run.covered:
         run, table = _live(config, run)
         if table is None:
             return message_figure("")
