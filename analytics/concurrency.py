@@ -28,11 +28,12 @@ import numpy.typing as npt
 import polars as pl
 
 from analytics.event_grid import EventGrid, event_grid
+from analytics.figure_rules import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE, work_conserving_result
+
+__all__ = ["SAG_FRACTION_OF_CAP", "SAG_PASS_SHARE", "SecondSeries", "second_series"]
 from analytics.event_plans import SECOND_NS
 from analytics.group_kernels import minute_stats, second_samples
 
-SAG_FRACTION_OF_CAP = 0.9
-SAG_PASS_SHARE = 0.05
 # Queue samples reach back at most this far before the first start (bounds the grid).
 MAX_QUEUE_WAIT_S = 86_400.0
 
@@ -112,13 +113,7 @@ def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> 
 
 def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dict[str, Any]:
     """The SPEC §4 work-conserving check; figures are null when they cannot be measured."""
-    result: dict[str, Any] = {
-        "sag_share": None,
-        "seconds_with_queue": None,
-        "passes": None,
-        "threshold": SAG_PASS_SHARE,
-        "sag_below_fraction_of_cap": SAG_FRACTION_OF_CAP,
-    }
+    result = work_conserving_result()
     usable = {s: c for s, c in (caps or {}).items() if s in series.queue_shards and c}
     if not usable:
         return result
@@ -129,10 +124,4 @@ def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dic
             queued += int(waiting.sum())
             low = series.in_flight[row] < SAG_FRACTION_OF_CAP * float(usable[shard])
             sag += int((waiting & low).sum())
-    result["seconds_with_queue"] = queued
-    if queued == 0:
-        return result
-    share = sag / queued
-    result["sag_share"] = share
-    result["passes"] = share <= SAG_PASS_SHARE
-    return result
+    return work_conserving_result(queued, sag)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from analytics.figure_rules import clean, work_conserving_result
 from storage.live_read import (
     RunState,
     live_minute_rows,
@@ -36,9 +37,6 @@ from storage.runs_read import ns_to_rfc3339
 
 WHOLE_RUN = "*"
 MINUTE = timedelta(minutes=1)
-SAG_PASS_SHARE = 0.05
-SAG_FRACTION_OF_CAP = 0.9
-SIGNIFICANT_DIGITS = 12
 _COUNTS = (
     "calls_in_minute",
     "prompt_tpm_in",
@@ -62,14 +60,6 @@ _NULLS = (
 )
 #: Run figures a live run cannot state exactly from minute rows (null until sealed).
 NOT_LIVE = ("logical_calls", "call_success_rate", "retry_causes", "ttft_s", "latency_s")
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
 
 
 def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
@@ -223,7 +213,7 @@ def _apply_rules(
         row["retries"] = row["retry_rate"] = None
     else:
         row["retries"] = row["retries"] or 0
-        row["retry_rate"] = _clean(row["retries"] / calls) if calls else None
+        row["retry_rate"] = clean(row["retries"] / calls) if calls else None
     has_queue = shard in table.queue_shards if shard != WHOLE_RUN else bool(table.queue_shards)
     if not has_queue:
         row["queue_depth_mean"] = row["queue_depth_max"] = None
@@ -246,13 +236,7 @@ def _apply_rules(
 def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[str, Any]:
     """The check from the live rows' per-minute seconds (null once the run has a
     snapshot, or while a cap changed after seconds were counted)."""
-    result: dict[str, Any] = {
-        "sag_share": None,
-        "seconds_with_queue": None,
-        "passes": None,
-        "threshold": SAG_PASS_SHARE,
-        "sag_below_fraction_of_cap": SAG_FRACTION_OF_CAP,
-    }
+    result = work_conserving_result()
     usable = {s: c for s, c in table.caps.items() if s in table.queue_shards and c}
     # Snapshots keep no per-second counts: after a seal the live rows cover only the
     # minutes touched since, so the check waits for the next seal.
@@ -267,11 +251,7 @@ def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[
             return result  # counted against an older cap: not exact until resealed
         queued += r["queue_seconds"]
         sag += r["sag_seconds"]
-    result["seconds_with_queue"] = queued
-    if queued:
-        result["sag_share"] = _clean(sag / queued)
-        result["passes"] = sag / queued <= SAG_PASS_SHARE
-    return result
+    return clean(work_conserving_result(queued, sag))
 
 
 def _minute_text(minute: datetime) -> str:
@@ -335,7 +315,7 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
         "seal": None,
         "snapshot_version": None,
     }
-    figures = _clean(figures)
+    figures = clean(figures)
     figures["ttft_s"] = dict.fromkeys(("p50", "p95", "p99", "mean", "variance"))
     figures["latency_s"] = dict.fromkeys(("p50", "p95", "p99", "mean"))
     return figures

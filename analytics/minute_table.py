@@ -18,8 +18,7 @@ from analytics.concurrency import SecondSeries, minute_concurrency, second_serie
 from analytics.event_arrays import event_arrays
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import rate_columns
-
-SIGNIFICANT_DIGITS = 12
+from analytics.figure_rules import SIGNIFICANT_DIGITS
 
 # Column order of the table (and of storage's minute_metrics, minus run_id/version).
 MINUTE_COLUMNS: tuple[str, ...] = (

@@ -28,11 +28,11 @@ from analytics.concurrency import SecondSeries, second_series, work_conserving
 from analytics.event_arrays import EventArrays, event_arrays
 from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import explicit_call_ids
+from analytics.figure_rules import clean
 from analytics.logical_calls import count_logical_calls
 from analytics.minute_table import build_minute_table, minute_utc
 from storage.runs_read import ns_to_rfc3339
 
-SIGNIFICANT_DIGITS = 12
 PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
 
 
@@ -53,15 +53,6 @@ class RunAnalysis:
 
     minutes: pl.DataFrame
     figures: dict[str, Any]
-
-
-def clean(value: Any) -> Any:
-    """Floats rounded to 12 significant digits (stable across summation orders)."""
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    return value
 
 
 def _ratio(part: int | None, whole: int | None) -> float | None:

@@ -1,0 +1,41 @@
+"""Rules several figure paths share, with no heavy imports (the read API uses them too).
+
+- Floats are published rounded to 12 significant digits, so sums taken in different orders
+  (threads, a seal from the database, a verification from ``events.jsonl``) publish the same
+  numbers (docs/metrics.md).
+- The work-conserving check: among seconds with a queue, the share where in-flight is below
+  0.9 × cap is the sag; it passes at ≤ 5 % (docs/metrics.md#concurrency-1-second-resolution).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SIGNIFICANT_DIGITS = 12
+SAG_FRACTION_OF_CAP = 0.9
+SAG_PASS_SHARE = 0.05
+
+
+def clean(value: Any) -> Any:
+    """Floats rounded to 12 significant digits (in dicts too)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    return value
+
+
+def work_conserving_result(queued: int | None = None, sag: int = 0) -> dict[str, Any]:
+    """The check's published object; ``None`` figures when it cannot be measured."""
+    result: dict[str, Any] = {
+        "sag_share": None,
+        "seconds_with_queue": queued,
+        "passes": None,
+        "threshold": SAG_PASS_SHARE,
+        "sag_below_fraction_of_cap": SAG_FRACTION_OF_CAP,
+    }
+    if queued:
+        share = sag / queued
+        result["sag_share"] = share
+        result["passes"] = share <= SAG_PASS_SHARE
+    return result
