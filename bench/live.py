@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from ingest_workload import _kv, build_bodies, percentile, start_ingest
+from ingest_workload import RssSampler, _kv, build_bodies, percentile, start_ingest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from seal import _postgres_cpu, generate
 
@@ -161,7 +161,7 @@ def _visible(api: str, run_id: str) -> int:
     return sum(m["calls_in_minute"] for m in answer.json()["minutes"])
 
 
-def freshness(port: int, rate: float, seconds: float, say: Any) -> None:
+def freshness(port: int, rate: float, seconds: float, say: Any, worker_pid: int) -> None:
     run_id = f"live_{int(rate)}_{uuid.uuid4().hex[:6]}"
     api = f"http://127.0.0.1:{port}"
     # Fleets export in batches: 512 spans at high rates, ~32 (an SDK's few seconds of
@@ -180,6 +180,8 @@ def freshness(port: int, rate: float, seconds: float, say: Any) -> None:
         daemon=True,
     )
     sender.start()
+    rss = RssSampler(worker_pid, interval=0.2)
+    rss.start()
     delays: list[float] = []
     missed = 0
     started = time.monotonic()
@@ -207,6 +209,7 @@ def freshness(port: int, rate: float, seconds: float, say: Any) -> None:
         time.sleep(max(0.0, 1.0 - (time.monotonic() - acked_at)))
     acked, elapsed = parent.recv()
     sender.join()
+    peak_rss = rss.stop()
     p50, p95 = percentile(delays, 0.5), percentile(delays, 0.95)
     say(
         f"  target {rate:,.0f} spans/s: ingest acknowledged {acked / elapsed:,.0f} spans/s "
@@ -216,6 +219,7 @@ def freshness(port: int, rate: float, seconds: float, say: Any) -> None:
         + (f", {missed} not visible within 60 s" if missed else "")
         + " (target p95 <= 5 s)"
     )
+    say(f"    analytics worker peak RSS during the phase: {peak_rss / 2**20:,.0f} MiB")
 
 
 def _analytics_worker(url: str) -> subprocess.Popen[bytes]:
@@ -373,7 +377,7 @@ def main() -> int:
             try:
                 say("(a) freshness: ingest 200 -> span counted in GET /v1/runs/{run}/minutes")
                 for rate in (SIMULATOR_RATE, args.high_rate):
-                    freshness(ingest.port, rate, args.freshness_seconds, say)
+                    freshness(ingest.port, rate, args.freshness_seconds, say, worker.pid)
             finally:
                 worker.terminate()
                 worker.wait(30)
