@@ -33,6 +33,7 @@ MAX_REASONS: Final = 5
 _STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
 _ZERO_SPAN_ID: Final = bytes(8)
 _REASON_ATTRIBUTES: Final = "span attributes are not valid OTLP KeyValues"
+_REASON_RESOURCE: Final = "resource attributes are not valid OTLP KeyValues (e.g. invalid UTF-8)"
 # Shared by every request: the attribute encodings of a fleet repeat across requests.
 _DECODER: Final = AttributeDecoder()
 
@@ -55,8 +56,9 @@ def _resource_context(encoded_attributes: Any) -> ResourceContext:
     try:
         values = _DECODER.decode(encoded_attributes)
     except DecodeError:
-        # An undecodable resource attribute loses the resource's attributes, not its spans.
-        values = {}
+        # Without its attributes a span cannot be attributed to its run and shard: its
+        # LLM spans are rejected with this reason rather than stored under "unassigned".
+        return ResourceContext({}, "{}", _REASON_RESOURCE)
     encoded = _dumps(values)
     if "\\u0000" in encoded:
         values = strip_nul(values)
@@ -136,6 +138,8 @@ def normalize_span(
         else:
             return None
 
+    if resource.invalid is not None:
+        return resource.invalid
     trace_id = span.trace_id
     span_id = span.span_id
     parent = span.parent_span_id

@@ -135,12 +135,14 @@ def plan_for(
 class ResourceContext:
     """One resource's attributes, their JSON, and its typed fields per plan."""
 
-    __slots__ = ("_typed", "encoded", "keys", "values")
+    __slots__ = ("_typed", "encoded", "invalid", "keys", "values")
 
-    def __init__(self, values: dict[str, Any], encoded: str) -> None:
+    def __init__(self, values: dict[str, Any], encoded: str, invalid: str | None = None) -> None:
         self.values = values
         self.keys = tuple(values)
         self.encoded = encoded
+        # Why the resource's attributes could not be read (its LLM spans are rejected).
+        self.invalid = invalid
         self._typed: dict[SpanPlan, tuple[dict[str, Any], str | None]] = {}
 
     def typed_fields(self, plan: SpanPlan) -> tuple[dict[str, Any], str | None]:

@@ -139,6 +139,19 @@ def test_undecodable_attribute_rejects_only_its_span() -> None:
     assert batch.reject_reasons == ["span attributes are not valid OTLP KeyValues"]
 
 
+def test_invalid_utf8_in_a_resource_attribute_rejects_its_spans_with_a_reason() -> None:
+    # Before: the resource's attributes were dropped and its spans stored under run
+    # "unassigned", shard "unknown", with no word to the sender.
+    marker = "run-to-corrupt"
+    payload = request(span(LLM), span(LLM), resource={"tpmledger.run.id": marker})
+    corrupted = payload.SerializeToString().replace(marker.encode(), b"\xff" * len(marker))
+    batch = normalize_payload(corrupted, now_ns=NOW_NS)
+    assert (batch.rows, batch.rejected) == ([], 2)
+    assert batch.reject_reasons == [
+        "resource attributes are not valid OTLP KeyValues (e.g. invalid UTF-8)"
+    ]
+
+
 @pytest.mark.parametrize(
     "resource",
     [
