@@ -71,8 +71,9 @@ def _row(run: RunRecord) -> html.Tr:
                 if peak
                 else peak_text
             ),
-            _cell(shown(fmt_rate(m.get("attempt_success_rate")))),
-            _cell(shown(fmt_rate(m.get("retry_rate")))),
+            # Success and retry rates are exact live; run-level TTFT waits for the seal.
+            _cell(fmt_rate(m.get("attempt_success_rate")) if m else pending),
+            _cell(fmt_rate(m.get("retry_rate")) if m else pending),
             _cell(shown(fmt_seconds((m.get("ttft_s") or {}).get("p95")))),
             html.Td(html.Code(short_hash(seal), title=seal or "not sealed yet")),
             html.Td(fmt_utc(run.first_event_utc, seconds=True), className="small"),
