@@ -149,7 +149,7 @@ def live_minute_rows(
 
     ``window`` holds every attempt ending in those minutes and every attempt whose
     interval overlaps them, with the storage probes' ``rollup`` and ``later_in_call``
-    flags (:func:`storage.live_store.fetch_window`). ``caps`` is the run's cap per shard
+    flags (:func:`storage.live_window.fetch_window`). ``caps`` is the run's cap per shard
     as known so far; the rows record which cap their work-conserving seconds used.
     """
     minutes = pl.Series("minute_ns", sorted(set(minutes_ns)), dtype=pl.Int64)

@@ -34,18 +34,16 @@ from storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
     Mark,
-    dependents,
     dirty_run_ids,
-    fetch_window,
     known_caps,
     live_run_facts,
     live_transaction,
     mark_stale_caps,
-    probe_flags,
     replace_minutes,
     summarize_new_batches,
     take_marks,
 )
+from storage.live_window import dependents, fetch_window, probe_flags
 
 log = logging.getLogger("tpmledger.analytics.live")
 

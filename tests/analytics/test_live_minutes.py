@@ -23,7 +23,7 @@ from analytics.live_view import current_table, live_figures
 from analytics.minute_table import MINUTE_COLUMNS, with_minute_utc
 from analytics.run_computation import compute_run
 from analytics.sealing import seal_run
-from storage import live_store
+from storage import live_window
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 
@@ -150,7 +150,7 @@ def test_live_table_equals_batch_table_for_any_arrival_order(
     rows = _rows(run_id, specs)
     # Probes by id (the usual case) or by a range of end times (a cold read of a busy
     # minute): both must give the same flags.
-    live_store.RANGE_PROBE_MIN = 1 if order.random() < 0.5 else 20_000
+    live_window.RANGE_PROBE_MIN = 1 if order.random() < 0.5 else 20_000
     arrival = list(rows)
     order.shuffle(arrival)
     # Re-sent exports: some rows come again in a later batch.
@@ -168,7 +168,7 @@ def test_live_table_equals_batch_table_for_any_arrival_order(
     _assert_same(
         database_url, run_id, updater if order.random() < 0.7 else LiveUpdater(database_url)
     )
-    live_store.RANGE_PROBE_MIN = 20_000  # (both modes are exact; this restores the default)
+    live_window.RANGE_PROBE_MIN = 20_000  # (both modes are exact; this restores the default)
 
 
 def _call(minute: int, second: int = 0) -> tuple[Any, ...]:
