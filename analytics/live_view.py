@@ -21,7 +21,6 @@ stay small (no Polars).
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -359,11 +358,3 @@ def minutes_view(
     if table is None:
         return None
     return table.shard_rows(shard_id)
-
-
-def group_minutes(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Rows grouped by shard id."""
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        grouped[row["shard_id"]].append(row)
-    return grouped

@@ -138,7 +138,7 @@ SPLIT_FETCH_MIN_ATTEMPTS = 100_000
 
 
 def _copy_query(run_id: str, condition: sql.Composable) -> sql.Composed:
-    select_list = ATTEMPT_SELECT_LIST
+    select_list = ", ".join(expr for name, (expr, _) in _FRAME_COLUMNS.items() if name != "run_id")
     return sql.SQL(
         "COPY (SELECT {} FROM attempts WHERE run_id = {} AND {}) TO STDOUT (FORMAT binary)"
     ).format(sql.SQL(select_list), sql.Literal(run_id), condition)
@@ -159,12 +159,6 @@ def copy_select(
     """Rows of ``select_query`` (columns in ``kinds`` order) through binary COPY."""
     query = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(select_query)
     return parse_binary_copy(_copy_out(conn, query.as_bytes(conn)).getbuffer(), kinds)
-
-
-#: The attempt columns an analytics read selects (every frame column but ``run_id``).
-ATTEMPT_SELECT_LIST = ", ".join(
-    expr for name, (expr, _) in _FRAME_COLUMNS.items() if name != "run_id"
-)
 
 
 def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[pl.DataFrame]:
