@@ -1,15 +1,8 @@
-"""Read-side queries over runs, shaped as the read API and the CLI print them."""
+"""Run-level helpers of the read side: the unknown-run error and RFC 3339 times."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import select
-
-from storage.database import read_session
-from storage.models import Run
-from storage.snapshots_read import latest_seals
 
 
 class UnknownRun(LookupError):
@@ -28,21 +21,3 @@ def ns_to_rfc3339(ns: int | None) -> str | None:
         microsecond=(ns % 1_000_000_000) // 1000
     )
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def list_runs(url: str) -> list[dict[str, Any]]:
-    """Runs shaped as ``GET /v1/runs`` (SPEC §8), most recent activity first."""
-    with read_session(url) as session:
-        runs = session.scalars(select(Run).order_by(Run.last_event_ns.desc())).all()
-    seals = latest_seals(url, [r.run_id for r in runs])
-    return [
-        {
-            "run_id": r.run_id,
-            "attempts": r.attempts,
-            "shard_count": len(r.shard_ids),
-            "first_event_utc": ns_to_rfc3339(r.first_event_ns),
-            "last_event_utc": ns_to_rfc3339(r.last_event_ns),
-            "latest_seal": seals.get(r.run_id),
-        }
-        for r in runs
-    ]

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from storage import migrate
-from storage.runs_read import list_runs
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 
@@ -41,19 +40,24 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 def run_runs(args: argparse.Namespace) -> int:
+    from analytics.run_views import run_list
+
     settings = settings_from_args(args)
     with database(settings, migrate_to_head=True) as url:
-        runs = list_runs(url)
+        runs = run_list(url)
     if args.json:
         print(json.dumps({"runs": runs}, indent=2))
         return 0
     if not runs:
         print("no runs yet: point an OTLP exporter at tpmledger (see `tpmledger up`)")
         return 0
-    header = ("run_id", "attempts", "shards", "first_event_utc", "last_event_utc", "seal")
+    header = (
+        "run_id", "status", "attempts", "shards", "first_event_utc", "last_event_utc", "seal",
+    )  # fmt: skip
     rows = [
         (
             r["run_id"],
+            r["status"],
             str(r["attempts"]),
             str(r["shard_count"]),
             r["first_event_utc"] or "",
