@@ -8,6 +8,7 @@ validates every property in Python and cost 60–80 ms per chart here, a quarter
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 Figure = dict[str, Any]
@@ -69,9 +70,36 @@ def base_layout(**overrides: Any) -> dict[str, Any]:
     return layout
 
 
-def time_axis(title: str = "minute (UTC)") -> dict[str, Any]:
-    """A minute axis whose labels are UTC (the x values already are UTC strings)."""
-    return {"title": {"text": title}, "type": "date", "gridcolor": GRID, "zeroline": False}
+# Up to this many minutes, an axis gets a range, minute ticks and points drawn as markers:
+# Plotly's automatic range for one or two minutes zooms to milliseconds and one bar fills
+# the width, and a line of one point is invisible.
+SHORT_SERIES_MINUTES = 3
+
+
+def time_axis(title: str = "minute (UTC)", minutes: list[str] | None = None) -> dict[str, Any]:
+    """A minute axis whose labels are UTC (the x values already are UTC strings).
+
+    With a short series (``minutes``), the axis spans a minute more on each side and
+    ticks every minute as ``HH:MM``.
+    """
+    axis: dict[str, Any] = {
+        "title": {"text": title}, "type": "date", "gridcolor": GRID, "zeroline": False
+    }  # fmt: skip
+    if minutes and len(minutes) <= SHORT_SERIES_MINUTES:
+        first = datetime.strptime(minutes[0], "%Y-%m-%d %H:%M")
+        last = datetime.strptime(minutes[-1], "%Y-%m-%d %H:%M")
+        span = (first - timedelta(minutes=1), last + timedelta(minutes=2))
+        axis |= {
+            "range": [t.strftime("%Y-%m-%d %H:%M") for t in span],
+            "dtick": 60_000,
+            "tickformat": "%H:%M",
+        }
+    return axis
+
+
+def line_mode(minutes: list[str]) -> str:
+    """Lines, with markers when there are too few points for a line to show."""
+    return "lines+markers" if len(minutes) <= SHORT_SERIES_MINUTES else "lines"
 
 
 def value_axis(title: str, **extra: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dashboard.figures.chart_style import (
     add_note,
     base_layout,
     figure,
+    line_mode,
     message_figure,
     time_axis,
     value_axis,
@@ -57,7 +58,7 @@ def _line(run: MinuteSeries, column: str, name: str, color: str, **style: Any) -
         "x": run.minutes,
         "y": run.column(column),
         "name": name,
-        "mode": "lines",
+        "mode": line_mode(run.minutes),
         "line": {"color": color, "width": style.pop("width", 2), **style},
         **MINUTE_PERIOD,
     }
@@ -80,7 +81,9 @@ def concurrency_figure(run: MinuteSeries) -> Figure:
         data.append(
             _line(run, "queue_depth_max", "queue depth (max)", QUEUE_COLOR, width=1, dash="dot")
         )
-    layout = base_layout(height=340, xaxis=time_axis(), yaxis=value_axis("requests"))
+    layout = base_layout(
+        height=340, xaxis=time_axis(minutes=run.minutes), yaxis=value_axis("requests")
+    )
     fig = figure(data, layout)
     if not queue_measured:
         add_note(fig, f"queue depth: {NOT_MEASURED}")

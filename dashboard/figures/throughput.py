@@ -22,6 +22,7 @@ from dashboard.figures.chart_style import (
     add_note,
     base_layout,
     figure,
+    line_mode,
     message_figure,
     minute_middle,
     plot_text,
@@ -59,7 +60,7 @@ def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
                 "y": run.column(column),
                 "name": name,
                 "yaxis": "y2",
-                "mode": "lines",
+                "mode": line_mode(run.minutes),
                 "line": {"color": color, "dash": dash, "width": 2},
                 "hovertemplate": "%{y:.1%}",
                 "connectgaps": False,
@@ -86,6 +87,8 @@ def throughput_figure(
             "y": series.column(column),
             "name": f"shard {plot_text(shard_id)}",
             "marker": {"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
+            # A minute wide (in ms on the date axis), not whatever the gaps between bars are.
+            "width": 57_000,
             "hovertemplate": "%{y:,}",
             **MINUTE_PERIOD,
         }
@@ -100,7 +103,7 @@ def throughput_figure(
         legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0},
         barmode="stack",
         bargap=0.05,
-        xaxis=time_axis(),
+        xaxis=time_axis(minutes=run.minutes),
         yaxis=value_axis(TOKEN_LABELS[token_type]),
         yaxis2=rate_axis("success / retry rate"),
     )

@@ -9,6 +9,7 @@ from dashboard.figures.chart_style import (
     Figure,
     base_layout,
     figure,
+    line_mode,
     message_figure,
     time_axis,
     value_axis,
@@ -35,12 +36,16 @@ def ttft_figure(run: MinuteSeries) -> Figure:
                 "x": run.minutes,
                 "y": run.column(column),
                 "name": f"TTFT {name}",
-                "mode": "lines",
+                "mode": line_mode(run.minutes),
                 "line": {"color": color, "dash": dash, "width": 2},
                 "connectgaps": False,
                 "hovertemplate": "%{y:.3f} s",
                 **MINUTE_PERIOD,
             }
         )
-    layout = base_layout(height=320, xaxis=time_axis(), yaxis=value_axis("time to first token (s)"))
+    layout = base_layout(
+        height=320,
+        xaxis=time_axis(minutes=run.minutes),
+        yaxis=value_axis("time to first token (s)"),
+    )
     return figure(data, layout)

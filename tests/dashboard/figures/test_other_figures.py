@@ -100,3 +100,19 @@ def test_user_strings_are_shown_literally_not_as_html() -> None:
     labels = [x for trace in fig["data"] for x in trace.get("x", [])]
     assert all("<a" not in str(x) for x in labels)
     assert any("&lt;a href=" in str(x) for x in labels)
+
+
+def test_a_one_minute_run_gets_a_minute_axis_and_visible_points() -> None:
+    from dashboard.data.minute_series import MinuteSeries
+    from dashboard.figures.ttft import ttft_figure
+
+    run = MinuteSeries(
+        minutes=["2026-02-01 06:50"],
+        columns={"ttft_p50_s": [0.2], "ttft_p95_s": [0.3], "ttft_p99_s": [0.4]},
+    )
+    fig = ttft_figure(run)
+    axis = fig["layout"]["xaxis"]
+    # Not Plotly's automatic range of a single x (milliseconds around 06:50:30).
+    assert axis["range"] == ["2026-02-01 06:49", "2026-02-01 06:52"]
+    assert axis["dtick"] == 60_000 and axis["tickformat"] == "%H:%M"
+    assert {t["mode"] for t in fig["data"]} == {"lines+markers"}
