@@ -47,15 +47,27 @@ def _env_line(text: str, name: str) -> str:
     raise AssertionError(f"{name} not printed by `tpmledger up`:\n{text}")
 
 
+def _shadowing_folders(where: Path) -> Path:
+    """A directory holding folders named like tpmledger's packages that break on import."""
+    for name in ("analytics", "ingest", "storage", "dashboard", "provenance", "read_api"):
+        (where / name).mkdir(parents=True)
+        (where / name / "__init__.py").write_text("raise ImportError('shadowed by the CWD')\n")
+    return where
+
+
 def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None:
     http_port, grpc_port, dash_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
     env["PYTHONUNBUFFERED"] = "1"
     data_dir = tmp_path / "data"
-    cli = [sys.executable, "-m", "tpmledger.cli.main"]
+    # Started like the console script (no CWD on the path) from a directory full of
+    # folders named like our packages: the services `up` starts must not import them.
+    shadow = _shadowing_folders(tmp_path / "project")
+    cli = [sys.executable, "-P", "-m", "tpmledger.cli.main"]
     ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     up = subprocess.Popen(
         [*cli, "up", "--data-dir", str(data_dir), *ports, "--dashboard-port", str(dash_port)],
+        cwd=shadow,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -101,3 +113,23 @@ def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None
         code = up.wait(timeout=60)
     assert code in (0, 130), out.text
     assert not (data_dir / "postgres" / "postmaster.pid").exists(), "embedded PostgreSQL left up"
+
+
+def test_a_taken_port_is_named_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "tpmledger.cli.main", "up", "--data-dir", str(tmp_path),
+             "--http-port", str(port), "--grpc-port", str(free_port()),
+             "--dashboard-port", str(free_port())],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert f"port {port}" in result.stderr and "--http-port" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "postgres").exists()  # nothing was started

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,8 +66,40 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0
     return False
 
 
+# Which flag moves each listener (named when its port is taken).
+_PORT_FLAGS = (
+    ("http_port", "--http-port", "OTLP/HTTP and the read API"),
+    ("grpc_port", "--grpc-port", "OTLP/gRPC"),
+    ("dashboard_port", "--dashboard-port", "the dashboard"),
+)
+
+
+def busy_port(settings: Settings) -> str | None:
+    """A one-line message naming the first listener port already taken, or ``None``.
+
+    Checked before anything starts, so a taken port ends with this line instead of a
+    service's traceback after the banner.
+    """
+    for field, flag, role in _PORT_FLAGS:
+        port = int(getattr(settings, field))
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((settings.host, port))
+            except OSError as exc:
+                return (
+                    f"error: port {port} on {settings.host} ({role}) is not free ({exc.strerror}); "
+                    f"choose another with {flag} PORT"
+                )
+    return None
+
+
 def run_up(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **listener_overrides(args))
+    problem = busy_port(settings)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stopping = False
 
@@ -90,7 +123,9 @@ def run_up(args: argparse.Namespace) -> int:
         }
         if settings.insecure:
             env["TPMLEDGER_INSECURE"] = "true"
-        command = [sys.executable, "-m", "tpmledger.cli.main"]
+        # -P: the current directory is not put on the children's import path, so a
+        # folder named like one of our packages (analytics/, storage/…) cannot shadow it.
+        command = [sys.executable, "-P", "-m", "tpmledger.cli.main"]
         try:
             for service in ("ingest", "analytics", "dashboard"):
                 proc = subprocess.Popen([*command, "serve", service], env=env)
