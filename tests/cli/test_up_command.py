@@ -59,6 +59,7 @@ def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None
     http_port, grpc_port, dash_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")  # where `up` records its data dir
     data_dir = tmp_path / "data"
     # Started like the console script (no CWD on the path) from a directory full of
     # folders named like our packages: the services `up` starts must not import them.
@@ -107,6 +108,12 @@ def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None
 
         runs = wait_for(listed, timeout=30, interval=0.5)
         assert runs[0]["attempts"] == 3
+        # Without --data-dir a command finds the running `up`'s database and names it.
+        plain = subprocess.run(
+            [*cli, "runs", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert [r["run_id"] for r in json.loads(plain.stdout)["runs"]] == ["first_run"]
+        assert f"using the embedded database in {data_dir.resolve()}" in plain.stderr
         assert runs[0]["shard_count"] == 1
     finally:
         up.send_signal(signal.SIGINT)

@@ -1,8 +1,18 @@
-"""Which database a command talks to: ``TPMLEDGER_DATABASE_URL`` or the embedded one."""
+"""Which database a command talks to: ``TPMLEDGER_DATABASE_URL`` or the embedded one.
+
+Without ``--data-dir``, ``TPMLEDGER_DATA_DIR`` or ``TPMLEDGER_DATABASE_URL``, a command uses
+the data directory of the ``tpmledger up`` that is running (``up`` records it while it
+runs), so ``up --data-dir DIR`` then ``tpmledger runs`` reads DIR's database rather than
+creating an empty one in the default place. Commands name the embedded database they use
+on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,11 +32,47 @@ def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def running_record() -> Path:
+    """Where a running ``tpmledger up`` records its data directory."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tpmledger" / "up.json"
+
+
+def record_running(data_dir: Path) -> None:
+    """Called by ``up`` once it runs (removed again by :func:`clear_running`)."""
+    path = running_record()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": os.getpid(), "data_dir": str(data_dir.resolve())}))
+
+
+def clear_running() -> None:
+    path = running_record()
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def running_data_dir() -> Path | None:
+    """The data directory of the ``tpmledger up`` that is running, if one is."""
+    try:
+        record = json.loads(running_record().read_text())
+        os.kill(int(record["pid"]), 0)  # still alive?
+        return Path(record["data_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def settings_from_args(args: argparse.Namespace, **overrides: object) -> Settings:
     """Settings from the environment, with the command-line flags that were given on top."""
     values = {k: v for k, v in overrides.items() if v is not None}
     if getattr(args, "data_dir", None) is not None:
         values["data_dir"] = args.data_dir
+    elif not os.environ.get("TPMLEDGER_DATA_DIR") and not os.environ.get("TPMLEDGER_DATABASE_URL"):
+        running = running_data_dir()
+        if running is not None:
+            values["data_dir"] = running
     return Settings(**values)  # type: ignore[arg-type]
 
 
@@ -36,6 +82,7 @@ def database(settings: Settings, *, migrate_to_head: bool = False) -> Iterator[s
     embedded: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:
+        print(f"using the embedded database in {settings.data_dir}", file=sys.stderr)
         embedded = EmbeddedPostgres(settings.data_dir)
         url = embedded.start()
     try:

@@ -12,7 +12,13 @@ import time
 import urllib.request
 from typing import Any
 
-from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+from tpmledger.cli.database_option import (
+    add_data_dir_option,
+    clear_running,
+    database,
+    record_running,
+    settings_from_args,
+)
 from tpmledger.cli.serve_command import add_listener_options, listener_overrides
 from tpmledger.settings import Settings
 
@@ -135,6 +141,8 @@ def run_up(args: argparse.Namespace) -> int:
             if not _wait_ready(f"{ingest_url}/readyz", children[0][1]):
                 print("ingest did not become ready; see the log above", file=sys.stderr)
                 return 1
+            if not settings.database_url:
+                record_running(settings.data_dir)  # other commands find this database
             print("\n" + exporter_lines(settings) + "\n", flush=True)
             if args.demo:
                 demo = subprocess.Popen([*command, "simulate", "--demo", "--endpoint", ingest_url])
@@ -149,6 +157,7 @@ def run_up(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
+            clear_running()
             _stop_children(children)
     return 0
 
