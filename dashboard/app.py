@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from pathlib import Path
 from types import FrameType
 
 import dash
 import dash_bootstrap_components as dbc
 from dash import Input, Output, html
+from flask import Response, request
 
+from dashboard.auth import DashboardAuth, remember
 from dashboard.config import DEFAULT_REFRESH_MS, DashboardConfig
 from dashboard.pages import run as run_page
 from dashboard.pages import runs as runs_page
 from dashboard.pages import sweep as sweep_page
-from tpmledger.settings import Settings
+from tpmledger.settings import Settings, UnsafeConfiguration
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 log = logging.getLogger(__name__)
@@ -77,8 +80,13 @@ def create_app(
     api_base_url: str = "http://127.0.0.1:4318",
     refresh_ms: int = DEFAULT_REFRESH_MS,
     close_after_s: float = 120.0,
+    auth: DashboardAuth | None = None,
 ) -> dash.Dash:
-    """The multi-page app over ``database_url``; nothing is read from the database here."""
+    """The multi-page app over ``database_url``; nothing is read from the database here.
+
+    With ``auth``, every request but ``/healthz`` needs an ingest token once one is
+    configured (:mod:`dashboard.auth`).
+    """
     config = DashboardConfig(
         database_url=database_url,
         api_base_url=api_base_url,
@@ -109,6 +117,15 @@ def create_app(
     def healthz() -> tuple[str, int]:
         return "ok", 200
 
+    if auth is not None:
+        checker = auth
+
+        @app.server.before_request
+        def require_token() -> Response | None:
+            return checker.check(request)
+
+        app.server.after_request(remember)
+
     return app
 
 
@@ -123,10 +140,18 @@ def run(settings: Settings) -> None:
 
     if not settings.database_url:
         raise ValueError("the dashboard needs settings.database_url")
+    auth = DashboardAuth(settings.database_url, settings.ingest_tokens)
+    try:
+        # The pages show run data: beyond loopback only behind a token (or --insecure).
+        settings.check_bind_is_safe(has_tokens=auth.required)
+    except UnsafeConfiguration as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from exc
     app = create_app(
         settings.database_url,
         api_base_url=settings.api_base_url,
         close_after_s=settings.minute_close_after_s,
+        auth=auth,
     )
     server = waitress.create_server(
         app.server, host=settings.host, port=settings.dashboard_port, threads=8

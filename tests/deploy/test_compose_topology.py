@@ -184,8 +184,10 @@ def test_compose_services_as_processes_ingest_seal_and_show(
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium'}")
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    # The dashboard shows run data: with tokens configured it asks for one too.
+    assert httpx.get(f"http://127.0.0.1:{dash_port}/", timeout=10).status_code == 401
     try:
-        driver.get(f"http://127.0.0.1:{dash_port}/")
+        driver.get(f"http://127.0.0.1:{dash_port}/?token={TOKEN}")  # then a cookie
         wait_for(lambda: "compose_run" in driver.page_source, timeout=60, interval=0.3)
         assert run["latest_seal"][:12] in driver.page_source
     finally:
