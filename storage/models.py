@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Double,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -41,6 +42,9 @@ __all__ = [
     "MinuteMetric",
     "Run",
     "Snapshot",
+    "SnapshotDiagnostics",
+    "SnapshotGoodput",
+    "ToolSpan",
 ]
 
 # Stable constraint names so Alembic autogenerate and downgrades agree.
@@ -285,3 +289,76 @@ class LiveState(Base):
 
     run_id: Mapped[str] = mapped_column(Text, primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger)
+
+
+class ToolSpan(Base):
+    """A tool execution span (``gen_ai.operation.name`` = ``execute_tool``).
+
+    Stored apart from attempts and never counted as one: it is evidence for the
+    ``slot_held_by_tool`` diagnostic (docs/metrics.md#diagnostics). Natural key:
+    (trace_id, span_id).
+    """
+
+    __tablename__ = "tool_spans"
+
+    trace_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    span_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    parent_span_id: Mapped[bytes | None] = mapped_column(LargeBinary)
+    run_id: Mapped[str] = mapped_column(Text)
+    shard_id: Mapped[str] = mapped_column(Text)
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    end_ns: Mapped[int] = mapped_column(BigInteger)
+    tool_name: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text)  # "ok" | "error"
+    received_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    __table_args__ = (Index("ix_tool_spans_run_id_start_ns", "run_id", "start_ns"),)
+
+
+class SnapshotDiagnostics(Base):
+    """Figures of one sealed version that need attempts beyond the minute table.
+
+    Computed when the version is sealed (pages and API requests never scan raw spans):
+    ``diagnostics`` is the run object's ``diagnostics`` (docs/metrics.md#diagnostics) and
+    ``minute_outcomes`` the per-minute stalls and logical-call outcomes that
+    ``tpmledger compare`` resamples (docs/metrics.md#compare). Written once, never changed.
+    """
+
+    __tablename__ = "snapshot_diagnostics"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    diagnostics: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    minute_outcomes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["run_id", "version"], ["snapshots.run_id", "snapshots.version"], ondelete="CASCADE"
+        ),
+    )
+
+
+class SnapshotGoodput(Base):
+    """Goodput of one sealed version under one SLO (docs/metrics.md#goodput).
+
+    ``slo`` is the SLO's canonical text (``latency=10,ttft=0.5``); ``figures`` holds the
+    run-level ``goodput_tpm_total`` and ``good_call_share`` and the per-minute series.
+    """
+
+    __tablename__ = "snapshot_goodput"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slo: Mapped[str] = mapped_column(Text, primary_key=True)
+    figures: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["run_id", "version"], ["snapshots.run_id", "snapshots.version"], ondelete="CASCADE"
+        ),
+    )
