@@ -80,7 +80,7 @@ class TraceExportHandler:
 
     async def store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
         """Second half of :meth:`export_payload`: commit the rows, build the response."""
-        received = encoded.block.rows + encoded.ignored + encoded.rejected
+        received = encoded.block.rows + encoded.block.tool_rows + encoded.ignored + encoded.rejected
         self._metrics.spans_received.inc(received)
         self._metrics.spans_ignored.inc(encoded.ignored)
         self._metrics.spans_rejected.inc(encoded.rejected)

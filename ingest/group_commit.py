@@ -130,7 +130,7 @@ class GroupCommitWriter:
         if not."""
         if self._closing:
             raise ShuttingDown("ingest is shutting down", retry_after_s=self._retry_after_s)
-        if not block.rows:
+        if not block.rows and not block.tool_rows:
             return
         # A single request larger than the bound is still accepted into an empty queue,
         # otherwise it could never be stored.

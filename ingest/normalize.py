@@ -12,6 +12,7 @@ Span attributes override resource attributes of the same key.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,6 +28,7 @@ from ingest import conventions as conv
 from ingest import span_validation as check
 from ingest.attribute_values import strip_nul
 from ingest.span_plan import ResourceContext, plan_for
+from ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from ingest.trace_view import AttributeDecoder, parse_request_view
 
 MAX_REASONS: Final = 5
@@ -46,6 +48,8 @@ class NormalizedBatch:
     ignored: int  # spans that are not LLM calls (counted, not stored)
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most MAX_REASONS
+    # execute_tool spans, stored in their own table (ingest/tool_spans.py)
+    tool_rows: list[ToolSpanRow] = dataclasses.field(default_factory=list)
 
 
 def _dumps(values: dict[str, Any]) -> str:
@@ -82,6 +86,7 @@ def normalize_payload(payload: bytes, *, now_ns: int | None = None) -> Normalize
     view = parse_request_view(payload)
     latest_ns = check.latest_timestamp_ns(time.time_ns() if now_ns is None else now_ns)
     rows: list[tuple[Any, ...]] = []
+    tools: list[ToolSpanRow] = []
     ignored = rejected = 0
     reasons: dict[str, None] = {}
     for resource_spans in view.resource_spans:
@@ -95,15 +100,18 @@ def normalize_payload(payload: bytes, *, now_ns: int | None = None) -> Normalize
                     rejected += 1
                     if len(reasons) < MAX_REASONS:
                         reasons[outcome] = None
+                elif type(outcome) is ToolSpanRow:
+                    tools.append(outcome)
                 else:
                     rows.append(outcome)  # type: ignore[arg-type]
-    return NormalizedBatch(rows, ignored, rejected, list(reasons))
+    return NormalizedBatch(rows, ignored, rejected, list(reasons), tools)
 
 
 def normalize_span(
     span: Any, resource: ResourceContext, latest_ns: int
-) -> tuple[Any, ...] | str | None:
-    """One span → its attempt row, a rejection reason (``str``), or ``None`` if not an LLM call.
+) -> tuple[Any, ...] | ToolSpanRow | str | None:
+    """One span → its attempt row, a tool span row (``execute_tool``), a rejection reason
+    (``str``), or ``None`` if neither.
 
     ``span`` is a span of the :mod:`ingest.trace_view` view; ``latest_ns`` is the newest
     acceptable timestamp (now + 1 day).
@@ -135,6 +143,11 @@ def normalize_span(
             convention = conv.OPENINFERENCE.name
         elif fields.get("operation_name") in conv.LLM_OPERATION_NAMES:
             convention = plan.operation_convention
+        elif is_tool_span(fields):
+            if resource.invalid is not None:
+                return resource.invalid
+            run_id = get_run_id(fields)
+            return tool_span_row(span, span_values, fields, run_id, _shard_id(fields), latest_ns)
         else:
             return None
 

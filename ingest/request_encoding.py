@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ingest.normalize import normalize_payload
 from storage.attempt_encoding import AttemptBlock, encode_attempts
+from storage.tool_span_store import encode_tool_spans
 
 
 @dataclass(slots=True)
@@ -30,6 +31,7 @@ def encode_request(payload: bytes) -> EncodedRequest:
     Raises ``google.protobuf.message.DecodeError`` when ``payload`` is not a request.
     """
     batch = normalize_payload(payload)
-    return EncodedRequest(
-        encode_attempts(batch.rows), batch.ignored, batch.rejected, batch.reject_reasons
-    )
+    block = encode_attempts(batch.rows)
+    if batch.tool_rows:  # execute_tool spans travel in the same block, stored in the same commit
+        block.tools, block.tool_rows = encode_tool_spans(batch.tool_rows)
+    return EncodedRequest(block, batch.ignored, batch.rejected, batch.reject_reasons)

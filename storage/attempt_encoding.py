@@ -92,6 +92,9 @@ class AttemptBlock:
     text: bytes
     rows: int
     runs: dict[str, RunTally] = field(default_factory=dict)
+    # The request's tool spans (storage/tool_span_store.py), stored in the same commit.
+    tools: bytes = b""
+    tool_rows: int = 0
 
 
 def _larger(current: Any, value: Any) -> Any:

@@ -27,6 +27,7 @@ from storage.attempt_encoding import (
     encode_attempts,
     merge_runs,
 )
+from storage.tool_span_store import write_tool_blocks
 
 _COLUMNS = ", ".join(ATTEMPT_COPY_COLUMNS)
 _ENCODED = ", ".join(ENCODED_COLUMNS)
@@ -115,7 +116,9 @@ def write_attempts(conn: psycopg.Connection, rows: Iterable[Sequence[Any]]) -> i
 
 def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
     """Like :func:`write_attempts`, for rows already encoded by
-    :func:`storage.attempt_encoding.encode_attempts` (ingest encodes per request)."""
+    :func:`storage.attempt_encoding.encode_attempts` (ingest encodes per request).
+    The blocks' tool spans are stored too (not counted in the result)."""
+    write_tool_blocks(conn, blocks)
     blocks = [block for block in blocks if block.rows]
     if not blocks:
         return 0
