@@ -112,8 +112,24 @@ def sorted_moments(
 
 
 @_kernel
-def _ceil_second(ns: int) -> int:
+def ceil_second(ns: int) -> int:
+    """The epoch second ``ceil(ns / 1 s)``."""
     return -((-ns) // SECOND_NS)
+
+
+@_kernel
+def second_grid(start_ns: Ints, end_ns: Ints, wait_s: Floats, max_wait_s: float) -> tuple[int, int]:
+    """Epoch seconds ``[first, last)`` of the per-second grid of these attempts.
+
+    Whole minutes from one minute before the earliest ``start − min(wait, max_wait_s)``
+    (``wait_s`` negative: no queue) to one minute after the last end.
+    """
+    lo, hi = float(start_ns[0]), end_ns[0]
+    for i in range(start_ns.size):
+        wait = min(wait_s[i], max_wait_s) if wait_s[i] >= 0 else 0.0
+        lo = min(lo, start_ns[i] - wait * SECOND_NS)
+        hi = max(hi, end_ns[i])
+    return int(lo) // SECOND_NS // 60 * 60 - 60, ceil_second(hi) // 60 * 60 + 60
 
 
 @_kernel
@@ -123,27 +139,22 @@ def second_samples(
     end_ns: Ints,
     wait_s: Floats,
     reported: Bools,
-    max_wait_s: float,
+    first: int,
+    last: int,
     rows: int,
-) -> tuple[int, Ints, Ints, Ints]:
-    """In-flight and queue depth sampled at every whole second, per shard row.
+) -> tuple[Ints, Ints, Ints]:
+    """In-flight and queue depth sampled at every second of ``[first, last)``, per shard row.
 
     ``wait_s`` is the queue wait (negative: no queue), ``reported`` whether the attempt
-    reported one at all. The grid is whole minutes from one minute before the earliest
-    ``start − min(wait, max_wait_s)`` to one minute after the last end; returns its first
-    epoch second, both arrays and per row how many attempts reported a queue wait.
+    reported one at all; the grid comes from :func:`second_grid`. Returns both
+    ``(rows, last − first)`` arrays and per row how many attempts reported a queue wait.
 
     A sample at second t counts attempts with ceil(start) ≤ t < ceil(end) (in flight)
     and ceil(queued_at) ≤ t < ceil(start) (queued); a queued_at before the grid is
     clipped to its first column. One pass adds +1/−1 steps, one running sum per row.
+    Memory grows with the grid's seconds: :mod:`analytics.concurrency` uses it only when
+    the grid is small next to the number of attempts.
     """
-    lo, hi = float(start_ns[0]), end_ns[0]
-    for i in range(codes.size):
-        wait = min(wait_s[i], max_wait_s) if wait_s[i] >= 0 else 0.0
-        lo = min(lo, start_ns[i] - wait * SECOND_NS)
-        hi = max(hi, end_ns[i])
-    first = int(lo) // SECOND_NS // 60 * 60 - 60
-    last = _ceil_second(hi) // 60 * 60 + 60
     width = last - first
     flight = np.zeros((rows, width), np.int64)
     depth = np.zeros((rows, width), np.int64)
@@ -151,13 +162,13 @@ def second_samples(
     for i in range(codes.size):
         row = codes[i]
         reporting[row] += reported[i]
-        began = _ceil_second(start_ns[i]) - first
+        began = ceil_second(start_ns[i]) - first
         flight[row, began] += 1
-        flight[row, _ceil_second(end_ns[i]) - first] -= 1
+        flight[row, ceil_second(end_ns[i]) - first] -= 1
         if wait_s[i] >= 0:
             waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as Polars' round()
             if waited_ns < 2.0**62:
-                queued = max(_ceil_second(start_ns[i] - np.int64(waited_ns)) - first, 0)
+                queued = max(ceil_second(start_ns[i] - np.int64(waited_ns)) - first, 0)
             else:
                 queued = 0  # beyond any grid
             depth[row, queued] += 1
@@ -169,28 +180,7 @@ def second_samples(
             flight[row, column] = in_flight
             waiting += depth[row, column]
             depth[row, column] = waiting
-    return first, flight, depth, reporting
-
-
-@_kernel
-def minute_stats(samples: Ints) -> tuple[Floats, Ints]:
-    """Mean and max (at least 0) of every whole minute of a (rows, seconds) array.
-
-    Sums are exact integers, so the mean is the one NumPy's ``mean`` gives.
-    """
-    rows, minutes = samples.shape[0], samples.shape[1] // 60
-    mean = np.empty((rows, minutes), np.float64)
-    peak = np.empty((rows, minutes), np.int64)
-    for row in range(rows):
-        for minute in range(minutes):
-            total, top = 0, 0
-            for second in range(minute * 60, minute * 60 + 60):
-                value = samples[row, second]
-                total += value
-                top = max(top, value)
-            mean[row, minute] = total / 60
-            peak[row, minute] = top
-    return mean, peak
+    return flight, depth, reporting
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: top bits of key * golden

@@ -27,11 +27,10 @@ import numpy as np
 import polars as pl
 
 from analytics.cell_figures import WHOLE_RUN, cell_figures, event_value_groups
-from analytics.concurrency import SAG_FRACTION_OF_CAP, SecondSeries, second_series
+from analytics.concurrency import SecondSeries, minute_samples, second_series
 from analytics.event_arrays import event_arrays
 from analytics.event_grid import event_grid
-from analytics.event_plans import MINUTE_NS, SECOND_NS, rate_columns
-from analytics.group_kernels import minute_stats
+from analytics.event_plans import MINUTE_NS, rate_columns
 from analytics.minute_table import MINUTE_COLUMNS, SIGNIFICANT_DIGITS
 from provenance.event_file import EVENT_SCHEMA
 
@@ -111,31 +110,21 @@ def _declared_caps(window: pl.DataFrame, minutes: pl.Series) -> pl.DataFrame:
 
 def _concurrency_rows(series: SecondSeries, caps: Mapping[str, int]) -> pl.DataFrame:
     """In-flight and queue depth mean/max, and the work-conserving seconds, per shard and
-    whole-run minute of the series (queue depth unmasked, see the module docstring)."""
+    whole-run minute of the series' window (queue depth unmasked, see the module docstring)."""
     shards = list(series.shard_ids)
-    flight = np.vstack([series.in_flight, series.in_flight.sum(axis=0, keepdims=True)])
-    depth = np.vstack([series.queue_depth, series.queue_depth.sum(axis=0, keepdims=True)])
-    flight_mean, flight_max = minute_stats(flight)
-    depth_mean, depth_max = minute_stats(depth)
-    count = flight_mean.shape[1]
-    waiting = series.queue_depth > 0
-    cap_row = np.array([float(caps.get(s) or 0) for s in shards]).reshape(-1, 1)
-    low = series.in_flight < SAG_FRACTION_OF_CAP * cap_row
-    queue_seconds = waiting.reshape(len(shards), count, 60).sum(axis=2)
-    sag_seconds = (waiting & low).reshape(len(shards), count, 60).sum(axis=2)
-    zeros = np.zeros((1, count), dtype=np.int64)
-    minute_ns = (series.first_second + 60 * np.arange(count, dtype=np.int64)) * SECOND_NS
+    samples = minute_samples(series, caps)
+    count = series.window_minutes
     caps_used = [caps.get(s) for s in shards] + [None]
     return pl.DataFrame(
         {
             "shard_id": np.repeat(np.array([*shards, WHOLE_RUN], dtype=object), count).tolist(),
-            "minute_ns": np.tile(minute_ns, len(shards) + 1),
-            "in_flight_mean": flight_mean.ravel(),
-            "in_flight_max": flight_max.ravel(),
-            "queue_depth_mean": depth_mean.ravel(),
-            "queue_depth_max": depth_max.ravel(),
-            "queue_seconds": np.vstack([queue_seconds, zeros]).ravel(),
-            "sag_seconds": np.vstack([sag_seconds, zeros]).ravel(),
+            "minute_ns": np.tile(samples.minute_ns, len(shards) + 1),
+            "in_flight_mean": samples.in_flight_mean.ravel(),
+            "in_flight_max": samples.in_flight_max.ravel(),
+            "queue_depth_mean": samples.queue_depth_mean.ravel(),
+            "queue_depth_max": samples.queue_depth_max.ravel(),
+            "queue_seconds": samples.queue_seconds.ravel(),
+            "sag_seconds": samples.sag_seconds.ravel(),
             "sag_cap": np.repeat(np.array(caps_used, dtype=object), count).tolist(),
         },
         schema_overrides={"shard_id": pl.String, "minute_ns": pl.Int64, "sag_cap": pl.Int32},
@@ -161,9 +150,11 @@ def live_minute_rows(
     for shard, cap in declared.group_by("shard_id").agg(pl.col("concurrency_cap").max()).rows():
         known[shard] = max(known.get(shard, 0), int(cap))
     canonical = _canonical(events) if events.height else None
-    concurrency = (
-        _concurrency_rows(second_series(canonical), known) if canonical is not None else None
-    )
+    concurrency = None
+    if canonical is not None and minutes.len():
+        # Figures of the asked minutes only: no cost follows the intervals' length.
+        asked = (minutes[0], (minutes[-1] - minutes[0]) // MINUTE_NS + 1)
+        concurrency = _concurrency_rows(second_series(canonical, window=asked), known)
     # Shards whose attempts here are all rollups still declare a cap (the run's '*' cap
     # sums every shard's), so they get rows too; the read side shows shards with calls.
     shard_sets = [set(cells["shard_id"]) if cells is not None else set(), set(declared["shard_id"])]
