@@ -1,18 +1,22 @@
-"""Offline summary verification cost on a large run (issue 7; no database involved).
+"""Offline summary verification cost on a large run (no database involved).
 
     .venv/bin/python bench/summary_verify.py [--events 1000000] [--shards 8] [--minutes 60]
 
 Builds ``--events`` synthetic canonical events (Polars, seeded), writes a complete export
 directory the way ``summary export`` does (figures from the analytics code, minute leaves
-and proofs, DSSE envelope, Sigstore bundle), then times each stage and the full
-``verify_export`` (signature, digest, canonical re-serialisation, every figure recomputed,
-minute tree, every proof). Prints figures; asserts nothing about time.
+and proofs, DSSE envelope, Sigstore bundle), then times the reference recomputation
+(standard library only: canonical check, every figure, minute leaves, Merkle root) and
+the full ``verify_export`` (signature, digest, canonical form, every figure, minute tree,
+every proof), and prints the verifier's peak memory. Asserts nothing about time.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,15 +24,8 @@ from pathlib import Path
 import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from analytics.minute_leaves import leaves_from_minutes
-from analytics.run_figures import analyze_events
-from provenance.dsse import sign_envelope
-from provenance.event_file import build_event_file
-from provenance.in_toto_statement import build_predicate, build_statement, statement_payload
-from provenance.minute_proofs import build_minute_proofs
+from analytics.summary_export import summary_from_events, write_export
 from provenance.signing_keys import SigningKey
-from provenance.sigstore_bundle import bundle_from_envelope
-from provenance.summary_export import RunSummary, write_export
 from provenance.summary_recompute import recompute_from_events
 from provenance.summary_verify import verify_export
 
@@ -66,9 +63,9 @@ def synthetic_events(n: int, shards: int, minutes: int) -> pl.DataFrame:
     return frame
 
 
-def timed(label: str, fn, *args):  # type: ignore[no-untyped-def]
+def timed(label: str, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
     start = time.perf_counter()
-    result = fn(*args)
+    result = fn(*args, **kwargs)
     print(f"{label:<44} {time.perf_counter() - start:8.3f} s")
     return result
 
@@ -82,37 +79,34 @@ def main() -> None:
     print(f"python {platform.python_version()}, polars {pl.__version__}, {args.events} events")
 
     events = synthetic_events(args.events, args.shards, args.minutes)
-    file = timed("canonical file (build + sha256)", build_event_file, events)
-    analysis = timed("figures + minute table (analytics)", analyze_events, events)
-    leaves = leaves_from_minutes(analysis.minutes, file)
-    proofs = timed("minute leaves -> proofs", build_minute_proofs, "bench-run", leaves)
-    predicate = build_predicate(
-        analysis.figures,
-        events_sha256=file.sha256,
-        events_count=file.count,
-        merkle_root=proofs["merkle_root"],
-        tree_size=proofs["tree_size"],
-        snapshot_version=1,
-        seal="00" * 32,
-        computed_at="2026-02-01T05:00:00.000Z",
-        generator={"name": "tpmledger", "version": "bench"},
-    )
     key = SigningKey(Ed25519PrivateKey.generate(), Path("bench.key"))
-    payload = statement_payload(build_statement(predicate))
-    envelope = timed("sign (JCS + PAE + Ed25519)", sign_envelope, payload, key.private_key)
-    summary = RunSummary(
-        "bench-run", "00" * 32, file.tobytes(), predicate, envelope,
-        bundle_from_envelope(envelope, key.fingerprint), proofs, key.public_pem,
-        key.fingerprint,
-    )  # fmt: skip
+    summary = timed(
+        "export: file, figures, proofs, signature",
+        summary_from_events,
+        events,
+        key,
+        run_id="bench-run",
+        computed_at="2026-02-01T05:00:00.000Z",
+    )
+    del events
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         timed("write export directory", write_export, summary, out)
         size = (out / "events.jsonl").stat().st_size
-        print(f"events.jsonl: {size / 1e6:.1f} MB, {proofs['tree_size']} minutes")
-        timed("recompute from events.jsonl (verify core)", recompute_from_events, file.tobytes())
+        print(f"events.jsonl: {size / 1e6:.1f} MB, {summary.minute_proofs['tree_size']} minutes")
+        timed("reference recompute (figures, leaves, root)", recompute_from_events, summary.events)
         report = timed("verify_export (all checks)", verify_export, out)
         print("checks:", ", ".join(f"{c.name}={'pass' if c.ok else 'FAIL'}" for c in report.checks))
+        # What a user runs: a fresh process, imports included, nothing else in memory.
+        command = [str(Path(sys.executable).with_name("tpmledger")), "summary", "verify", tmp]
+        result = timed(
+            "`tpmledger summary verify` (new process)",
+            subprocess.run,
+            command,
+            stdout=subprocess.DEVNULL,
+        )
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        print(f"  exit {result.returncode}, peak RSS of that process {peak / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -13,20 +13,22 @@ One pass measures every line, a running sum places them, and the bytes are writt
 canonical row order straight into one buffer, so no per-line object exists. The write
 pass is split in two halves run by two threads (the kernels release the GIL); the
 bytes do not depend on the split.
+
+The loops are plain functions here and are compiled on first use (:func:`_compiled`), so
+importing this module (and :mod:`provenance` as a whole) needs no Numba: the offline
+verifier never writes an event file and runs where Numba is not installed.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.uint8]
@@ -34,8 +36,6 @@ Bools = npt.NDArray[np.bool_]
 
 TEXT, INTEGER = 0, 1
 _QUOTE = ord('"')
-
-_kernel = numba.njit(nogil=True, cache=True)
 
 
 def _memcpy_intrinsic(
@@ -46,6 +46,9 @@ def _memcpy_intrinsic(
     The lines are made of ~30 short pieces; a byte loop per piece cost about three
     times as much, and slice assignment makes array views.
     """
+    from numba import types
+    from numba.core import cgutils
+
     signature = types.void(dst, types.intp, src, types.intp, types.intp)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -64,10 +67,9 @@ def _memcpy_intrinsic(
     return signature, codegen
 
 
-_memcpy: Any = intrinsic(_memcpy_intrinsic)
+_memcpy: Any = None  # the intrinsic, made by _compiled()
 
 
-@_kernel
 def _digits(value: int) -> int:
     """Characters of ``value`` in decimal, sign included."""
     if value == 0:
@@ -80,7 +82,6 @@ def _digits(value: int) -> int:
     return count
 
 
-@_kernel
 def _write_int(out: Bytes, position: int, value: int, size: int) -> None:
     """Write ``value`` in decimal into ``out[position:position + size]``."""
     if value < 0:
@@ -97,7 +98,6 @@ def _write_int(out: Bytes, position: int, value: int, size: int) -> None:
             break
 
 
-@_kernel
 def line_sizes(
     sizes: Ints,
     first: int,
@@ -134,7 +134,6 @@ def line_sizes(
         sizes[line] = size
 
 
-@_kernel
 def write_lines(
     out: Bytes,
     offsets: Ints,
@@ -190,6 +189,30 @@ def write_lines(
                 position += 1
 
 
+_compile_lock = threading.Lock()
+
+
+@functools.cache
+def _compiled() -> tuple[Any, Any]:
+    """The compiled ``line_sizes`` and ``write_lines`` (Numba imported here, on first use).
+
+    Compiled loops find the helpers they call among this module's globals, so the
+    helpers' names are rebound to their compiled versions first; the loops themselves
+    stay module-level functions, which keeps Numba's on-disk cache valid across processes.
+    """
+    import numba
+    from numba.extending import intrinsic
+
+    kernel = numba.njit(nogil=True, cache=True)
+    module = globals()
+    with _compile_lock:  # functools.cache alone may run this twice in two threads
+        if _memcpy is None:
+            module["_memcpy"] = intrinsic(_memcpy_intrinsic)
+            for name in ("_digits", "_write_int"):
+                module[name] = kernel(module[name])
+    return kernel(line_sizes), kernel(write_lines)
+
+
 @dataclass(frozen=True)
 class LineLayout:
     """The line template and the value columns, as the kernels take them.
@@ -223,6 +246,7 @@ def _halves(function: Any, before: tuple[Any, ...], after: tuple[Any, ...], size
 
 def write_file(layout: LineLayout, order: Ints) -> tuple[Bytes, Ints]:
     """The file's bytes (lines in ``order`` of rows) and where each line starts."""
+    measure, write = _compiled()
     sizes = np.empty(order.size, dtype=np.int64)
     measured = (
         order,
@@ -235,7 +259,7 @@ def write_file(layout: LineLayout, order: Ints) -> tuple[Bytes, Ints]:
         layout.int_values,
         layout.int_valid,
     )
-    _halves(line_sizes, (sizes,), measured, order.size)
+    _halves(measure, (sizes,), measured, order.size)
     offsets = np.zeros(order.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     out = np.empty(int(offsets[-1]), dtype=np.uint8)
@@ -251,5 +275,5 @@ def write_file(layout: LineLayout, order: Ints) -> tuple[Bytes, Ints]:
         layout.int_values,
         layout.int_valid,
     )
-    _halves(write_lines, (out, offsets), (order, *columns), order.size)
+    _halves(write, (out, offsets), (order, *columns), order.size)
     return out, offsets

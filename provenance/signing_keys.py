@@ -1,6 +1,6 @@
 """Ed25519 signing keys: created on first use, supplied by path, rotated without losing history.
 
-Layout under ``settings.keys_dir`` (SPEC §5 "The signing key is created on first start (file
+Layout under ``location.keys_dir`` (SPEC §5 "The signing key is created on first start (file
 mode 0600) or supplied"):
 
 - ``signing.key`` — the current private key (PKCS#8 PEM, mode 0600, directory mode 0700);
@@ -8,9 +8,11 @@ mode 0600) or supplied"):
 - ``retired/<fingerprint>.pub`` — public halves of rotated-out keys, kept so summaries
   signed before a rotation still verify.
 
-``settings.signing_key_path`` (``TPMLEDGER_SIGNING_KEY_PATH``) points at an operator-managed
+``location.signing_key_path`` (``TPMLEDGER_SIGNING_KEY_PATH``) points at an operator-managed
 key instead; such a key is never created, overwritten or rotated by tpmledger.
 The fingerprint (and DSSE ``keyid``) is the hex SHA-256 of the public key's SPKI DER.
+``location`` is anything with those two attributes (the service passes its ``Settings``), so
+this library imports nothing of the application.
 """
 
 from __future__ import annotations
@@ -22,17 +24,30 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
 
 PRIVATE_KEY_FILE = "signing.key"
 PUBLIC_KEY_FILE = "signing.pub"
 RETIRED_DIR = "retired"
+
+
+class KeyLocation(Protocol):
+    """Where the keys live (``tpmledger.settings.Settings`` satisfies it)."""
+
+    @property
+    def keys_dir(self) -> Path:
+        """Directory of the managed key (``signing.key``, ``signing.pub``, ``retired/``)."""
+        ...
+
+    @property
+    def signing_key_path(self) -> Path | None:
+        """An operator-supplied private key, used instead of the managed one when set."""
+        ...
 
 
 class SigningKeyError(RuntimeError):
@@ -95,10 +110,10 @@ def load_public_key_pem(data: bytes) -> Ed25519PublicKey:
     return key
 
 
-def load_or_create_signing_key(settings: Settings) -> SigningKey:
+def load_or_create_signing_key(location: KeyLocation) -> SigningKey:
     """The signing key: the supplied one, else the one in ``keys_dir`` (created if absent)."""
-    if settings.signing_key_path is not None:
-        path = settings.signing_key_path
+    if location.signing_key_path is not None:
+        path = location.signing_key_path
         if not path.exists():
             raise SigningKeyError(
                 f"TPMLEDGER_SIGNING_KEY_PATH={path} does not exist; create an Ed25519 key with "
@@ -106,40 +121,40 @@ def load_or_create_signing_key(settings: Settings) -> SigningKey:
             )
         _warn_if_exposed(path)
         return SigningKey(_read_private_key(path), path)
-    path = settings.keys_dir / PRIVATE_KEY_FILE
+    path = location.keys_dir / PRIVATE_KEY_FILE
     if not path.exists():
-        _create_key_file(settings.keys_dir)
+        _create_key_file(location.keys_dir)
     _warn_if_exposed(path)
     return SigningKey(_read_private_key(path), path)
 
 
-def rotate_signing_key(settings: Settings) -> tuple[SigningKey, SigningKey]:
+def rotate_signing_key(location: KeyLocation) -> tuple[SigningKey, SigningKey]:
     """Retire the current managed key (its public half is kept) and create a new one."""
-    if settings.signing_key_path is not None:
+    if location.signing_key_path is not None:
         raise SigningKeyError(
             "the signing key is supplied by TPMLEDGER_SIGNING_KEY_PATH; rotate it where it is "
             "managed (keep the old public key to verify older summaries with --key)"
         )
-    old = load_or_create_signing_key(settings)
-    retired = settings.keys_dir / RETIRED_DIR
+    old = load_or_create_signing_key(location)
+    retired = location.keys_dir / RETIRED_DIR
     retired.mkdir(mode=0o700, exist_ok=True)
     _write_atomically(retired / f"{old.fingerprint}.pub", old.public_pem.encode(), 0o644)
     new_private = Ed25519PrivateKey.generate()
     # Replace in one rename so a concurrent reader sees the old or the new key, never half.
     _write_atomically(old.path, _private_pem(new_private), 0o600)
     _write_atomically(
-        settings.keys_dir / PUBLIC_KEY_FILE,
+        location.keys_dir / PUBLIC_KEY_FILE,
         public_key_pem(new_private.public_key()).encode(),
         0o644,
     )
     return old, SigningKey(new_private, old.path)
 
 
-def public_keys(settings: Settings) -> list[PublicKeyInfo]:
+def public_keys(location: KeyLocation) -> list[PublicKeyInfo]:
     """The current public key first, then every retired one (oldest file first)."""
-    current = load_or_create_signing_key(settings)
+    current = load_or_create_signing_key(location)
     keys = [PublicKeyInfo(current.public_key, current.fingerprint, current=True)]
-    retired = settings.keys_dir / RETIRED_DIR
+    retired = location.keys_dir / RETIRED_DIR
     if retired.is_dir():
         for path in sorted(retired.glob("*.pub"), key=lambda p: p.stat().st_mtime):
             key = load_public_key_pem(path.read_bytes())

@@ -1,9 +1,11 @@
-"""Recompute a summary's figures and minute leaves from ``events.jsonl`` alone, and compare.
+"""Recompute a summary's figures, minute leaves and Merkle root from ``events.jsonl`` alone.
 
-The verifier trusts nothing but the event file: it is parsed, re-serialised (to prove it
-is canonical), and fed to the same analytics code that sealed the snapshot. Figures are
+The verifier trusts nothing but the event file, and none of the code that sealed it: the
+file is read and checked for canonical form, and every figure, leaf and the tree head
+are recomputed by :mod:`provenance.reference` (standard library only). Figures are
 compared after a JSON round trip, since the signed predicate went through RFC 8785
-(``5.0`` is published as ``5``); floats agree to a relative 1e-9.
+(``5.0`` is published as ``5``); floats agree to a relative 1e-9 (the sealer rounds them
+to 12 significant digits and sums in another order).
 """
 
 from __future__ import annotations
@@ -14,33 +16,46 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from analytics.minute_leaves import leaves_from_minutes
-from analytics.run_figures import analyze_events
-from provenance.event_file import build_event_file, read_events
+from provenance.reference.event_lines import CanonicalCheck, read_lines
+from provenance.reference.jcs_text import object_bytes
+from provenance.reference.rfc6962 import leaf_hash, tree_head
+from provenance.reference.run_tally import RunTally
 
 REL_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class Recomputed:
-    """What ``events.jsonl`` implies: run figures (§8 names), minute leaves, canonical form."""
+    """What ``events.jsonl`` implies: run figures (docs/metrics.md names), minute leaves,
+    the minute tree head, and whether the file is canonical (else why not)."""
 
     figures: dict[str, Any]
     leaves: list[dict[str, Any]]
-    canonical: bool
+    merkle_root: str
+    canonical_problem: str | None
+
+    @property
+    def canonical(self) -> bool:
+        return self.canonical_problem is None
+
+    @property
+    def tree_size(self) -> int:
+        return len(self.leaves)
 
 
 def recompute_from_events(data: bytes) -> Recomputed:
-    """Figures and minute leaves from the bytes of a canonical event file."""
-    events = read_events(data)
-    event_file = build_event_file(events)
-    canonical = event_file.tobytes() == data
-    # One analysis yields both the run figures and the minute table the leaves come from
-    # (the same functions as compute_run_figures / minute_leaves, without computing twice).
-    analysis = analyze_events(events)
-    figures = _as_json(analysis.figures)
-    leaves = [_as_json(leaf) for leaf in leaves_from_minutes(analysis.minutes, event_file)]
-    return Recomputed(figures, leaves, canonical)
+    """Figures, minute leaves and Merkle root from the bytes of an event file.
+
+    Raises :class:`~provenance.reference.event_lines.EventFileError` (a ``ValueError``)
+    when a line is not an event of the format at all.
+    """
+    check = CanonicalCheck()
+    tally = RunTally()
+    for line, event in read_lines(data, check):
+        tally.add(line, event)
+    leaves = tally.leaves()
+    root = tree_head([leaf_hash(object_bytes(leaf)) for leaf in leaves]).hex()
+    return Recomputed(_as_json(tally.figures()), leaves, root, check.problem)
 
 
 def figure_mismatches(signed: Any, recomputed: Any, path: str = "") -> list[str]:
@@ -75,4 +90,4 @@ def _numbers_agree(a: Any, b: Any) -> bool:
 
 
 def _as_json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
+    return json.loads(json.dumps(value))

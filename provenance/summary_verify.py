@@ -13,6 +13,10 @@ Checks, each reported pass/fail with what broke:
 7. ``minute tree`` — the minute Merkle root and size, recomputed from ``events.jsonl``;
 8. ``minute proofs`` — every proof of ``minute-proofs.json`` leads to the signed root.
 
+Checks 5–7 use the reference recomputation (:mod:`provenance.summary_recompute`, standard
+library only), never the code that sealed the run; this module imports no database
+driver, Polars or Numba.
+
 A single proof file from ``summary prove`` is checked against the envelope it carries.
 """
 
@@ -31,7 +35,7 @@ from provenance.in_toto_statement import (
     parse_statement,
     subject_sha256,
 )
-from provenance.minute_proofs import check_minute_proof, minute_tree_root
+from provenance.minute_proofs import check_minute_proof
 from provenance.signing_keys import SigningKeyError, fingerprint, load_public_key_pem
 from provenance.sigstore_bundle import BundleError, envelope_from_bundle
 from provenance.summary_recompute import figure_mismatches, recompute_from_events
@@ -101,10 +105,10 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
         "re-serialised events reproduce events.jsonl byte for byte"
         if recomputed.canonical
         else "events.jsonl is not in canonical form (JCS lines in (end_ns, trace_id, span_id) "
-        "order)",
+        f"order): {recomputed.canonical_problem}",
     )
     _check_figures(predicate, recomputed.figures, report)
-    root, size = minute_tree_root(recomputed.leaves)
+    root, size = recomputed.merkle_root, recomputed.tree_size
     signed = predicate["minutes"]
     ok = (root, size) == (signed.get("merkle_root"), signed.get("tree_size"))
     report.add(

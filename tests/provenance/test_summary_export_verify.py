@@ -14,10 +14,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from analytics.sealing import seal_run
+from analytics.summary_export import EXPORT_FILES, build_summary, write_export
 from provenance.in_toto_statement import RUN_FIGURE_KEYS
 from provenance.minute_proofs import single_proof
 from provenance.signing_keys import SigningKey, load_or_create_signing_key, public_key_pem
-from provenance.summary_export import EXPORT_FILES, build_summary, write_export
 from provenance.summary_recompute import figure_mismatches, recompute_from_events
 from provenance.summary_verify import VerifyReport, verify_export, verify_path, verify_proof_file
 from storage.database import read_session

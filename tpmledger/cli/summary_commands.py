@@ -16,7 +16,7 @@ from tpmledger.cli import consistency_commands
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 if TYPE_CHECKING:
-    from provenance.summary_export import RunSummary
+    from analytics.summary_export import RunSummary
     from provenance.summary_verify import VerifyReport
 
 # Handlers import analytics and provenance when they run: every `tpmledger` process builds
@@ -84,8 +84,8 @@ SEAL_ATTEMPTS = 3
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
     from analytics.sealing import seal_run
+    from analytics.summary_export import SnapshotOutdated, build_summary
     from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-    from provenance.summary_export import SnapshotOutdated, build_summary
 
     settings = settings_from_args(args)
     try:
@@ -110,8 +110,8 @@ def _message(exc: Exception) -> str:
 
 def show_summary(args: argparse.Namespace) -> int:
     """Print the human block (or the predicate as JSON) of the newest sealed snapshot."""
+    from analytics.summary_export import snapshot_predicate
     from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-    from provenance.summary_export import snapshot_predicate
     from provenance.summary_text import summary_text
 
     settings = settings_from_args(args)
@@ -131,7 +131,7 @@ def show_summary(args: argparse.Namespace) -> int:
 
 def export_summary(args: argparse.Namespace) -> int:
     """Write the export directory."""
-    from provenance.summary_export import write_export
+    from analytics.summary_export import write_export
 
     summary = _summary(args)
     if summary is None:

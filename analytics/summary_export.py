@@ -1,5 +1,9 @@
 """Build, sign and write a run summary from the run's newest sealed snapshot (SPEC §5).
 
+The application layer's composition of the leaf library :mod:`provenance` (event file,
+minute proofs, statement, DSSE, Sigstore bundle) with the database (:mod:`storage`) and
+the minute leaves of :mod:`analytics`.
+
 The predicate's figures are the snapshot's (``snapshots.metrics``, SPEC §8 names); the
 event file and minute leaves are rebuilt from the database and must hash to what the
 snapshot sealed, so the export never signs figures that its ``events.jsonl`` contradicts.
@@ -15,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from sqlalchemy import select
 
-from analytics.minute_leaves import minute_leaves
+from analytics.minute_leaves import leaves_from_minutes, minute_leaves
 from analytics.run_events import load_run_events
+from analytics.run_figures import RunContext, analyze_events
+from analytics.sealing import rfc3339_utc
 from provenance.dsse import sign_envelope
 from provenance.event_file import build_event_file
 from provenance.in_toto_statement import build_predicate, build_statement, statement_payload
@@ -133,6 +140,45 @@ def build_summary(url: str, run_id: str, key: SigningKey) -> RunSummary:
     )
 
 
+def summary_from_events(
+    events: pl.DataFrame,
+    key: SigningKey,
+    *,
+    run_id: str,
+    computed_at: str,
+    seal: str = "00" * 32,
+    version: int = 1,
+) -> RunSummary:
+    """A signed summary of canonical ``events`` computed in memory, without a database or a
+    stored snapshot (``seal`` and ``version`` are only labels): for benchmarks and tests."""
+    event_file = build_event_file(events)
+    analysis = analyze_events(events, RunContext(run_id=run_id))
+    proofs = build_minute_proofs(run_id, leaves_from_minutes(analysis.minutes, event_file))
+    predicate = build_predicate(
+        analysis.figures,
+        events_sha256=event_file.sha256,
+        events_count=event_file.count,
+        merkle_root=proofs["merkle_root"],
+        tree_size=proofs["tree_size"],
+        snapshot_version=version,
+        seal=seal,
+        computed_at=computed_at,
+        generator={"name": "tpmledger", "version": __version__},
+    )
+    envelope = _sign(predicate, key)
+    return RunSummary(
+        run_id=run_id,
+        seal=seal,
+        events=event_file.tobytes(),
+        predicate=predicate,
+        envelope=envelope,
+        bundle=bundle_from_envelope(envelope, key.fingerprint),
+        minute_proofs=proofs,
+        public_pem=key.public_pem,
+        key_fingerprint=key.fingerprint,
+    )
+
+
 def _predicate(snapshot: Snapshot) -> dict[str, Any]:
     document = snapshot.document or {}
     return build_predicate(
@@ -143,7 +189,7 @@ def _predicate(snapshot: Snapshot) -> dict[str, Any]:
         tree_size=snapshot.tree_size,
         snapshot_version=snapshot.version,
         seal=snapshot.seal,
-        computed_at=document.get("computed_at") or _rfc3339(snapshot),
+        computed_at=document.get("computed_at") or rfc3339_utc(snapshot.computed_at),
         generator=document.get("generator") or {"name": "tpmledger", "version": __version__},
     )
 
@@ -177,10 +223,6 @@ def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
     )
     with read_session(url) as session:
         return session.scalars(query).first()
-
-
-def _rfc3339(snapshot: Snapshot) -> str:
-    return snapshot.computed_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _json_bytes(document: dict[str, Any]) -> bytes:

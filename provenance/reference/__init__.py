@@ -1,0 +1,14 @@
+"""The reference recomputation of a signed summary, written plainly and independently.
+
+Everything a run summary signs — the canonical form of ``events.jsonl``, every predicate
+figure, the minute leaves and their RFC 6962 Merkle root — is recomputed here from the
+file's bytes with the standard library only: no Polars, no NumPy, no Numba, no database
+driver, none of the fast code that sealed the run. A bug in the sealer's fast paths
+therefore shows up as a mismatch instead of being repeated by the verifier
+(docs/provenance.md#the-reference-verifier).
+
+- :mod:`~provenance.reference.jcs_text` — RFC 8785 text of flat JSON values;
+- :mod:`~provenance.reference.event_lines` — reads and checks the canonical event lines;
+- :mod:`~provenance.reference.run_tally` — one pass over the events: figures and leaves;
+- :mod:`~provenance.reference.rfc6962` — the Merkle tree head over the minute leaves.
+"""

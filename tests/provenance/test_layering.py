@@ -1,0 +1,126 @@
+"""provenance/ is a leaf library: it imports no other package of the project, and it (with
+the offline verifier) loads and runs where the server's dependencies are missing."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from analytics.summary_export import summary_from_events, write_export
+from provenance.event_schema import EVENT_SCHEMA
+from provenance.signing_keys import SigningKey
+from tests.analytics.golden_events import golden_records
+
+ROOT = Path(__file__).resolve().parents[2]
+PROVENANCE = ROOT / "provenance"
+# Every top-level package of the project but provenance itself.
+SIBLINGS = sorted(
+    p.name
+    for p in ROOT.iterdir()
+    if (p / "__init__.py").is_file() and p.name not in ("provenance", "tests")
+)
+# What the verifier must run without (server and fast-path dependencies).
+SERVER_ONLY = ("sqlalchemy", "psycopg", "numba", "alembic", "fastapi", "pgserver")
+
+_BLOCKER = """
+import importlib.abc, importlib, json, sys
+blocked = set(json.loads(sys.argv[1]))
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ImportError(f"{name} is blocked in this test")
+        return None
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def provenance_modules() -> list[str]:
+    return sorted(
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for path in PROVENANCE.rglob("*.py")
+    )
+
+
+def imported_names(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, at any depth of the file."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def run_blocked(blocked: list[str], code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER + code, json.dumps(blocked), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_scan_sees_every_sibling_package() -> None:
+    assert {"analytics", "storage", "tpmledger", "ingest", "read_api", "dashboard"} <= set(SIBLINGS)
+    assert "provenance.reference.run_tally" in provenance_modules()
+
+
+def test_no_provenance_module_imports_a_sibling_package() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_names(path) & set(SIBLINGS))
+        for path in PROVENANCE.rglob("*.py")
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_every_provenance_module_imports_with_siblings_and_server_packages_blocked() -> None:
+    code = """
+import importlib
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+print(sorted(m for m in sys.modules if m.split(".")[0] == "provenance"))
+"""
+    modules = provenance_modules()
+    result = run_blocked([*SIBLINGS, *SERVER_ONLY], code, *modules)
+    assert result.returncode == 0, result.stderr
+    assert set(modules) <= set(ast.literal_eval(result.stdout))
+
+
+def test_the_blocker_really_blocks() -> None:
+    result = run_blocked(["numba"], "import provenance.line_writer as w; w._compiled()")
+    assert result.returncode != 0
+    assert "numba is blocked in this test" in result.stderr
+
+
+def test_an_export_verifies_with_numba_sqlalchemy_psycopg_and_polars_unavailable(
+    tmp_path: Path,
+) -> None:
+    events = pl.DataFrame(golden_records(), schema=EVENT_SCHEMA)
+    key = SigningKey(Ed25519PrivateKey.generate(), tmp_path / "k")
+    summary = summary_from_events(
+        events, key, run_id="golden", computed_at="2026-02-01T04:00:00.000Z"
+    )
+    write_export(summary, tmp_path / "export")
+    code = """
+from pathlib import Path
+from provenance.summary_verify import verify_export
+report = verify_export(Path(sys.argv[2]))
+print(json.dumps(report.as_dict()))
+print(",".join(m for m in ("polars", "numpy", "pyarrow", "numba") if m in sys.modules))
+"""
+    blocked = [*SIBLINGS, *SERVER_ONLY, "polars", "numpy", "pyarrow"]
+    result = run_blocked(blocked, code, str(tmp_path / "export"))
+    assert result.returncode == 0, result.stderr
+    report_line, loaded = result.stdout.splitlines()
+    report = json.loads(report_line)
+    assert report["ok"], report["checks"]
+    assert len(report["checks"]) == 9
+    assert loaded == ""
