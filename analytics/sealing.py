@@ -24,6 +24,8 @@ from analytics.concurrency import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE
 from analytics.event_plans import QUANTILE_METHOD
 from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
 from analytics.run_computation import RunComputation, StageTimer, compute_run
+from analytics.sealed_figures import compute_sealed_figures, store_sealed_figures
+from analytics.slo import Slo
 from provenance.event_file import EVENTS_FORMAT
 from storage.database import transaction
 from storage.live_store import drop_sealed_live_rows
@@ -133,14 +135,18 @@ def seal_computation(
     force: bool = False,
     now: datetime | None = None,
     final: bool = True,
+    slo: Slo | None = None,
 ) -> SealResult:
     """Store ``computation`` as the run's next version (or return the unchanged newest).
 
     ``final=False`` marks a snapshot sealed while the run was still receiving data: a
     sweep does not take it as the cap's final figures. Live minute rows the snapshot
-    covers are deleted in the same transaction (docs/metrics.md#live-figures).
+    covers are deleted in the same transaction (docs/metrics.md#live-figures). Diagnostics,
+    minute outcomes and goodput under ``slo`` are stored with the version (and added to an
+    unchanged newest version that lacks them; analytics/sealed_figures.py).
     """
     run_id = computation.run_id
+    figures = compute_sealed_figures(url, computation, slo)
     with transaction(url) as session:
         lock_run_for_sealing(session, run_id)
         version, previous_seal = latest_version(session, run_id)
@@ -150,6 +156,7 @@ def seal_computation(
                 drop_sealed_live_rows(
                     session, run_id, computation.facts.updated_at, _minute_range(computation)
                 )
+                store_sealed_figures(session, run_id, version, figures)
                 return SealResult(
                     run_id,
                     version,
@@ -184,6 +191,7 @@ def seal_computation(
         }
         records = minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)
+        store_sealed_figures(session, run_id, version + 1, figures)
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
         )
@@ -197,6 +205,7 @@ def seal_run(
     force: bool = False,
     timer: StageTimer | None = None,
     quiet_s: float | None = None,
+    slo: Slo | None = None,
 ) -> SealResult:
     """Recompute ``run_id`` from the database and seal it as a new version if it changed.
 
@@ -209,6 +218,6 @@ def seal_run(
         quiet_for = datetime.now(UTC) - computation.facts.updated_at
         final = quiet_for.total_seconds() >= quiet_s
     if timer is None:
-        return seal_computation(url, computation, force=force, final=final)
+        return seal_computation(url, computation, force=force, final=final, slo=slo)
     with timer.stage("store"):
-        return seal_computation(url, computation, force=force, final=final)
+        return seal_computation(url, computation, force=force, final=final, slo=slo)

@@ -26,6 +26,7 @@ from analytics.kernel_warmup import warm
 from analytics.live_updater import LiveUpdater
 from analytics.run_computation import StageTimer
 from analytics.sealing import seal_run
+from analytics.slo import Slo, optional_slo
 from storage.snapshots_read import runs_due_for_seal
 from tpmledger.settings import Settings
 
@@ -35,9 +36,10 @@ log = logging.getLogger("tpmledger.analytics")
 class ResealLoop:
     """One polling loop over one database; :meth:`poll_once` is the unit tests drive."""
 
-    def __init__(self, url: str, quiet_s: float) -> None:
+    def __init__(self, url: str, quiet_s: float, slo: Slo | None = None) -> None:
         self.url = url
         self.quiet_s = quiet_s
+        self.slo = slo  # goodput is stored under it with each version (TPMLEDGER_SLO)
         # run_id -> updated_at already handled (sealed, unchanged, or failed)
         self.handled: dict[str, datetime] = {}
 
@@ -53,7 +55,7 @@ class ResealLoop:
             timer = StageTimer()
             started = time.perf_counter()
             try:
-                result = seal_run(self.url, run_id, timer=timer)
+                result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
             except Exception:  # one bad run must not stop the worker
                 log.exception("sealing %s failed; will retry when it receives new data", run_id)
                 continue
@@ -91,7 +93,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         raise ValueError("the analytics worker needs settings.database_url")
     stop = stop or threading.Event()
     _install_signal_handlers(stop)
-    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s)
+    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s, optional_slo(settings.slo))
     warm()
     log.info(
         "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",

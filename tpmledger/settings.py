@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -99,6 +99,21 @@ class Settings(BaseSettings):
     signing_key_path: Path | None = Field(
         default=None, description="Ed25519 private key (PEM); default under the data dir."
     )
+    slo: str | None = Field(
+        default=None,
+        description="Default SLO for goodput, e.g. 'ttft=0.5,latency=10' (seconds): sealed "
+        "versions store goodput under it; analyze/compare --slo override it "
+        "(docs/metrics.md#goodput). Unset: no goodput.",
+    )
+
+    @field_validator("slo")
+    @classmethod
+    def _check_slo(cls, value: str | None) -> str | None:
+        """Refuse an unreadable TPMLEDGER_SLO at start-up; store its canonical text."""
+        from analytics.slo import optional_slo
+
+        slo = optional_slo(value)
+        return slo.text if slo is not None else None
 
     @model_validator(mode="after")
     def _read_token_file(self) -> Settings:

@@ -1,0 +1,98 @@
+"""Goodput (docs/metrics.md#goodput): the tokens and calls of attempts that met every SLO.
+
+The figure benchmark tools pair with throughput (DistServe's goodput, vLLM's
+``--goodput``, GenAI-Perf's ``goodput``). An attempt is **good** when it succeeded and
+meets every declared limit: its TTFT (a limit on TTFT is missed by an attempt that reports
+none) and its latency (end − start). Per minute (UTC minute of the end time, like the
+minute table): ``goodput_tpm_total`` = prompt + completion tokens of good attempts,
+``good_calls`` and ``calls``. Per run: ``goodput_tpm_total`` = the median over minutes
+strictly between the first and last (as sustained TPM), ``good_call_share`` = good
+attempts / attempts.
+
+Computed from a run's canonical events when a version is sealed and stored with it; when
+the SLO limits TTFT and no attempt of the run reports TTFT, goodput is not measured
+(``null``), never 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import polars as pl
+
+from analytics.figure_rules import clean
+from analytics.minute_table import minute_utc
+from analytics.slo import Slo
+
+MINUTE_NS = 60_000_000_000
+
+
+def _good(slo: Slo) -> pl.Expr:
+    good = pl.col("status") == "ok"
+    if slo.ttft_s is not None:
+        good = good & pl.col("ttft_s").is_not_null() & (pl.col("ttft_s") <= slo.ttft_s)
+    if slo.latency_s is not None:
+        latency_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+        good = good & (latency_s <= slo.latency_s)
+    return good
+
+
+def _not_measured(slo: Slo, reason: str) -> dict[str, Any]:
+    return {
+        "slo": slo.as_dict(),
+        "slo_text": slo.text,
+        "goodput_tpm_total": None,
+        "good_call_share": None,
+        "good_calls": None,
+        "calls": None,
+        "not_measured_because": reason,
+        "minutes": [],
+    }
+
+
+def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
+    """Run-level goodput figures and the per-minute series of ``events`` under ``slo``."""
+    if events.height == 0:
+        return _not_measured(slo, "the run has no attempts")
+    if slo.ttft_s is not None and events.get_column("ttft_s").null_count() == events.height:
+        return _not_measured(slo, "the SLO limits TTFT and no attempt of the run reports TTFT")
+    tokens = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
+    per_minute = (
+        events.lazy()
+        .with_columns(good=_good(slo), minute_ns=pl.col("end_ns") - pl.col("end_ns") % MINUTE_NS)
+        .group_by("minute_ns")
+        .agg(
+            goodput_tpm_total=pl.when(pl.col("good")).then(tokens).otherwise(0).sum(),
+            good_calls=pl.col("good").sum(),
+            calls=pl.len(),
+        )
+        .collect()
+    )
+    first, last = int(per_minute["minute_ns"].min()), int(per_minute["minute_ns"].max())  # type: ignore[arg-type]
+    by_minute = {int(r[0]): r for r in per_minute.iter_rows()}
+    minutes: list[dict[str, Any]] = []
+    for minute_ns in range(first, last + MINUTE_NS, MINUTE_NS):  # empty minutes included
+        row = by_minute.get(minute_ns)
+        minutes.append(
+            {
+                "minute_utc": minute_utc(minute_ns),
+                "goodput_tpm_total": int(row[1]) if row else 0,
+                "good_calls": int(row[2]) if row else 0,
+                "calls": int(row[3]) if row else 0,
+            }
+        )
+    inner = [int(m["goodput_tpm_total"]) for m in minutes[1:-1]]
+    good_calls = sum(int(m["good_calls"]) for m in minutes)
+    figures: dict[str, Any] = {
+        "slo": slo.as_dict(),
+        "slo_text": slo.text,
+        "goodput_tpm_total": float(statistics.median(inner)) if inner else None,
+        "good_call_share": good_calls / events.height,
+        "good_calls": good_calls,
+        "calls": events.height,
+        "not_measured_because": None if inner else "fewer than 3 minutes: no inner minute",
+    }
+    cleaned: dict[str, Any] = clean(figures)
+    cleaned["minutes"] = minutes
+    return cleaned

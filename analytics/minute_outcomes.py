@@ -1,0 +1,75 @@
+"""Per-minute outcomes the minute table does not carry, for ``tpmledger compare``.
+
+- ``stalls``: failed attempts whose error was a timeout or a cancellation (a connection or
+  request that stalled), by the UTC minute of their end time. An error type is a stall
+  when, lower-cased, it contains one of :data:`STALL_MARKERS` or is one of
+  :data:`STALL_HTTP_TYPES` (docs/metrics.md#compare).
+- ``calls_final`` / ``calls_ok``: logical calls by the minute their last attempt ended,
+  and how many of those succeeded (the call success rate of docs/metrics.md, per minute).
+
+Stored with each sealed version (``snapshot_diagnostics.minute_outcomes``) as columns over
+every minute from the run's first to its last, so compare resamples minutes without
+reading attempts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from analytics.logical_calls import repeated
+from analytics.minute_table import minute_utc
+
+MINUTE_NS: Final = 60_000_000_000
+STALL_MARKERS: Final = ("timeout", "timed_out", "timedout", "deadline", "cancel")
+STALL_HTTP_TYPES: Final = ("http_408", "http_499", "http_504")
+_CALL_ORDER: Final = ("start_ns", "end_ns", "span_id")
+
+
+def is_stall() -> pl.Expr:
+    """Failed attempts that timed out or were cancelled."""
+    kind = pl.col("error_type").fill_null("").str.to_lowercase()
+    marked = pl.any_horizontal([kind.str.contains(m, literal=True) for m in STALL_MARKERS])
+    return (pl.col("status") == "error") & (marked | kind.is_in(list(STALL_HTTP_TYPES)))
+
+
+def _final_attempts(events: pl.DataFrame, explicit: bool) -> pl.DataFrame:
+    """(end_ns, ok) of each logical call's last attempt (by start, end, span id)."""
+    base = events.select(*_CALL_ORDER, "call_id", ok=pl.col("status") == "ok")
+    if not explicit:
+        return base.select("end_ns", "ok")
+    many = pl.Series(repeated(events.get_column("call_id").hash().to_numpy()))
+    single = base.filter(~many).select("end_ns", "ok")
+    multi = (
+        base.filter(many)
+        .sort(["call_id", *_CALL_ORDER])
+        .group_by("call_id", maintain_order=True)
+        .agg(pl.col("end_ns").last(), pl.col("ok").last())
+        .select("end_ns", "ok")
+    )
+    return pl.concat([single, multi])
+
+
+def _counts(frame: pl.DataFrame, first: int, n: int, weight: str | None) -> list[int]:
+    index = ((frame.get_column("end_ns").to_numpy() - first) // MINUTE_NS).astype(np.int64)
+    weights = None if weight is None else frame.get_column(weight).to_numpy().astype(np.int64)
+    return [int(v) for v in np.bincount(index, weights=weights, minlength=n)]
+
+
+def minute_outcomes(events: pl.DataFrame, *, explicit_call_ids: bool) -> dict[str, Any]:
+    """Columns ``minute_utc``, ``stalls``, ``calls_final``, ``calls_ok`` (every minute)."""
+    if events.height == 0:
+        return {"minute_utc": [], "stalls": [], "calls_final": [], "calls_ok": []}
+    end = events.get_column("end_ns").to_numpy()
+    first = int(end.min()) // MINUTE_NS * MINUTE_NS
+    n = (int(end.max()) - first) // MINUTE_NS + 1
+    stalls = events.filter(is_stall()).select("end_ns")
+    finals = _final_attempts(events, explicit_call_ids).with_columns(pl.col("ok").cast(pl.Int64))
+    return {
+        "minute_utc": [minute_utc(first + i * MINUTE_NS) for i in range(n)],
+        "stalls": _counts(stalls, first, n, None),
+        "calls_final": _counts(finals, first, n, None),
+        "calls_ok": _counts(finals, first, n, "ok"),
+    }
