@@ -5,6 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import polars as pl
+
+from provenance.event_schema import EVENT_SCHEMA
+from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
 from storage.bulk_writer import write_attempts
 from storage.database import raw_transaction
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
@@ -70,3 +74,14 @@ def store_sharded_run(url: str, seed: int = 7) -> int:
     """Write the run; return how many attempts were stored."""
     with raw_transaction(url) as conn:
         return write_attempts(conn, sharded_rows(seed))
+
+
+def sharded_events(seed: int = 7) -> pl.DataFrame:
+    """The same run as canonical events, without a database (ids hex, as stored ones read)."""
+    records = []
+    for row in sharded_rows(seed):
+        attempt = dict(zip(ATTEMPT_COPY_COLUMNS, row, strict=True))
+        attempt["trace_id"] = attempt["trace_id"].hex()
+        attempt["span_id"] = attempt["span_id"].hex()
+        records.append({name: attempt[name] for name in EVENT_SCHEMA})
+    return pl.DataFrame(records, schema=EVENT_SCHEMA)
