@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from storage.database import read_session
-from storage.models import SnapshotDiagnostics, SnapshotGoodput
+from storage.models import Run, SnapshotDiagnostics, SnapshotGoodput
 
 
 def store_diagnostics(
@@ -82,3 +82,9 @@ def goodput_slos(url: str, run_id: str, version: int) -> list[str]:
                 )
             )
         )
+
+
+def run_exists(url: str, run_id: str) -> bool:
+    """Whether anything was ever stored for ``run_id`` (it has a ``runs`` row)."""
+    with read_session(url) as session:
+        return session.get(Run, run_id) is not None
