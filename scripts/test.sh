@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Install what the tests need on a fresh machine, then run every quality gate and the tests.
-#   bash scripts/test.sh            # everything
-#   bash scripts/test.sh -k ingest  # extra arguments go to pytest
+#   bash scripts/test.sh                # everything
+#   bash scripts/test.sh --fast         # the same gates, tests marked slow or browser left out
+#   bash scripts/test.sh -k ingest      # extra arguments go to pytest
+#   bash scripts/test.sh --fast -k ingest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Browser tests drive Debian's Chromium through its chromedriver.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+markers=()
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    markers=(-m "not slow and not browser")
+fi
+
+# Browser tests drive Debian's Chromium through its chromedriver (not needed with --fast).
+if [ ${#markers[@]} -eq 0 ] && { ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; }; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
@@ -22,4 +30,4 @@ fi
 echo "== ruff check";        .venv/bin/ruff check .
 echo "== ruff format --check"; .venv/bin/ruff format --check .
 echo "== mypy";              .venv/bin/mypy
-echo "== pytest";            .venv/bin/pytest "$@"
+echo "== pytest ${markers[*]+${markers[*]}}"; .venv/bin/pytest ${markers[@]+"${markers[@]}"} "$@"

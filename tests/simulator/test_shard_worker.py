@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import signal
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from unittest import mock
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -40,13 +43,20 @@ def _run(
         if stop_after_s is None:
             await run_shard(config, worker, counting)
             return
-        task = asyncio.create_task(run_shard(config, worker, counting))
-        await asyncio.sleep(stop_after_s)
-        import os
-        import signal
+        # The handlers run_shard installs are recorded, not installed, and the SIGTERM one
+        # is then called as the loop would call it: signalling this process instead would
+        # end the whole pytest run whenever run_shard failed to install a handler.
+        handlers: dict[int, Callable[[], object]] = {}
 
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler run_shard installed sets stop
-        await task
+        def record(sig: int, callback: Callable[..., object], *args: object) -> None:
+            handlers[sig] = functools.partial(callback, *args)
+
+        with mock.patch.object(asyncio.get_running_loop(), "add_signal_handler", record):
+            task = asyncio.create_task(run_shard(config, worker, counting))
+            await asyncio.sleep(stop_after_s)
+            assert set(handlers) == {signal.SIGTERM, signal.SIGINT}
+            handlers[signal.SIGTERM]()
+            await task
 
     asyncio.run(go())
     provider.force_flush()
