@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analytics.live_view import minutes_view, run_view
+from analytics.run_extras import run_extras
 from storage.live_read import run_states
 from storage.runs_read import UnknownRun, ns_to_rfc3339
 
@@ -49,12 +50,18 @@ def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_object(url: str, run_id: str, close_after_s: float = 120.0) -> dict[str, Any]:
-    """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run."""
+def run_object(
+    url: str, run_id: str, close_after_s: float = 120.0, slo_text: str | None = None
+) -> dict[str, Any]:
+    """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run.
+
+    ``diagnostics`` and goodput under ``slo_text`` come from the rows sealed with the
+    version shown (analytics/run_extras.py); a live run's are null until it is sealed.
+    """
     view = run_view(url, run_id, close_after_s=close_after_s)
     if view is None:
         raise UnknownRun(run_id)
-    return view
+    return {**view, **run_extras(url, run_id, view.get("snapshot_version"), slo_text)}
 
 
 def minute_series(

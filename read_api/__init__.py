@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from read_api import runs_routes, summary_routes
+from read_api import compare_routes, runs_routes, summary_routes
 from tpmledger.settings import Settings
 
 
@@ -15,6 +15,8 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     """
     router = APIRouter(prefix="/v1")
     close_after_s = (settings or Settings()).minute_close_after_s
-    router.include_router(runs_routes.build_router(database_url, close_after_s))
+    slo = (settings or Settings()).slo
+    router.include_router(runs_routes.build_router(database_url, close_after_s, slo))
     router.include_router(summary_routes.build_router(database_url, settings))
+    router.include_router(compare_routes.build_router(database_url, slo))
     return router

@@ -30,8 +30,11 @@ def _chunks(file: EventFile) -> Iterator[bytes]:
         yield bytes(file.data[start : start + STREAM_CHUNK])
 
 
-def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
-    """Run routes over ``database_url``; ``close_after_s`` is when a live minute closes."""
+def build_router(
+    database_url: str, close_after_s: float = 120.0, default_slo: str | None = None
+) -> APIRouter:
+    """Run routes over ``database_url``; ``close_after_s`` is when a live minute closes;
+    ``default_slo`` (``TPMLEDGER_SLO``) is the SLO of the run object's goodput."""
     router = APIRouter(tags=["runs"])
 
     @router.get(
@@ -54,7 +57,9 @@ def build_router(database_url: str, close_after_s: float = 120.0) -> APIRouter:
         from analytics.run_views import run_object
 
         try:
-            return await run_in_threadpool(run_object, database_url, run_id, close_after_s)
+            return await run_in_threadpool(
+                run_object, database_url, run_id, close_after_s, default_slo
+            )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
 

@@ -24,7 +24,8 @@ RUN_KEYS = {
 }  # fmt: skip
 EXTRA_KEYS = {
     "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",
-    "latency_s", "live", "data_as_of",
+    "latency_s", "live", "data_as_of", "diagnostics", "goodput_tpm_total", "good_call_share",
+    "goodput",
 }  # fmt: skip
 MINUTE_KEYS = [
     "minute_utc", "state", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",

@@ -23,6 +23,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="print the GET /v1/runs/RUN object")
     p.add_argument("--force", action="store_true", help="seal a new version even if unchanged")
+    p.add_argument(
+        "--slo",
+        metavar="LIMITS",
+        default=None,
+        help="also store and print goodput under this SLO, e.g. ttft=0.5,latency=10 "
+        "(seconds; default: $TPMLEDGER_SLO; docs/metrics.md#goodput)",
+    )
     _common(p, run_analyze)
 
     p = subparsers.add_parser(
@@ -97,17 +104,29 @@ def _print_object(obj: dict[str, Any], indent: str = "") -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from analytics.run_computation import UnknownRun
+    from analytics.run_extras import run_extras
     from analytics.sealing import seal_run
+    from analytics.slo import SloError, optional_slo
 
     settings = settings_from_args(args)
+    try:
+        slo = optional_slo(args.slo if args.slo is not None else settings.slo)
+    except SloError as exc:
+        print(f"error: --slo: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
     with database(settings, migrate_to_head=True) as url:
         try:
-            result = seal_run(url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s)
+            result = seal_run(
+                url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s, slo=slo
+            )
         except UnknownRun as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
+        # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).
+        extras = run_extras(url, result.run_id, result.version, slo.text if slo else None)
+    metrics = {**result.metrics, **extras}
     if args.json:
-        print(json.dumps(result.metrics, indent=2))
+        print(json.dumps(metrics, indent=2))
         return 0
     state = "sealed new version" if result.created else "unchanged; newest version"
     print(f"{state} {result.version} of {result.run_id} (seal {result.seal})")
@@ -117,7 +136,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             "sweep keeps showing the run as live until the analytics worker seals it once "
             "quiet (docs/metrics.md#live-figures)"
         )
-    _print_object(result.metrics)
+    _print_object(metrics)
     return 0
 
 

@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tpmledger.cli.serve_command",
     "tpmledger.cli.database_commands",
     "tpmledger.cli.analytics_commands",
+    "tpmledger.cli.compare_command",
     "tpmledger.cli.summary_commands",
     "tpmledger.cli.key_commands",
     "tpmledger.cli.token_commands",
