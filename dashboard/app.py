@@ -20,6 +20,7 @@ from flask import Response, request
 
 from dashboard.auth import DashboardAuth, remember
 from dashboard.config import DEFAULT_REFRESH_MS, DashboardConfig
+from dashboard.pages import compare as compare_page
 from dashboard.pages import run as run_page
 from dashboard.pages import runs as runs_page
 from dashboard.pages import sweep as sweep_page
@@ -50,6 +51,11 @@ def _navbar() -> dbc.Navbar:
                         dbc.NavItem(dbc.NavLink("Runs", href="/", active="exact", id="nav-runs")),
                         dbc.NavItem(
                             dbc.NavLink("Sweeps", href="/sweeps", active="exact", id="nav-sweeps")
+                        ),
+                        dbc.NavItem(
+                            dbc.NavLink(
+                                "Compare", href="/compare", active="exact", id="nav-compare"
+                            )
                         ),
                     ],
                     className="me-auto",
@@ -104,7 +110,7 @@ def create_app(
         update_title="",
         serve_locally=True,
     )
-    for page in (runs_page, run_page, sweep_page):
+    for page in (runs_page, run_page, sweep_page, compare_page):
         page.register(app, config)
     app.layout = html.Div(
         [_navbar(), dbc.Container(dash.page_container, fluid=True, className="pb-4")]
