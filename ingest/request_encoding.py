@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ingest.normalize import normalize_payload
 from storage.attempt_encoding import AttemptBlock, encode_attempts
-from storage.tool_span_store import encode_tool_spans
+from storage.tool_span_encoding import encode_tool_spans
 
 
 @dataclass(slots=True)

@@ -13,7 +13,6 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 
-from analytics.slo import SloError, optional_slo
 from storage.runs_read import UnknownRun
 
 
@@ -38,7 +37,9 @@ def build_router(database_url: str, default_slo: str | None = None) -> APIRouter
         resamples: int = Query(2000, ge=100, le=100_000, description="bootstrap resamples"),
         seed: int = Query(0, ge=0, description="bootstrap seed"),
     ) -> dict[str, Any]:
+        # Imported here: the ingest process serving this router loads no analytics.
         from analytics.compare_runs import CompareParams, NotComparable, compare_runs
+        from analytics.slo import SloError, optional_slo
 
         for run_id in (a, b):
             if "\x00" in run_id:

@@ -1,10 +1,11 @@
-"""Tool spans (``execute_tool``): COPY encoding, the idempotent write, and per-run reads.
+"""Tool spans (``execute_tool``): the idempotent write and per-run reads.
 
 Tool spans are evidence for the ``slot_held_by_tool`` diagnostic
 (docs/metrics.md#diagnostics); they live in their own table and never count as attempts.
-Ingest encodes a request's tool spans next to its attempts (one COPY text block per
-request, :class:`storage.attempt_encoding.AttemptBlock` carries it), and the group commit
-stores both in the same transaction, so "200 means committed" holds for tool spans too.
+Ingest encodes a request's tool spans next to its attempts
+(:mod:`storage.tool_span_encoding`, one COPY text block per request that
+:class:`storage.attempt_encoding.AttemptBlock` carries), and the group commit stores both
+in the same transaction, so "200 means committed" holds for tool spans too.
 Re-sent spans are harmless: rows go through a staging table and
 ``INSERT … ON CONFLICT (trace_id, span_id) DO NOTHING``.
 """
@@ -16,21 +17,9 @@ from typing import Any, Final, Protocol
 
 import psycopg
 
-#: Column order of a tool span row and of its COPY text.
-TOOL_SPAN_COPY_COLUMNS: Final = (
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "run_id",
-    "shard_id",
-    "start_ns",
-    "end_ns",
-    "tool_name",
-    "status",
-)
+from storage.tool_span_encoding import TOOL_SPAN_COPY_COLUMNS, encode_tool_spans
+
 _COLUMNS: Final = ", ".join(TOOL_SPAN_COPY_COLUMNS)
-_NULL: Final = "\\N"
-_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _CREATE_STAGING: Final = (
     "CREATE TEMP TABLE IF NOT EXISTS tool_spans_staging "
     "(LIKE tool_spans INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
@@ -46,22 +35,6 @@ class ToolBlockCarrier(Protocol):
 
     tools: bytes
     tool_rows: int
-
-
-def _text(value: str | None) -> str:
-    return _NULL if value is None else value.translate(_ESCAPES)
-
-
-def encode_tool_spans(rows: Iterable[Sequence[Any]]) -> tuple[bytes, int]:
-    """Rows in :data:`TOOL_SPAN_COPY_COLUMNS` order → (COPY text, row count)."""
-    lines = []
-    for trace_id, span_id, parent, run_id, shard_id, start_ns, end_ns, name, status in rows:
-        parent_text = _NULL if parent is None else "\\\\x" + parent.hex()
-        lines.append(
-            f"\\\\x{trace_id.hex()}\t\\\\x{span_id.hex()}\t{parent_text}\t{_text(run_id)}\t"
-            f"{_text(shard_id)}\t{int(start_ns)}\t{int(end_ns)}\t{_text(name)}\t{_text(status)}\n"
-        )
-    return "".join(lines).encode(), len(lines)
 
 
 def write_tool_blocks(conn: psycopg.Connection, blocks: Sequence[ToolBlockCarrier]) -> int:

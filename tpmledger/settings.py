@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     @classmethod
     def _check_slo(cls, value: str | None) -> str | None:
         """Refuse an unreadable TPMLEDGER_SLO at start-up; store its canonical text."""
+        if value is None:
+            return None  # the ingest process then never loads analytics
         from analytics.slo import optional_slo
 
         slo = optional_slo(value)
