@@ -1,6 +1,7 @@
 """Ingest under sustained overload: bounded memory and queue, 503 + Retry-After (SPEC §3, §7).
 
     .venv/bin/python bench/ingest_overload.py [--seconds 120] [--senders 480]
+                                              [--bomb-senders 60] [--chunked-senders 30]
                                               [--queue-max-spans N] [--out FILE]
 
 ``--senders`` keep-alive connections (threads of a separate, forked process) POST new
@@ -13,18 +14,29 @@ Printed (and written to ``bench/results/ingest_overload.txt``): peak RSS of the 
 process (target ≤ 300 MB), RSS every 10 s, answers by status, 503s with and without
 Retry-After, the largest queue depth ``/metrics`` showed against the configured bound,
 and whether the rows stored equal the spans acknowledged with 200.
+
+Hostile bodies run beside them, from another forked process, back to back and ignoring
+Retry-After: ``--bomb-senders`` POST a ~61 KB gzip body that inflates to
+``--bomb-mib`` (60) MiB of zeros, ``--chunked-senders`` POST a ``--chunked-mib`` (15) MiB
+body with ``Transfer-Encoding: chunked`` (no Content-Length) in 256 KiB chunks. Both must
+be charged what they inflate to (docs/ingest.md#limits), so the RSS target holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
+import multiprocessing
 import os
 import re
 import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -91,6 +103,73 @@ class QueueWatcher(threading.Thread):
         self.join()
 
 
+_CHUNK = 256 * 1024
+
+
+def _hostile_sender(
+    host: str, port: int, kind: str, body: bytes, deadline: float, tally: Counter[str]
+) -> None:
+    """Posts one hostile body back to back until ``deadline`` (Retry-After ignored)."""
+
+    def chunks() -> Iterator[bytes]:
+        for at in range(0, len(body), _CHUNK):
+            yield body[at : at + _CHUNK]
+
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection(host, port, timeout=120)
+        headers = {"Content-Type": "application/x-protobuf"}
+        try:
+            if kind == "bomb":
+                headers["Content-Encoding"] = "gzip"
+                conn.request("POST", "/v1/traces", body=body, headers=headers)
+            else:
+                conn.request(
+                    "POST", "/v1/traces", body=chunks(), headers=headers, encode_chunked=True
+                )
+            response = conn.getresponse()
+            response.read()
+            tally[f"{kind} {response.status}"] += 1
+        except (OSError, http.client.HTTPException):
+            # Refused mid-body: the server answered and closed while we were still sending.
+            tally[f"{kind} cut off"] += 1
+            time.sleep(0.05)
+        finally:
+            conn.close()
+
+
+def _send_hostile(
+    host: str, port: int, senders: dict[str, tuple[int, bytes]], seconds: float, out: Any
+) -> None:
+    tally: Counter[str] = Counter()
+    deadline = time.monotonic() + seconds
+    threads = [
+        threading.Thread(
+            target=_hostile_sender, args=(host, port, kind, body, deadline, tally), daemon=True
+        )
+        for kind, (count, body) in senders.items()
+        for _ in range(count)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.send(dict(tally))
+    out.close()
+
+
+def start_hostile(
+    host: str, port: int, senders: dict[str, tuple[int, bytes]], seconds: float
+) -> tuple[Any, Any]:
+    """Hostile senders in a forked process (own GIL); returns (process, result pipe)."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(
+        target=_send_hostile, args=(host, port, senders, seconds, child), daemon=True
+    )
+    process.start()
+    return process, parent
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=120.0)
@@ -100,10 +179,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--queue-max-spans", type=int, default=None, help="TPMLEDGER_QUEUE_MAX_SPANS for ingest"
     )
+    parser.add_argument("--bomb-senders", type=int, default=60)
+    parser.add_argument("--bomb-mib", type=int, default=60, help="what one gzip bomb inflates to")
+    parser.add_argument("--chunked-senders", type=int, default=30)
+    parser.add_argument("--chunked-mib", type=int, default=15, help="size of one chunked body")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     bodies = workload.build_bodies(args.bodies * args.batch, args.batch)
+    bomb = gzip.compress(bytes(args.bomb_mib * 2**20), compresslevel=9)
+    hostile = {
+        "bomb": (args.bomb_senders, bomb),
+        "chunked": (args.chunked_senders, bytes(args.chunked_mib * 2**20)),
+    }
     env = {}
     if args.queue_max_spans is not None:
         env["TPMLEDGER_QUEUE_MAX_SPANS"] = str(args.queue_max_spans)
@@ -116,9 +204,14 @@ def main(argv: list[str] | None = None) -> int:
             rss.start()
             watcher = QueueWatcher(ingest.host, ingest.port, rss)
             watcher.start()
+            hostile_process, hostile_results = start_hostile(
+                ingest.host, ingest.port, hostile, args.seconds
+            )
             sent = workload.send_in_child_process(
                 ingest.host, ingest.port, bodies, args.senders, loop_seconds=args.seconds
             )
+            hostile_tally = hostile_results.recv()
+            hostile_process.join()
             watcher.stop()
             peak_rss = rss.stop()
             alive = ingest.process.poll() is None
@@ -132,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"tpmledger ingest overload — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
         f"command: .venv/bin/python bench/ingest_overload.py --seconds {args.seconds:g} "
-        f"--senders {args.senders}"
+        f"--senders {args.senders} --bomb-senders {args.bomb_senders} --bomb-mib "
+        f"{args.bomb_mib} --chunked-senders {args.chunked_senders} --chunked-mib "
+        f"{args.chunked_mib}"
         + (f" --queue-max-spans {args.queue_max_spans}" if args.queue_max_spans else ""),
         f"machine: {os.cpu_count()} cpus; load average before {load_before[0]:.1f}, "
         f"after {os.getloadavg()[0]:.1f}",
@@ -140,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{elapsed:.0f} s, honouring Retry-After",
         f"answers: {dict(sorted(sent.statuses.items()))}; 503 with Retry-After: "
         f"{sent.retry_after_503} of {refused}; transport errors: {len(sent.errors)}",
+        f"hostile beside them: {args.bomb_senders} senders of a {len(bomb):,}-byte gzip body "
+        f"inflating to {args.bomb_mib} MiB, {args.chunked_senders} senders of a "
+        f"{args.chunked_mib} MiB chunked body (no Content-Length), back to back, "
+        f"Retry-After ignored; answers: {dict(sorted(hostile_tally.items()))}",
         f"ingest peak RSS (process + children): {peak_rss / 2**20:.0f} MiB = "
         f"{peak_rss / 1e6:.0f} MB (target <= 300 MB: {'met' if peak_rss <= 300e6 else 'NOT met'})",
         "GET /healthz during the overload: "

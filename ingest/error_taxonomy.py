@@ -69,9 +69,11 @@ class PoisonRequest(IngestError):
 
 
 class PayloadTooLarge(IngestError):
-    """Over 16 MiB compressed or 64 MiB decompressed → 413."""
+    """Over 16 MiB compressed, 64 MiB decompressed, or (decompressed) the in-flight body
+    budget → 413 (gRPC ``RESOURCE_EXHAUSTED``, as gRPC answers an oversized message)."""
 
     http_status = 413
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class UnsupportedMediaType(IngestError):

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # At most this many distinct reasons are quoted back in partial_success.error_message.
 _MAX_REASONS = 5
 
-PayloadEncoder = Callable[[bytes], Awaitable[EncodedRequest]]
+PayloadEncoder = Callable[[bytes | bytearray], Awaitable[EncodedRequest]]
 
 
 class TraceExportHandler:
@@ -63,7 +63,7 @@ class TraceExportHandler:
         """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
         return await self.store(await self.encode(payload))
 
-    async def encode(self, payload: bytes) -> EncodedRequest:
+    async def encode(self, payload: bytes | bytearray) -> EncodedRequest:
         """First half of :meth:`export_payload`: normalize and encode (400 if undecodable).
 
         Callers that own the body can drop it after this and before :meth:`store`, so a

@@ -2,10 +2,10 @@
 
 Order of checks on ``POST /v1/traces`` (SPEC §3): auth (401) → content type (415) →
 declared length (413) → queue admission and the in-flight body budget of
-:mod:`ingest.body_budget` (503, before the body is read) → streamed,
-size-limited decoding of the body (413 / 415 / 400) → decode (400) → normalize → group
-commit (503 when overloaded or the database is down) → 200 with an
-``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
+:mod:`ingest.body_budget` (503, before the body is read, and again while its
+decompressed bytes grow) → streamed, size-limited decoding of the body (413 / 415 /
+400) → decode (400) → normalize → group commit (503 when overloaded or the database is
+down) → 200 with an ``ExportTraceServiceResponse`` in the request's encoding. Error bodies are a
 ``google.rpc.Status`` in the request's encoding (OTLP spec, "OTLP/HTTP Response").
 """
 
@@ -62,6 +62,8 @@ def build_app(
     # Bodies held from admission to answer: bounds memory with many senders (SPEC §7).
     if bodies is None:
         bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
+    budget = bodies
+    metrics.body_bytes_in_flight.set_function(lambda: budget.in_use)
 
     async def require_token(request: Request) -> None:
         # Raises Unauthenticated, answered 401 by the IngestError handler below.
@@ -85,16 +87,20 @@ def build_app(
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
             handler.check_admission()  # overloaded: refuse before reading the body
-            with bodies.hold(request.headers.get("content-length")):  # 503 past the budget
-                reader = BodyReader(request.headers.get("content-encoding"))
+            # 503 past the budget: charged the decompressed bytes as they grow, and held
+            # until the answer (the COPY block replaces the body while the commit waits).
+            with bodies.hold(request.headers.get("content-length")) as charge:
+                reader = BodyReader(
+                    request.headers.get("content-encoding"), on_growth=charge.grow_to
+                )
                 try:
                     async for chunk in request.stream():
                         reader.feed(chunk)
                 except ClientDisconnect:
                     # The sender went away mid-body; nothing was stored, nobody reads it.
                     return Response(status_code=400)
-                payload = bytes(reader.finish())
-                del reader  # the decoded body can be large
+                payload: bytes | bytearray = reader.finish()  # no copy: it can be 64 MiB
+                del reader
                 if media != PROTOBUF:
                     payload = decode_request(payload, media).SerializeToString()
                 encoded = await handler.encode(payload)

@@ -52,6 +52,11 @@ class IngestMetrics:
             "Requests waiting for (or in) the current group commit",
             registry=r,
         )
+        self.body_bytes_in_flight = Gauge(
+            "tpmledger_ingest_body_bytes_in_flight",
+            "Decompressed bytes of request bodies held, charged to the in-flight body budget",
+            registry=r,
+        )
         self.commit_latency = Histogram(
             "tpmledger_ingest_commit_latency_seconds",
             "Wall time of one group-commit transaction (COPY + merge + commit)",

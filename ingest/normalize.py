@@ -77,7 +77,7 @@ def normalize_request(
     return normalize_payload(request.SerializeToString(), now_ns=now_ns)
 
 
-def normalize_payload(payload: bytes, *, now_ns: int | None = None) -> NormalizedBatch:
+def normalize_payload(payload: bytes | bytearray, *, now_ns: int | None = None) -> NormalizedBatch:
     """Like :func:`normalize_request`, from the serialized (binary protobuf) request.
 
     Cheaper when the caller holds the bytes anyway (OTLP/HTTP protobuf, gRPC). Raises

@@ -59,7 +59,7 @@ class NormalizePool:
             for _ in range(self.workers):
                 self._executor.submit(normalize_worker.ready)
 
-    async def encode(self, payload: bytes) -> EncodedRequest:
+    async def encode(self, payload: bytes | bytearray) -> EncodedRequest:
         """Normalize and encode one serialized export request.
 
         Raises what :func:`encode_request` raises (``DecodeError`` for a bad body), or

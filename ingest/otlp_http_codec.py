@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import json_format
@@ -49,7 +50,11 @@ def media_type(content_type: str | None) -> str:
 
 
 class BodyReader:
-    """Streaming ``Content-Encoding`` decoder with size limits (413 past them)."""
+    """Streaming ``Content-Encoding`` decoder with size limits (413 past them).
+
+    ``on_growth`` is told the decoded bytes held before each piece is added (it may
+    refuse by raising): :meth:`ingest.body_budget.BodyCharge.grow_to` charges them.
+    """
 
     def __init__(
         self,
@@ -57,6 +62,7 @@ class BodyReader:
         *,
         max_compressed: int = MAX_COMPRESSED_BYTES,
         max_decompressed: int = MAX_DECOMPRESSED_BYTES,
+        on_growth: Callable[[int], None] | None = None,
     ) -> None:
         encoding = (content_encoding or "identity").strip().lower()
         if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
@@ -69,6 +75,7 @@ class BodyReader:
         self._received = 0
         self._out = bytearray()
         self._decompressor: Any = None
+        self._on_growth = on_growth
 
     def feed(self, chunk: bytes) -> None:
         """Take the next piece of the body as it came off the wire."""
@@ -120,8 +127,11 @@ class BodyReader:
             raise UndecodableBody(f"invalid {self._encoding} data: {exc}") from exc
 
     def _append(self, data: bytes) -> None:
-        if len(self._out) + len(data) > self._max_decompressed:
+        held = len(self._out) + len(data)
+        if held > self._max_decompressed:
             raise PayloadTooLarge(f"decompressed body over {self._max_decompressed} bytes")
+        if self._on_growth is not None and data:
+            self._on_growth(held)
         self._out += data
 
 

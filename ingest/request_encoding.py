@@ -25,7 +25,7 @@ class EncodedRequest:
     reject_reasons: list[str]  # distinct human-readable reasons, at most a few
 
 
-def encode_request(payload: bytes) -> EncodedRequest:
+def encode_request(payload: bytes | bytearray) -> EncodedRequest:
     """Normalize serialized ``ExportTraceServiceRequest`` bytes and encode the rows.
 
     Raises ``google.protobuf.message.DecodeError`` when ``payload`` is not a request.

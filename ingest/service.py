@@ -87,7 +87,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     pool = NormalizePool(default_workers() if workers is None else workers)
     pool.start()
     handler = TraceExportHandler(writer, metrics, pool.encode)
-    bodies = BodyBudget(retry_after_s=settings.retry_after_s)  # both transports draw on it
+    # Both transports draw on it.
+    bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
     app = build_app(
         handler,
         database_url=url,

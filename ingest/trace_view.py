@@ -72,7 +72,7 @@ def _build_request_class() -> type[Message]:
 RequestView: Final = _build_request_class()
 
 
-def parse_request_view(payload: bytes) -> Any:
+def parse_request_view(payload: bytes | bytearray) -> Any:
     """Parse serialized ``ExportTraceServiceRequest`` bytes into the lean view.
 
     Raises ``google.protobuf.message.DecodeError`` when the outer structure is invalid;

@@ -75,6 +75,12 @@ class Settings(BaseSettings):
         ),
     )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
+    body_budget_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Decompressed bytes of request bodies ingest holds at once (503 past it); "
+        "one body larger than this is refused with 413 (docs/ingest.md#limits).",
+    )
     reseal_quiet_s: float = Field(
         default=10.0, description="A run is resealed once it received no data for this long."
     )
