@@ -1,19 +1,28 @@
 """The embedded PostgreSQL used when ``TPMLEDGER_DATABASE_URL`` is not set.
 
 It is a real PostgreSQL server from the ``pgserver`` wheel, kept under
-``<data_dir>/postgres`` and reached over a Unix socket; it works as root too.
+``<data_dir>/postgres`` and reached over a Unix socket; it works as root too (the server
+then runs as a system user ``pgserver``, which the wheel creates on first use).
+``tpmledger up`` watches it with :meth:`EmbeddedPostgres.is_running` and starts it again
+with :meth:`EmbeddedPostgres.restart` if it dies.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "tpmledger"
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server could not be started again."""
 
 
 class EmbeddedPostgres:
@@ -37,8 +46,73 @@ class EmbeddedPostgres:
             self._server.psql(f"CREATE DATABASE {DATABASE_NAME};")
         return str(self._server.get_uri(DATABASE_NAME))
 
+    def is_running(self) -> bool:
+        """True while the postmaster this object started (or restarted) is alive."""
+        import psutil
+
+        if self._server is None:
+            return False
+        process = self._server.get_postmaster_info().process
+        try:
+            # is_running() compares start times, so a reused pid does not count.
+            return bool(
+                process is not None
+                and process.is_running()
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+    def restart(self) -> None:
+        """Start the server again on the same data directory and socket, so the URL that
+        :meth:`start` returned works again. Raises :class:`EmbeddedPostgresError` when
+        PostgreSQL refuses (e.g. backends of the dead server still hold its shared memory:
+        they leave within moments, so the caller retries later)."""
+        from pgserver._commands import POSTGRES_BIN_PATH
+        from pgserver.utils import PostmasterInfo
+
+        info = self._server.get_postmaster_info()
+        if info.process is not None and info.process.is_running():
+            # Killed but not yet reaped (a zombie): PostgreSQL would refuse its lock file.
+            raise EmbeddedPostgresError(f"its old process {info.process.pid} has not exited yet")
+        socket = f"-k {info.socket_dir}" if info.socket_dir is not None else ""
+        log_file = self.pgdata / "log"
+        command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), "-w"]
+        command += ["-o", '-h ""', "-o", socket, "-l", str(log_file), "start"]
+        # stdout to /dev/null: the server inherits pg_ctl's stdout, so a pipe would never end.
+        with tempfile.TemporaryFile("w+") as errors:
+            try:
+                subprocess.run(
+                    command,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    user=self._server.system_user,
+                    timeout=120,
+                )
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                errors.seek(0)
+                reason = errors.read().strip().splitlines()
+                last = _last_line(log_file) or (reason[-1] if reason else str(exc))
+                raise EmbeddedPostgresError(f"PostgreSQL did not start: {last}") from exc
+        restarted = PostmasterInfo.read_from_pgdata(self.pgdata)
+        if restarted is None or not restarted.is_running():
+            raise EmbeddedPostgresError("PostgreSQL did not start: no running postmaster")
+        # The wheel stops the postmaster it knows when the last user exits: tell it this one.
+        self._server._postmaster_info = restarted
+        log.info("embedded PostgreSQL restarted (pid %d)", restarted.pid)
+
     def stop(self) -> None:
         if self._server is not None:
             log.info("stopping embedded PostgreSQL")
             self._server.cleanup()
             self._server = None
+
+
+def _last_line(path: Path) -> str | None:
+    """The last non-empty line of the server log (what PostgreSQL said when refusing)."""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1] if lines else None

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from storage import migrate
@@ -76,9 +77,19 @@ def settings_from_args(args: argparse.Namespace, **overrides: object) -> Setting
     return Settings(**values)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class DatabaseInUse:
+    """The URL a command uses, and the embedded server behind it (``None``: external)."""
+
+    url: str
+    embedded: EmbeddedPostgres | None
+
+
 @contextmanager
-def database(settings: Settings, *, migrate_to_head: bool = False) -> Iterator[str]:
-    """Yield a database URL: the configured one, or an embedded server started for the block."""
+def database_in_use(
+    settings: Settings, *, migrate_to_head: bool = False
+) -> Iterator[DatabaseInUse]:
+    """The configured database, or an embedded server started for the block."""
     embedded: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:
@@ -88,7 +99,14 @@ def database(settings: Settings, *, migrate_to_head: bool = False) -> Iterator[s
     try:
         if migrate_to_head:
             migrate.upgrade(url)
-        yield url
+        yield DatabaseInUse(url, embedded)
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+@contextmanager
+def database(settings: Settings, *, migrate_to_head: bool = False) -> Iterator[str]:
+    """Yield a database URL: the configured one, or an embedded server started for the block."""
+    with database_in_use(settings, migrate_to_head=migrate_to_head) as in_use:
+        yield in_use.url

@@ -12,14 +12,16 @@ import time
 import urllib.request
 from typing import Any
 
+from storage.embedded_postgres import EmbeddedPostgres
 from tpmledger.cli.database_option import (
     add_data_dir_option,
     clear_running,
-    database,
+    database_in_use,
     record_running,
     settings_from_args,
 )
 from tpmledger.cli.serve_command import add_listener_options, listener_overrides
+from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
 from tpmledger.settings import Settings
 
 
@@ -28,8 +30,9 @@ def register(subparsers: Any) -> None:
         "up",
         help="run everything (database, migrations, ingest, analytics, dashboard)",
         description="Start PostgreSQL (embedded unless TPMLEDGER_DATABASE_URL is set), migrate, "
-        "then run ingest, the analytics worker and the dashboard as child processes. "
-        "Ctrl-C stops them all.",
+        "then run ingest, the analytics worker and the dashboard as child processes. A "
+        "service (or the embedded PostgreSQL) that dies is restarted with backoff; up stops "
+        "only when restarts keep failing. Ctrl-C stops them all.",
     )
     add_data_dir_option(p)
     add_listener_options(p)
@@ -100,13 +103,32 @@ def busy_port(settings: Settings) -> str | None:
     return None
 
 
+class EmbeddedDatabase:
+    """The embedded PostgreSQL as a part ``up`` supervises."""
+
+    name = "the embedded PostgreSQL"
+
+    def __init__(self, server: EmbeddedPostgres) -> None:
+        self._server = server
+
+    def alive(self) -> bool:
+        return self._server.is_running()
+
+    def how_it_ended(self) -> str:
+        return "stopped"
+
+    def restart(self) -> None:
+        self._server.restart()
+
+
 def run_up(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **listener_overrides(args))
     problem = busy_port(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    services: list[ChildProcess] = []
+    demo: subprocess.Popen[bytes] | None = None
     stopping = False
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -117,10 +139,10 @@ def run_up(args: argparse.Namespace) -> int:
     # for it, and Python then never raises KeyboardInterrupt.
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with database(settings, migrate_to_head=True) as url:
+    with database_in_use(settings, migrate_to_head=True) as db:
         env = {
             **os.environ,
-            "TPMLEDGER_DATABASE_URL": url,
+            "TPMLEDGER_DATABASE_URL": db.url,
             "TPMLEDGER_DATA_DIR": str(settings.data_dir),
             "TPMLEDGER_HOST": settings.host,
             "TPMLEDGER_HTTP_PORT": str(settings.http_port),
@@ -132,13 +154,14 @@ def run_up(args: argparse.Namespace) -> int:
         # -P: the current directory is not put on the children's import path, so a
         # folder named like one of our packages (analytics/, storage/…) cannot shadow it.
         command = [sys.executable, "-P", "-m", "tpmledger.cli.main"]
+        if getattr(args, "verbose", False):
+            command.append("-v")
         try:
             for service in ("ingest", "analytics", "dashboard"):
-                proc = subprocess.Popen([*command, "serve", service], env=env)
-                children.append((service, proc))
+                services.append(ChildProcess(service, [*command, "serve", service], env))
             host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
             ingest_url = f"http://{host}:{settings.http_port}"
-            if not _wait_ready(f"{ingest_url}/readyz", children[0][1]):
+            if not _wait_ready(f"{ingest_url}/readyz", services[0].process):
                 print("ingest did not become ready; see the log above", file=sys.stderr)
                 return 1
             if not settings.database_url:
@@ -146,32 +169,34 @@ def run_up(args: argparse.Namespace) -> int:
             print("\n" + exporter_lines(settings) + "\n", flush=True)
             if args.demo:
                 demo = subprocess.Popen([*command, "simulate", "--demo", "--endpoint", ingest_url])
-                children.append(("demo", demo))
+            parts: list[Part] = list(services)
+            if db.embedded is not None:
+                parts.insert(0, EmbeddedDatabase(db.embedded))
+            supervisor = Supervisor(parts)
             while not stopping:
-                for name, proc in children:
-                    code = proc.poll()
-                    if code is not None and name != "demo" and not stopping:
-                        print(f"{name} exited with code {code}; stopping", file=sys.stderr)
-                        return 1
+                supervisor.poll()
                 time.sleep(0.5)
+        except GaveUp as exc:
+            print(str(exc), file=sys.stderr, flush=True)
+            return 1
         except KeyboardInterrupt:
             pass
         finally:
             clear_running()
-            _stop_children(children)
+            _stop_children(([demo] if demo else []), [s.process for s in services])
     return 0
 
 
-def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+def _stop_children(
+    senders: list[subprocess.Popen[bytes]], services: list[subprocess.Popen[bytes]]
+) -> None:
     """Stop the demo fleet first (its last spans still reach ingest), then the services."""
-    senders = [c for c in children if c[0] == "demo"]
-    services = [c for c in children if c[0] != "demo"]
     for group in (senders, services):
-        for _, proc in group:
+        for proc in group:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 40
-        for _, proc in group:
+        for proc in group:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
