@@ -26,6 +26,10 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+VERBOSE_HELP = "log everything (commands are quiet otherwise)"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpmledger",
@@ -35,25 +39,46 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"tpmledger {__version__}")
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log everything (commands are quiet otherwise)"
-    )
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _accept_verbose_anywhere(subparsers)
     return parser
+
+
+def _accept_verbose_anywhere(subparsers: argparse._SubParsersAction) -> None:
+    """``tpmledger up -v`` works like ``tpmledger -v up`` (on nested commands too)."""
+    for sub in set(subparsers.choices.values()):
+        sub.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+        )
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_verbose_anywhere(action)
+
+
+# Libraries whose INFO lines are for debugging us, not for users: the embedded server's
+# initdb/pg_ctl transcripts, each migration step, uvicorn's start-up chatter.
+CHATTY_LIBRARIES = ("pgserver", "alembic", "uvicorn")
+
+
+def configure_logging(command: str | None, verbose: bool) -> None:
+    """Quiet by default: services log their own INFO lines, one-shot commands only
+    warnings; ``-v`` shows everything, libraries' lines included."""
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG, format=LOG_FORMAT)
+        return
+    quiet = logging.INFO if command in ("serve", "up") else logging.WARNING
+    logging.basicConfig(level=quiet, format=LOG_FORMAT)
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # Services log what they do; one-shot commands stay quiet unless something is wrong
-    # (-v shows everything).
-    quiet = logging.INFO if args.command in ("serve", "up") else logging.WARNING
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else quiet,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.command, args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
