@@ -65,8 +65,10 @@ def _resource_context(encoded_attributes: Any) -> ResourceContext:
         return ResourceContext({}, "{}", _REASON_RESOURCE)
     encoded = _dumps(values)
     if "\\u0000" in encoded:
+        # A NUL in a run or shard id is refused (its spans are rejected); elsewhere stripped.
+        invalid = check.REASON_ID_LENGTH if check.nul_in_ids(values) else None
         values = strip_nul(values)
-        encoded = _dumps(values)
+        return ResourceContext(values, _dumps(values), invalid)
     return ResourceContext(values, encoded)
 
 
@@ -122,7 +124,9 @@ def normalize_span(
         return _REASON_ATTRIBUTES
     span_json = _dumps(span_values)
     name = span.name
+    nul_in_id = False
     if "\\u0000" in span_json or "\x00" in name:
+        nul_in_id = check.nul_in_ids(span_values)  # refused below if it is an LLM span
         span_values = strip_nul(span_values)
         span_json = _dumps(span_values)
         name = name.replace("\x00", "")
@@ -180,6 +184,8 @@ def normalize_span(
     id_reason = check.check_id_lengths(
         run_id, shard_id, fields.get("sweep_id"), fields.get("call_id")
     )
+    if nul_in_id:
+        id_reason = check.REASON_ID_LENGTH
     if id_reason is not None:
         return id_reason
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
+from ingest import conventions as conv
+
 MAX_TOKENS: Final = 1_000_000_000
 # 2000-01-01T00:00:00Z in Unix nanoseconds.
 MIN_TIMESTAMP_NS: Final = 946_684_800 * 1_000_000_000
@@ -41,7 +43,7 @@ REASON_TIME_RANGE: Final = "span timestamps must lie between 2000-01-01 and now 
 # which failed the whole COPY (every span of the request) before this limit.
 MAX_ID_CHARS: Final = 512
 REASON_ID_LENGTH: Final = (
-    f"run, shard, sweep or call id longer than {MAX_ID_CHARS} characters or holding a NUL"
+    f"run, shard, sweep or call id longer than {MAX_ID_CHARS} characters or holding a NUL character"
 )
 REASON_DURATION: Final = (
     f"span lasts longer than {MAX_DURATION_S:g} s (TPMLEDGER_MAX_SPAN_DURATION_S)"
@@ -71,6 +73,19 @@ def check_times(start_ns: int, end_ns: int, latest_ns: int) -> str | None:
     if end_ns - start_ns > MAX_DURATION_NS:
         return REASON_DURATION
     return None
+
+
+ID_FIELDS: Final = ("run_id", "shard_id", "sweep_id", "call_id")
+#: Attributes whose values become run, shard, sweep or call ids (docs/conventions.md).
+ID_KEYS: Final = frozenset(
+    key for field in ID_FIELDS for family in conv.FAMILIES for key in family.keys.get(field, ())
+)
+
+
+def nul_in_ids(values: dict[str, Any]) -> bool:
+    """True when an attribute that names a run, shard, sweep or call holds a NUL character
+    (checked before NULs are stripped from the other attributes)."""
+    return any(isinstance(values.get(key), str) and "\x00" in values[key] for key in ID_KEYS)
 
 
 def check_id_lengths(*ids: str | None) -> str | None:

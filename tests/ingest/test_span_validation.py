@@ -157,6 +157,9 @@ def test_invalid_utf8_in_a_resource_attribute_rejects_its_spans_with_a_reason() 
     [
         {"tpmledger.run.id": "r" * 10_000},
         {"tpmledger.run.id": "run", "tpmledger.shard.id": "s" * 513},
+        {"tpmledger.run.id": "bad\x00run"},
+        {"service.name": "svc\x00", "tpmledger.shard.id": "0"},
+        {"tpmledger.run.id": "run", "tpmledger.shard.id": "\x00"},
     ],
 )
 def test_oversized_or_nul_ids_reject_only_their_spans(resource: dict[str, Any]) -> None:
@@ -165,3 +168,13 @@ def test_oversized_or_nul_ids_reject_only_their_spans(resource: dict[str, Any]) 
     batch = normalize(span(LLM), span(call))
     assert (len(batch.rows), batch.rejected) == (1, 1)  # the valid neighbour is kept
     assert batch.reject_reasons == [check.REASON_ID_LENGTH]
+
+
+def test_a_nul_in_a_span_id_attribute_rejects_that_span_only() -> None:
+    # Before: NULs were stripped from ids, so "a\x00b" was stored as run "ab".
+    batch = normalize(span(LLM), span({**LLM, "tpmledger.call.id": "call\x00"}))
+    assert (len(batch.rows), batch.rejected) == (1, 1)
+    assert batch.reject_reasons == [check.REASON_ID_LENGTH]
+    # NULs elsewhere are still stripped, not refused.
+    kept = normalize(span({**LLM, "gen_ai.request.model": "m\x00"}))
+    assert (len(kept.rows), kept.rejected) == (1, 0)
