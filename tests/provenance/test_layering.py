@@ -124,3 +124,24 @@ print(",".join(m for m in ("polars", "numpy", "pyarrow", "numba") if m in sys.mo
     assert report["ok"], report["checks"]
     assert len(report["checks"]) == 9
     assert loaded == ""
+
+
+def test_the_summary_verify_command_runs_without_database_drivers_or_numba(
+    tmp_path: Path,
+) -> None:
+    # The command line builds every command's parser; none may load a database driver.
+    events = pl.DataFrame(golden_records(), schema=EVENT_SCHEMA)
+    key = SigningKey(Ed25519PrivateKey.generate(), tmp_path / "k")
+    summary = summary_from_events(
+        events, key, run_id="golden", computed_at="2026-02-01T04:00:00.000Z"
+    )
+    write_export(summary, tmp_path / "export")
+    code = """
+from tpmledger.cli.main import main
+code = main(["summary", "verify", sys.argv[2]])
+print(code, ",".join(m for m in ("sqlalchemy", "psycopg", "numba") if m in sys.modules))
+"""
+    blocked = ["sqlalchemy", "psycopg", "numba", "alembic", "pgserver"]
+    result = run_blocked(blocked, code, str(tmp_path / "export"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "0 ", result.stdout

@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from storage import migrate
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 
@@ -32,6 +31,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
+    from storage import migrate
+
     settings = settings_from_args(args)
     with database(settings) as url:
         migrate.upgrade(url, args.revision)

@@ -17,10 +17,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from storage import migrate
-from storage.embedded_postgres import EmbeddedPostgres
 from tpmledger.settings import Settings
+
+if TYPE_CHECKING:
+    from storage.embedded_postgres import EmbeddedPostgres
+
+# storage (SQLAlchemy, psycopg, alembic) is imported when a command opens its database:
+# every `tpmledger` process builds the parser, and `summary verify` needs no database.
 
 
 def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +95,9 @@ def database_in_use(
     settings: Settings, *, migrate_to_head: bool = False
 ) -> Iterator[DatabaseInUse]:
     """The configured database, or an embedded server started for the block."""
+    from storage import migrate
+    from storage.embedded_postgres import EmbeddedPostgres
+
     embedded: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:

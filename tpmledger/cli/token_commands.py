@@ -8,7 +8,6 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from storage.ingest_tokens import TokenNameTaken, create_token, list_tokens, revoke_token
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 
@@ -49,6 +48,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
+    from storage.ingest_tokens import TokenNameTaken, create_token
+
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
             token = create_token(url, args.name)
@@ -65,6 +66,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from storage.ingest_tokens import list_tokens
+
     with database(settings_from_args(args), migrate_to_head=True) as url:
         tokens = list_tokens(url)
     rows: list[dict[str, Any]] = [
@@ -89,6 +92,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
+    from storage.ingest_tokens import revoke_token
+
     with database(settings_from_args(args), migrate_to_head=True) as url:
         revoked = revoke_token(url, args.name)
     if not revoked:

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from storage.embedded_postgres import EmbeddedPostgres
 from tpmledger.cli.database_option import (
     add_data_dir_option,
     clear_running,
@@ -23,6 +22,9 @@ from tpmledger.cli.database_option import (
 from tpmledger.cli.serve_command import add_listener_options, listener_overrides
 from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
 from tpmledger.settings import Settings
+
+if TYPE_CHECKING:
+    from storage.embedded_postgres import EmbeddedPostgres
 
 
 def register(subparsers: Any) -> None:
