@@ -18,15 +18,7 @@ from analytics.cell_figures import WHOLE_RUN
 from analytics.event_plans import MINUTE_NS
 from analytics.minute_table import build_minute_table, minute_utc
 from provenance.event_file import EventFile, build_event_file
-
-LEAF_FIELDS = (
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "failures",
-    "retries",
-)
+from provenance.minute_proofs import LEAF_FIGURES
 
 
 @dataclass(frozen=True)
@@ -68,10 +60,10 @@ def leaves_from_minutes(
     whole = minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     leaves: list[dict[str, Any]] = []
     line = 0
-    for i, row in enumerate(whole.select("minute_ns", *LEAF_FIELDS).iter_rows(named=True)):
+    for i, row in enumerate(whole.select("minute_ns", *LEAF_FIGURES).iter_rows(named=True)):
         count = int(row["calls_in_minute"])
         leaf: dict[str, Any] = {"minute_utc": minute_utc(row["minute_ns"])}
-        leaf |= {name: row[name] for name in LEAF_FIELDS}
+        leaf |= {name: row[name] for name in LEAF_FIGURES}
         if digests is None:
             leaf["events_sha256"] = file.slice_sha256(line, line + count)
         elif (digests.first_minute_ns + i * MINUTE_NS, digests.counts[i]) == (

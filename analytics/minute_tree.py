@@ -1,4 +1,7 @@
-"""The minute Merkle tree of SPEC §5 (RFC 6962 over the JCS of each minute leaf)."""
+"""The minute Merkle tree of a sealed version (RFC 6962 over the JCS of each minute leaf).
+
+The leaf, its bytes and the tree are defined once, in :mod:`provenance.minute_proofs` and
+:mod:`provenance.merkle`; this module builds them from a minute table."""
 
 from __future__ import annotations
 
@@ -6,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
-import rfc8785
 
 from analytics.minute_leaves import MinuteDigests, leaves_from_minutes
 from provenance.event_file import EventFile
-from provenance.merkle import inclusion_proof, leaf_hash, root_from_leaf_hashes
+from provenance.merkle import inclusion_proof, root_from_leaf_hashes
+from provenance.minute_proofs import minute_leaf_hashes
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,9 @@ class MinuteTree:
         }
 
 
-def leaf_bytes(leaf: dict[str, Any]) -> bytes:
-    """The leaf data that is hashed: the JCS of the leaf document."""
-    return rfc8785.dumps(leaf)
-
-
 def tree_from_leaves(leaves: list[dict[str, Any]]) -> MinuteTree:
     """The RFC 6962 tree over minute leaves in minute order."""
-    hashes = [leaf_hash(leaf_bytes(leaf)) for leaf in leaves]
+    hashes = minute_leaf_hashes(leaves)
     return MinuteTree(leaves, hashes, root_from_leaf_hashes(hashes).hex())
 
 

@@ -18,18 +18,18 @@ from provenance.merkle import inclusion_proof, leaf_hash, root_from_leaf_hashes,
 
 PROOFS_FORMAT = "tpmledger.minute-proofs.v1"
 SINGLE_PROOF_FORMAT = "tpmledger.minute-proof.v1"
-LEAF_KEYS = frozenset(
-    {
-        "minute_utc",
-        "calls_in_minute",
-        "prompt_tpm_in",
-        "completion_tpm_out",
-        "tpm_total",
-        "failures",
-        "retries",
-        "events_sha256",
-    }
+#: The figures of a minute leaf, in the minute table's column names: the one definition
+#: the sealer (analytics/minute_leaves.py) and the verifiers use.
+LEAF_FIGURES: tuple[str, ...] = (
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "tpm_total",
+    "failures",
+    "retries",
 )
+#: Every key of a minute leaf: its minute, its figures and the digest of its event lines.
+LEAF_KEYS = frozenset({"minute_utc", *LEAF_FIGURES, "events_sha256"})
 
 
 class ProofError(ValueError):
@@ -41,15 +41,20 @@ def leaf_bytes(leaf: Mapping[str, Any]) -> bytes:
     return rfc8785.dumps(dict(leaf))
 
 
+def minute_leaf_hashes(leaves: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    """RFC 6962 leaf hashes of minute leaves (over each leaf's RFC 8785 bytes)."""
+    return [leaf_hash(leaf_bytes(leaf)) for leaf in leaves]
+
+
 def minute_tree_root(leaves: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
     """``(merkle_root hex, tree_size)`` over minute leaves in minute order."""
-    hashes = [leaf_hash(leaf_bytes(leaf)) for leaf in leaves]
+    hashes = minute_leaf_hashes(leaves)
     return root_from_leaf_hashes(hashes).hex(), len(hashes)
 
 
 def build_minute_proofs(run_id: str, leaves: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``minute-proofs.json`` document: every minute's leaf, leaf hash and audit path."""
-    hashes = [leaf_hash(leaf_bytes(leaf)) for leaf in leaves]
+    hashes = minute_leaf_hashes(leaves)
     minutes = [
         {
             "index": i,
