@@ -79,6 +79,9 @@ def test_up_on_embedded_postgres_then_exporter_then_runs(tmp_path: Path) -> None
         wait_for(lambda: "OTEL_EXPORTER_OTLP_ENDPOINT" in out.text, timeout=120, interval=0.2)
         endpoint = _env_line(out.text, "OTEL_EXPORTER_OTLP_ENDPOINT")
         assert endpoint == f"http://127.0.0.1:{http_port}"
+        # Quiet by default: no initdb transcript, no migration steps (-v shows them).
+        assert "You can now start the database server" not in out.text
+        assert "alembic" not in out.text
 
         resource = Resource.create(
             {"tpmledger.run.id": "first_run", "tpmledger.shard.id": "3", "service.name": "w"}
