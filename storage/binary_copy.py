@@ -8,7 +8,9 @@ produces it with less work than CSV (no number formatting, ids as raw bytes), an
 parsed here in two passes over the bytes: one measures, one fills the columns.
 
 Column kinds: integers (2, 4 or 8 bytes, as the field's length says), 8-byte floats,
-text (UTF-8 bytes as they are) and bytea read as lowercase hex text (ids).
+text (UTF-8; connections pin ``client_encoding``, and the bytes are validated) and bytea
+read as lowercase hex text (ids). A stream that is not exactly that (a field length below
+−1 or past the end, bytes after the trailer) is refused before any column is filled.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def _scan(buffer: Bytes, kinds: npt.NDArray[np.int8]) -> tuple[int, int, Ints]:
     if buffer.size < 21:
         return 0, -1, text_bytes
     position = 19 + _int32(buffer, 15)
+    if position < 19 or position > buffer.size:
+        return 0, -1, text_bytes
     first = position
     rows = 0
     while True:
@@ -86,7 +90,8 @@ def _scan(buffer: Bytes, kinds: npt.NDArray[np.int8]) -> tuple[int, int, Ints]:
         fields = _int16(buffer, position)
         position += 2
         if fields == -1:
-            return first, rows, text_bytes
+            # The trailer ends the stream: anything after it is not COPY data.
+            return first, rows if position == buffer.size else -1, text_bytes
         if fields != columns:
             return first, -1, text_bytes
         for column in range(columns):
@@ -95,6 +100,8 @@ def _scan(buffer: Bytes, kinds: npt.NDArray[np.int8]) -> tuple[int, int, Ints]:
             size = _int32(buffer, position)
             position += 4
             kind = kinds[column]
+            if size < -1 or position + size > buffer.size:
+                return first, -1, text_bytes
             if size >= 0 and (
                 (kind == INTEGER and size not in (2, 4, 8)) or (kind == FLOAT and size != 8)
             ):
@@ -185,12 +192,19 @@ def _fill(
     return integers, floats, offsets, text, hexes, valid
 
 
-def _text_series(name: str, rows: int, offsets: Ints, data: Bytes, valid: Bools) -> pl.Series:
+def _text_series(
+    name: str, rows: int, offsets: Ints, data: Bytes, valid: Bools, *, check_utf8: bool
+) -> pl.Series:
     nulls = int(rows - valid.sum())
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     array = pa.LargeStringArray.from_buffers(
         rows, pa.py_buffer(np.ascontiguousarray(offsets)), pa.py_buffer(data), bitmap, nulls
     )
+    if check_utf8:
+        try:
+            array.validate(full=True)  # offsets in order and every value valid UTF-8
+        except pa.ArrowInvalid as exc:
+            raise BinaryCopyError(f"column {name}: {exc}") from exc
     return pl.Series(name, array, dtype=pl.String)
 
 
@@ -227,9 +241,12 @@ def parse_binary_copy(
         elif kind == "text":
             own = text[text_at : text_at + text_bytes[i]]
             text_at += int(text_bytes[i])
-            series.append(_text_series(name, rows, offsets[:, slot], own, present))
+            series.append(_text_series(name, rows, offsets[:, slot], own, present, check_utf8=True))
         else:
             own = digits[hex_at : hex_at + text_bytes[i]]
             hex_at += int(text_bytes[i])
-            series.append(_text_series(name, rows, offsets[:, slot], own, present))
+            # Hex digits are written here, always ASCII.
+            series.append(
+                _text_series(name, rows, offsets[:, slot], own, present, check_utf8=False)
+            )
     return pl.DataFrame(series)

@@ -59,7 +59,9 @@ def read_session(url: str) -> Iterator[Session]:
 def raw_transaction(url: str, *, connect_timeout: float = 5.0) -> Iterator[psycopg.Connection]:
     """A fresh psycopg connection in one transaction: commit on exit, rollback on error."""
     with (
-        psycopg.connect(libpq_url(url), connect_timeout=int(connect_timeout)) as conn,
+        psycopg.connect(
+            libpq_url(url), connect_timeout=int(connect_timeout), client_encoding="UTF8"
+        ) as conn,
         conn.transaction(),
     ):
         yield conn
@@ -67,7 +69,9 @@ def raw_transaction(url: str, *, connect_timeout: float = 5.0) -> Iterator[psyco
 
 def connect_raw(url: str, *, connect_timeout: float = 5.0) -> psycopg.Connection:
     """A long-lived psycopg connection for a writer loop; use with :func:`in_transaction`."""
-    return psycopg.connect(libpq_url(url), connect_timeout=int(connect_timeout))
+    return psycopg.connect(
+        libpq_url(url), connect_timeout=int(connect_timeout), client_encoding="UTF8"
+    )
 
 
 @contextmanager

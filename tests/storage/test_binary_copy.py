@@ -83,6 +83,18 @@ def test_an_empty_result_is_an_empty_frame() -> None:
         _stream([(1, 2, 3.0, "x", b"y")]).replace(
             struct.pack(">i", 8) + struct.pack(">d", 3.0), struct.pack(">i", 4) + b"\0" * 4
         ),
+        # a field length below -1 (only -1, NULL, is negative)
+        _stream([(1, 2, 3.0, None, b"y")]).replace(struct.pack(">i", -1), struct.pack(">i", -7)),
+        # a text field claiming more bytes than the stream holds
+        _stream([(1, 2, 3.0, "x", b"y")]).replace(
+            struct.pack(">i", 1) + b"x", struct.pack(">i", 10_000) + b"x"
+        ),
+        # bytes after the trailer
+        _stream([(1, 2, 3.0, "x", b"y")]) + b"\0",
+        # an extension length pointing past the end
+        SIGNATURE + struct.pack(">ii", 0, 1_000) + struct.pack(">h", -1),
+        # text that is not UTF-8
+        _stream([(1, 2, 3.0, "x", b"y")]).replace(b"x", b"\xff"),
     ],
 )
 def test_a_malformed_stream_is_refused(data: bytes) -> None:
