@@ -30,8 +30,8 @@ from analytics.group_quantiles import (
     merged,
     sort_groups,
 )
+from storage.minute_keys import WHOLE_RUN
 
-WHOLE_RUN = "*"
 PERCENTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 QUANTILES = list(PERCENTILES.values())
 _TOTALS = ("calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "successes", "retries")

@@ -38,9 +38,11 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from storage.minute_keys import WHOLE_RUN
 from storage.runs_read import UnknownRun
 from storage.sealed_figures_store import read_diagnostics, read_goodput, run_exists
 from storage.snapshots_read import latest_snapshot, minute_rows
+from storage.time_text import minute_text
 
 Floats = npt.NDArray[np.float64]
 
@@ -125,8 +127,8 @@ def load_run_minutes(url: str, run_id: str, slo_text: str | None = None) -> RunM
             f"run {run_id!r} has no sealed version yet; compare reads sealed minutes "
             f"(wait for the analytics worker, or run `tpmledger analyze {shlex.quote(run_id)}`)"
         )
-    rows = minute_rows(url, run_id, snapshot.version, "*")
-    minutes = [r["minute_utc"].strftime("%Y-%m-%dT%H:%M:%SZ") for r in rows]
+    rows = minute_rows(url, run_id, snapshot.version, WHOLE_RUN)
+    minutes = [minute_text(r["minute_utc"]) for r in rows]
     cols: dict[str, Floats | None] = {
         name: _array([r[name] for r in rows])
         for name in ("calls_in_minute", "tpm_total", "completion_tpm_out", "ttft_p95_s")

@@ -42,6 +42,7 @@ from analytics.second_runs import (
     sparse_runs,
     sparse_steps,
 )
+from storage.minute_keys import WHOLE_RUN
 
 __all__ = [
     "SAG_FRACTION_OF_CAP",
@@ -187,10 +188,10 @@ def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> 
     """Per (shard_id or '*', window minute): in-flight and queue depth mean/max, and the cap."""
     samples = minute_samples(series, {})
     queue_rows = np.array([s in series.queue_shards for s in series.shard_ids], dtype=np.bool_)
-    shard_ids = [*series.shard_ids, "*"]
+    shard_ids = [*series.shard_ids, WHOLE_RUN]
     minutes = series.window_minutes
     cap_map = dict(caps or {})
-    caps_by_row = {**cap_map, "*": sum(cap_map.values()) if cap_map else None}
+    caps_by_row = {**cap_map, WHOLE_RUN: sum(cap_map.values()) if cap_map else None}
     # Shards that never reported a queue wait have depth 0 throughout, so the '*' row's
     # depth is the sum over reporting shards; it is null when none reported.
     has_queue = np.append(queue_rows, bool(series.queue_shards)).repeat(minutes)

@@ -22,8 +22,8 @@ from typing import Any
 import polars as pl
 
 from analytics.figure_rules import clean
-from analytics.minute_table import minute_utc
 from analytics.slo import Slo
+from storage.time_text import minute_text_ns
 
 MINUTE_NS = 60_000_000_000
 
@@ -76,7 +76,7 @@ def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
         row = by_minute.get(minute_ns)
         minutes.append(
             {
-                "minute_utc": minute_utc(minute_ns),
+                "minute_utc": minute_text_ns(minute_ns),
                 "goodput_tpm_total": int(row[1]) if row else 0,
                 "good_calls": int(row[2]) if row else 0,
                 "calls": int(row[3]) if row else 0,

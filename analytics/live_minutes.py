@@ -26,13 +26,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from analytics.cell_figures import WHOLE_RUN, cell_figures, event_value_groups
+from analytics.cell_figures import cell_figures, event_value_groups
 from analytics.concurrency import SecondSeries, minute_samples, second_series
 from analytics.event_arrays import event_arrays
 from analytics.event_grid import event_grid
 from analytics.event_plans import MINUTE_NS, rate_columns
 from analytics.minute_table import MINUTE_COLUMNS, SIGNIFICANT_DIGITS
 from provenance.event_file import EVENT_SCHEMA
+from storage.minute_keys import WHOLE_RUN
 
 # Columns of a live row beyond the minute table's (storage.models.LiveMinute).
 EXTRA_COLUMNS = (

@@ -44,6 +44,7 @@ from storage.live_store import (
     take_marks,
 )
 from storage.live_window import dependents, fetch_window, probe_flags
+from storage.minute_keys import WHOLE_RUN
 
 log = logging.getLogger("tpmledger.analytics.live")
 
@@ -84,7 +85,7 @@ def contiguous_ranges(minutes: Iterable[int]) -> list[list[int]]:
 def _caps_of(rows: pl.DataFrame, known: dict[str, int]) -> dict[str, int]:
     """The run's cap per shard: the caps known before and those the rows declare."""
     caps = dict(known)
-    declared = rows.filter(pl.col("shard_id") != "*", pl.col("concurrency_cap").is_not_null())
+    declared = rows.filter(pl.col("shard_id") != WHOLE_RUN, pl.col("concurrency_cap").is_not_null())
     for shard, cap in declared.group_by("shard_id").agg(pl.col("concurrency_cap").max()).rows():
         caps[shard] = max(caps.get(shard, 0), int(cap))
     return caps

@@ -32,9 +32,9 @@ from storage.live_read import (
     run_state,
     sealed_minute_rows,
 )
-from storage.runs_read import ns_to_rfc3339
+from storage.minute_keys import WHOLE_RUN
+from storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
 
-WHOLE_RUN = "*"
 MINUTE = timedelta(minutes=1)
 _COUNTS = (
     "calls_in_minute",
@@ -253,17 +253,13 @@ def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[
     return clean(work_conserving_result(queued, sag))
 
 
-def _minute_text(minute: datetime) -> str:
-    return minute.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _peak(whole: list[dict[str, Any]], by: str) -> dict[str, Any] | None:
     active = [r for r in whole if r["calls_in_minute"] > 0]
     if not active:
         return None
     row = min(active, key=lambda r: (-r[by], r["minute_utc"]))  # ties: earliest
     return {
-        "minute_utc": _minute_text(row["minute_utc"]),
+        "minute_utc": minute_text(row["minute_utc"]),
         "shard_count": row["shards_active"],
         "calls_in_minute": row["calls_in_minute"],
         "completion_tpm_out": row["completion_tpm_out"],
@@ -330,7 +326,7 @@ def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str
         return {
             **state.snapshot_metrics,
             "live": state.is_live,  # a provisional snapshot covering every span so far
-            "data_as_of": _iso(data_as_of),
+            "data_as_of": utc_ms_or_none(data_as_of),
             "snapshot_final": state.snapshot_final,
         }
     table = current_table(url, run_id, close_after_s=close_after_s)
@@ -338,16 +334,9 @@ def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str
     return {
         **live_figures(table),
         "live": True,
-        "data_as_of": _iso(table.data_as_of),
+        "data_as_of": utc_ms_or_none(table.data_as_of),
         "latest_sealed_version": state.snapshot_version,
     }
-
-
-def _iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
 
 
 def minutes_view(

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analytics.cell_figures import WHOLE_RUN
 from analytics.event_plans import MINUTE_NS
-from analytics.minute_table import build_minute_table, minute_utc
+from analytics.minute_table import build_minute_table
 from provenance.event_file import EventFile, build_event_file
 from provenance.minute_proofs import LEAF_FIGURES
+from storage.minute_keys import WHOLE_RUN
+from storage.time_text import minute_text_ns
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def leaves_from_minutes(
     line = 0
     for i, row in enumerate(whole.select("minute_ns", *LEAF_FIGURES).iter_rows(named=True)):
         count = int(row["calls_in_minute"])
-        leaf: dict[str, Any] = {"minute_utc": minute_utc(row["minute_ns"])}
+        leaf: dict[str, Any] = {"minute_utc": minute_text_ns(row["minute_ns"])}
         leaf |= {name: row[name] for name in LEAF_FIGURES}
         if digests is None:
             leaf["events_sha256"] = file.slice_sha256(line, line + count)

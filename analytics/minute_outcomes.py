@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from analytics.logical_calls import repeated
-from analytics.minute_table import minute_utc
+from storage.time_text import minute_text_ns
 
 MINUTE_NS: Final = 60_000_000_000
 STALL_MARKERS: Final = ("timeout", "timed_out", "timedout", "deadline", "cancel")
@@ -68,7 +68,7 @@ def minute_outcomes(events: pl.DataFrame, *, explicit_call_ids: bool) -> dict[st
     stalls = events.filter(is_stall()).select("end_ns")
     finals = _final_attempts(events, explicit_call_ids).with_columns(pl.col("ok").cast(pl.Int64))
     return {
-        "minute_utc": [minute_utc(first + i * MINUTE_NS) for i in range(n)],
+        "minute_utc": [minute_text_ns(first + i * MINUTE_NS) for i in range(n)],
         "stalls": _counts(stalls, first, n, None),
         "calls_final": _counts(finals, first, n, None),
         "calls_ok": _counts(finals, first, n, "ok"),

@@ -9,7 +9,6 @@ across threads) publishes the same numbers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 import polars as pl
 
@@ -48,11 +47,6 @@ MINUTE_COLUMNS: tuple[str, ...] = (
     "concurrency_cap",
     "shards_active",
 )
-
-
-def minute_utc(ns: int) -> str:
-    """A minute's start as RFC 3339 UTC, e.g. ``2026-02-01T03:44:00Z``."""
-    return datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _round_floats(frame: pl.DataFrame) -> pl.DataFrame:

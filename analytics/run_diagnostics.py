@@ -29,8 +29,8 @@ import numpy as np
 import polars as pl
 
 from analytics.figure_rules import clean
-from analytics.minute_table import minute_utc
 from storage.pitfall_attributes import AttemptKey, Declarations, Target
+from storage.time_text import minute_text_ns
 
 DEFAULT_RETRY_BUDGET: Final = 0.2
 SECOND_NS: Final = 1_000_000_000
@@ -58,7 +58,7 @@ def retry_storm(whole: pl.DataFrame, budget: float = DEFAULT_RETRY_BUDGET) -> di
         first = calls - retried
         # No first attempt at all but retries: an unbounded ratio, a storm.
         if retried and (first <= 0 or retried / first > budget):
-            storm.append(minute_utc(minute_ns))
+            storm.append(minute_text_ns(minute_ns))
     return {"flag": bool(storm), "budget": budget, "minutes": storm}
 
 

@@ -30,8 +30,8 @@ from analytics.event_grid import EventGrid, event_grid
 from analytics.event_plans import explicit_call_ids
 from analytics.figure_rules import clean
 from analytics.logical_calls import count_logical_calls
-from analytics.minute_table import build_minute_table, minute_utc
-from storage.runs_read import ns_to_rfc3339
+from analytics.minute_table import build_minute_table
+from storage.time_text import minute_text_ns, ns_to_rfc3339
 
 PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
 
@@ -68,7 +68,7 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     # Ties go to the earliest minute (SPEC §4).
     row = active.sort([by, "minute_ns"], descending=[True, False]).row(0, named=True)
     return {
-        "minute_utc": minute_utc(row["minute_ns"]),
+        "minute_utc": minute_text_ns(row["minute_ns"]),
         "shard_count": row["shards_active"],
         **{name: row[name] for name in PEAK_FIELDS},
     }

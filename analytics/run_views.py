@@ -8,13 +8,14 @@ reads raw spans or computes figures from them: this runs in the ingest process.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from analytics.live_view import minutes_view, run_view
 from analytics.run_extras import run_extras
 from storage.live_read import run_states
-from storage.runs_read import UnknownRun, ns_to_rfc3339
+from storage.minute_keys import WHOLE_RUN
+from storage.runs_read import UnknownRun
+from storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
 
 # Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order.
 API_MINUTE_KEYS: tuple[str, ...] = (
@@ -40,13 +41,9 @@ API_MINUTE_KEYS: tuple[str, ...] = (
 )
 
 
-def _utc(minute: datetime) -> str:
-    return minute.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
     out = {key: row.get(key) for key in API_MINUTE_KEYS}
-    out["minute_utc"] = _utc(row["minute_utc"])
+    out["minute_utc"] = minute_text(row["minute_utc"])
     return out
 
 
@@ -65,7 +62,7 @@ def run_object(
 
 
 def minute_series(
-    url: str, run_id: str, shard_id: str = "*", close_after_s: float = 120.0
+    url: str, run_id: str, shard_id: str = WHOLE_RUN, close_after_s: float = 120.0
 ) -> list[dict[str, Any]] | None:
     """Minutes of the whole run ('*') or one shard with their ``state``; None when that
     shard has no rows. Raises :class:`UnknownRun` for an unknown run."""
@@ -88,14 +85,7 @@ def run_list(url: str) -> list[dict[str, Any]]:
             "last_event_utc": ns_to_rfc3339(s.last_event_ns),
             "latest_seal": s.snapshot_seal,
             "status": "live" if s.is_live else "sealed",
-            "data_as_of": _utc_ms(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
+            "data_as_of": utc_ms_or_none(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
         }
         for s in run_states(url)
     ]
-
-
-def _utc_ms(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

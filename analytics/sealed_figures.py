@@ -28,11 +28,10 @@ from analytics.run_diagnostics import (
 )
 from analytics.slo import Slo
 from storage.database import raw_transaction
+from storage.minute_keys import WHOLE_RUN
 from storage.pitfall_attributes import fetch_declarations, fetch_target_attempts
 from storage.sealed_figures_store import store_diagnostics, store_goodput
 from storage.tool_span_store import fetch_run_tool_intervals
-
-WHOLE_RUN = "*"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from storage.database import transaction
 from storage.live_store import drop_sealed_live_rows
 from storage.models import Snapshot
 from storage.snapshot_store import insert_snapshot, latest_version, lock_run_for_sealing
+from storage.time_text import utc_ms
 from tpmledger import __version__
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
@@ -61,12 +62,6 @@ class SealResult:
     final: bool = True  # False: sealed while the run was still receiving data
 
 
-def rfc3339_utc(moment: datetime) -> str:
-    """A timestamp as RFC 3339 UTC with milliseconds and ``Z``."""
-    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
-
-
 def seal_of(document: dict[str, Any]) -> str:
     """The seal: SHA-256 of the document's JCS."""
     return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
@@ -83,7 +78,7 @@ def snapshot_document(
     return {
         "run_id": computation.run_id,
         "version": version,
-        "computed_at": rfc3339_utc(computed_at),
+        "computed_at": utc_ms(computed_at),
         "generator": dict(GENERATOR),
         "params": dict(params or PARAMS),
         "events": {

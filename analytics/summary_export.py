@@ -25,7 +25,6 @@ from sqlalchemy import select
 from analytics.minute_leaves import leaves_from_minutes, minute_leaves
 from analytics.run_events import load_run_events
 from analytics.run_figures import RunContext, analyze_events
-from analytics.sealing import rfc3339_utc
 from provenance.dsse import sign_envelope
 from provenance.event_file import build_event_file
 from provenance.in_toto_statement import build_predicate, build_statement, statement_payload
@@ -35,6 +34,7 @@ from provenance.sigstore_bundle import bundle_from_envelope
 from provenance.summary_text import summary_text
 from storage.database import read_session
 from storage.models import Snapshot
+from storage.time_text import utc_ms
 from tpmledger import __version__
 
 EXPORT_FILES = (
@@ -189,7 +189,7 @@ def _predicate(snapshot: Snapshot) -> dict[str, Any]:
         tree_size=snapshot.tree_size,
         snapshot_version=snapshot.version,
         seal=snapshot.seal,
-        computed_at=document.get("computed_at") or rfc3339_utc(snapshot.computed_at),
+        computed_at=document.get("computed_at") or utc_ms(snapshot.computed_at),
         generator=document.get("generator") or {"name": "tpmledger", "version": __version__},
     )
 

@@ -24,6 +24,7 @@ from analytics.sealing import seal_of
 from storage.database import read_session
 from storage.models import Snapshot
 from storage.snapshots_read import minute_rows
+from storage.time_text import minute_text
 
 REL_TOLERANCE = 1e-9
 
@@ -119,7 +120,7 @@ def _row_against_document(s: Snapshot) -> list[Mismatch]:
 
 def _minute_key(row: Mapping[str, Any]) -> tuple[str, str]:
     minute: datetime = row["minute_utc"]
-    return row["shard_id"], minute.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return row["shard_id"], minute_text(minute)
 
 
 def _minutes(sealed: list[dict[str, Any]], found: list[dict[str, Any]]) -> list[Mismatch]:

@@ -17,6 +17,7 @@ from typing import Any
 from provenance.consistency_document import check_consistency, consistency_document
 from provenance.merkle import consistency_proof, root_from_leaf_hashes
 from storage.snapshots_read import snapshot_at
+from storage.time_text import minute_text
 
 HASH_BYTES = 32
 
@@ -47,7 +48,7 @@ def _first_minute(metrics: Mapping[str, Any]) -> datetime | None:
 
 
 def _minute_text(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return minute_text(moment)
 
 
 def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ingest.attribute_values import strip_nul
 from ingest.span_plan import ResourceContext, plan_for
 from ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from ingest.trace_view import AttributeDecoder, parse_request_view
+from storage.minute_keys import WHOLE_RUN
 
 MAX_REASONS: Final = 5
 _STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
@@ -186,6 +187,8 @@ def normalize_span(
     )
     if nul_in_id:
         id_reason = check.REASON_ID_LENGTH
+    elif shard_id == WHOLE_RUN:
+        id_reason = check.REASON_WHOLE_RUN_SHARD
     if id_reason is not None:
         return id_reason
 

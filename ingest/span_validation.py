@@ -88,6 +88,9 @@ def nul_in_ids(values: dict[str, Any]) -> bool:
     return any(isinstance(values.get(key), str) and "\x00" in values[key] for key in ID_KEYS)
 
 
+REASON_WHOLE_RUN_SHARD: Final = "shard id '*' names the whole run in tpmledger's tables"
+
+
 def check_id_lengths(*ids: str | None) -> str | None:
     """Reason one of the ids is too long (or holds a NUL byte), or ``None``."""
     for value in ids:

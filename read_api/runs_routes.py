@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from read_api.run_ids import reject_nul_run_id
+from storage.minute_keys import WHOLE_RUN
 from storage.runs_read import UnknownRun
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def build_router(
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
         if minutes is None:
-            if shard_id == "*":
+            if shard_id == WHOLE_RUN:
                 raise _unknown(run_id)
             raise HTTPException(404, detail=f"run {run_id!r} has no shard {shard_id!r}")
         return {"minutes": minutes}

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, func, select, text
 
 from storage.database import read_session
+from storage.minute_keys import WHOLE_RUN
 from storage.models import MinuteMetric, Snapshot
 
 _Query = TypeVar("_Query", bound=Select)
@@ -91,7 +92,7 @@ def list_snapshots(url: str, run_id: str) -> list[dict[str, Any]]:
 
 
 def minute_rows(
-    url: str, run_id: str, version: int, shard_id: str | None = "*"
+    url: str, run_id: str, version: int, shard_id: str | None = WHOLE_RUN
 ) -> list[dict[str, Any]]:
     """Minute rows of one snapshot version, by shard then minute (all shards when None)."""
     query = select(MinuteMetric).where(

@@ -14,9 +14,8 @@ from typing import Any
 from sqlalchemy import text
 
 from storage.database import read_session
+from storage.minute_keys import WHOLE_RUN
 from storage.models import MinuteMetric
-
-WHOLE_RUN = "*"
 
 # Only real columns may be named in the generated SQL.
 _ALLOWED_COLUMNS = frozenset(c.name for c in MinuteMetric.__table__.columns) - {

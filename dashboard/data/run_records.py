@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import text
 
 from storage.database import read_session
-from storage.runs_read import ns_to_rfc3339
+from storage.time_text import ns_to_rfc3339
 
 # One query for both the runs page and the run page; the latest snapshot is picked with a
 # LATERAL join so a run with many versions reads one snapshot row.

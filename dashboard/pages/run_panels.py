@@ -36,6 +36,7 @@ from dashboard.figures.concurrency import (
 from dashboard.figures.shard_balance import shard_balance_figure
 from dashboard.figures.throughput import throughput_figure
 from dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
+from storage.minute_keys import WHOLE_RUN
 
 
 @dataclass
@@ -107,7 +108,7 @@ def _whole_run_minutes(
     config: DashboardConfig, run: RunRecord, table: CurrentTable | None, columns: tuple[str, ...]
 ) -> MinuteSeries:
     if table is not None:
-        return series_from_rows(table.shard_rows("*"), columns)
+        return series_from_rows(table.shard_rows(WHOLE_RUN), columns)
     assert run.snapshot is not None
     return load_run_minutes(config.database_url, run.run_id, run.snapshot.version, columns)
 
@@ -155,7 +156,7 @@ def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Fi
         if table is None:
             return message_figure("")
         shards = shard_series_from_rows(table.rows, (column,))
-        rates = series_from_rows(table.shard_rows("*"), ("retry_rate", "success_rate"))
+        rates = series_from_rows(table.shard_rows(WHOLE_RUN), ("retry_rate", "success_rate"))
         return throughput_figure(shards, rates, token_type, run.metrics)
     if run.snapshot is None:
         return message_figure("")

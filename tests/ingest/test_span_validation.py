@@ -178,3 +178,9 @@ def test_a_nul_in_a_span_id_attribute_rejects_that_span_only() -> None:
     # NULs elsewhere are still stripped, not refused.
     kept = normalize(span({**LLM, "gen_ai.request.model": "m\x00"}))
     assert (len(kept.rows), kept.rejected) == (1, 0)
+
+
+def test_a_shard_named_star_is_rejected_as_it_names_the_whole_run() -> None:
+    assert _reject(resource={"tpmledger.run.id": "r", "tpmledger.shard.id": "*"}) == (
+        check.REASON_WHOLE_RUN_SHARD
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -142,6 +143,7 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 def run_snapshots(args: argparse.Namespace) -> int:
     from storage.snapshots_read import list_snapshots
+    from storage.time_text import minute_text
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         rows = list_snapshots(url, args.run_id)
@@ -149,11 +151,14 @@ def run_snapshots(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": args.run_id, "snapshots": rows}, indent=2, default=str))
         return 0
     if not rows:
-        print(f"{args.run_id}: no sealed snapshot (run `tpmledger analyze {args.run_id}`)")
+        print(
+            f"{args.run_id}: no sealed snapshot "
+            f"(run `tpmledger analyze {shlex.quote(args.run_id)}`)"
+        )
         return EXIT_UNKNOWN
     for r in rows:
         print(
-            f"v{r['version']}  {r['computed_at']:%Y-%m-%dT%H:%M:%SZ}  seal {r['seal']}  "
+            f"v{r['version']}  {minute_text(r['computed_at'])}  seal {r['seal']}  "
             f"previous {r['previous_seal'] or '-'}  events {r['events_count']} "
             f"sha256 {r['events_sha256']}  merkle {r['merkle_root']} ({r['tree_size']} min)"
         )

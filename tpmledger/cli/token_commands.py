@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from storage.time_text import minute_text
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 
@@ -104,4 +105,4 @@ def run_revoke(args: argparse.Namespace) -> int:
 
 
 def _utc(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return minute_text(value)
