@@ -28,7 +28,6 @@ from pathlib import Path
 import httpx
 import psycopg
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy.engine import make_url
@@ -36,13 +35,9 @@ from sqlalchemy.engine import make_url
 from storage import migrate
 from storage.database import get_engine, libpq_url
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 
-def _kv(key: str, value: object) -> KeyValue:
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    if isinstance(value, float):
-        return KeyValue(key=key, value=AnyValue(double_value=value))
-    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+from tests.otlp_values import key_value
 
 
 def build_batch(shard: int, size: int, rng: random.Random) -> bytes:
@@ -50,11 +45,11 @@ def build_batch(shard: int, size: int, rng: random.Random) -> bytes:
     now = time.time_ns()
     resource = Resource(
         attributes=[
-            _kv("service.name", "bench-worker"),
-            _kv("tpmledger.run.id", "bench_run"),
-            _kv("tpmledger.shard.id", str(shard)),
-            _kv("tpmledger.shard.count", 8),
-            _kv("tpmledger.concurrency.cap", 16),
+            key_value("service.name", "bench-worker"),
+            key_value("tpmledger.run.id", "bench_run"),
+            key_value("tpmledger.shard.id", str(shard)),
+            key_value("tpmledger.shard.count", 8),
+            key_value("tpmledger.concurrency.cap", 16),
         ]
     )
     spans = []
@@ -69,16 +64,16 @@ def build_batch(shard: int, size: int, rng: random.Random) -> bytes:
                 start_time_unix_nano=start,
                 end_time_unix_nano=start + rng.randrange(200_000_000, 20_000_000_000),
                 attributes=[
-                    _kv("gen_ai.operation.name", "chat"),
-                    _kv("gen_ai.provider.name", "openai"),
-                    _kv("gen_ai.request.model", "gpt-bench"),
-                    _kv("gen_ai.response.model", "gpt-bench-2026"),
-                    _kv("gen_ai.usage.input_tokens", rng.randrange(10, 4000)),
-                    _kv("gen_ai.usage.output_tokens", rng.randrange(1, 1000)),
-                    _kv("gen_ai.response.time_to_first_chunk", rng.random()),
-                    _kv("tpmledger.queue.wait_s", rng.random() / 10),
-                    _kv("tpmledger.call.id", rng.randbytes(8).hex()),
-                    _kv("http.response.status_code", 200),
+                    key_value("gen_ai.operation.name", "chat"),
+                    key_value("gen_ai.provider.name", "openai"),
+                    key_value("gen_ai.request.model", "gpt-bench"),
+                    key_value("gen_ai.response.model", "gpt-bench-2026"),
+                    key_value("gen_ai.usage.input_tokens", rng.randrange(10, 4000)),
+                    key_value("gen_ai.usage.output_tokens", rng.randrange(1, 1000)),
+                    key_value("gen_ai.response.time_to_first_chunk", rng.random()),
+                    key_value("tpmledger.queue.wait_s", rng.random() / 10),
+                    key_value("tpmledger.call.id", rng.randbytes(8).hex()),
+                    key_value("http.response.status_code", 200),
                 ],
             )
         )

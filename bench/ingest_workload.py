@@ -28,7 +28,6 @@ from typing import Any
 import psutil
 import psycopg
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,22 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from storage import migrate  # noqa: E402 - after the sys.path fix for `python bench/x.py`
 from storage.database import get_engine, libpq_url  # noqa: E402
+from tests.otlp_values import key_value  # noqa: E402
 
 SHARDS = 8
 MODELS = ("llama-3.1-70b-instruct", "qwen2.5-72b-instruct")
-
-
-def _kv(key: str, value: str | int | float | bool | list[str]) -> KeyValue:
-    if isinstance(value, bool):
-        return KeyValue(key=key, value=AnyValue(bool_value=value))
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    if isinstance(value, float):
-        return KeyValue(key=key, value=AnyValue(double_value=value))
-    if isinstance(value, list):
-        items = [AnyValue(string_value=v) for v in value]
-        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
-    return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
 def _resource_spans(run_id: str, shard: int) -> ResourceSpans:
@@ -65,7 +52,7 @@ def _resource_spans(run_id: str, shard: int) -> ResourceSpans:
         ("telemetry.sdk.language", "python"),
         ("telemetry.sdk.name", "opentelemetry"),
     ):
-        rs.resource.attributes.append(_kv(key, value))
+        rs.resource.attributes.append(key_value(key, value))
     rs.scope_spans.add().scope.name = "tpmledger.simulator"
     return rs
 
@@ -75,26 +62,26 @@ def _fill_span(span: Span, rng: random.Random, call_id: str, resend: int, failed
     span.name = f"chat {model}"
     span.kind = Span.SPAN_KIND_CLIENT
     attrs = [
-        _kv("tpmledger.call.id", call_id),  # first: rewritten per span by build_bodies
-        _kv("gen_ai.operation.name", "chat"),
-        _kv("gen_ai.request.model", model),
-        _kv("gen_ai.provider.name", "openai"),
-        _kv("tpmledger.queue.wait_s", round(rng.uniform(0, 2.5), 4)),
-        _kv("server.address", "127.0.0.1"),
+        key_value("tpmledger.call.id", call_id),  # first: rewritten per span by build_bodies
+        key_value("gen_ai.operation.name", "chat"),
+        key_value("gen_ai.request.model", model),
+        key_value("gen_ai.provider.name", "openai"),
+        key_value("tpmledger.queue.wait_s", round(rng.uniform(0, 2.5), 4)),
+        key_value("server.address", "127.0.0.1"),
     ]
     if resend:
-        attrs.append(_kv("http.request.resend_count", resend))
+        attrs.append(key_value("http.request.resend_count", resend))
     if failed:
-        attrs += [_kv("error.type", "429"), _kv("http.response.status_code", 429)]
+        attrs += [key_value("error.type", "429"), key_value("http.response.status_code", 429)]
         span.status.code = Status.STATUS_CODE_ERROR
     else:
         attrs += [
-            _kv("gen_ai.response.model", model),
-            _kv("gen_ai.usage.input_tokens", rng.randint(200, 1800)),
-            _kv("gen_ai.usage.output_tokens", rng.randint(50, 900)),
-            _kv("gen_ai.response.time_to_first_chunk", round(rng.uniform(0.05, 1.5), 4)),
-            _kv("gen_ai.response.finish_reasons", ["stop"]),
-            _kv("http.response.status_code", 200),
+            key_value("gen_ai.response.model", model),
+            key_value("gen_ai.usage.input_tokens", rng.randint(200, 1800)),
+            key_value("gen_ai.usage.output_tokens", rng.randint(50, 900)),
+            key_value("gen_ai.response.time_to_first_chunk", round(rng.uniform(0.05, 1.5), 4)),
+            key_value("gen_ai.response.finish_reasons", ["stop"]),
+            key_value("http.response.status_code", 200),
         ]
     span.attributes.extend(attrs)
 

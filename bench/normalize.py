@@ -22,25 +22,12 @@ sys.path.insert(0, str(_ROOT))
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
 
 from ingest.normalize import normalize_payload, normalize_request  # noqa: E402
+from tests.otlp_values import key_value  # noqa: E402
 
 BASE_NS = 1_769_917_440 * 1_000_000_000
-
-
-def _kv(key: str, value: object) -> KeyValue:
-    if isinstance(value, bool):
-        return KeyValue(key=key, value=AnyValue(bool_value=value))
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    if isinstance(value, float):
-        return KeyValue(key=key, value=AnyValue(double_value=value))
-    if isinstance(value, list):
-        items = [AnyValue(string_value=str(v)) for v in value]
-        return KeyValue(key=key, value=AnyValue(array_value=ArrayValue(values=items)))
-    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
 def build_request(spans: int, shards: int = 8) -> ExportTraceServiceRequest:
@@ -50,7 +37,7 @@ def build_request(spans: int, shards: int = 8) -> ExportTraceServiceRequest:
     for shard in range(shards):
         resource_spans = request.resource_spans.add()
         resource_spans.resource.attributes.extend(
-            _kv(k, v)
+            key_value(k, v)
             for k, v in {
                 "service.name": "llm-worker",
                 "tpmledger.run.id": "newgen_full_20260201_030151_sharded",
@@ -98,7 +85,7 @@ def build_request(spans: int, shards: int = 8) -> ExportTraceServiceRequest:
                 kind=Span.SPAN_KIND_CLIENT,
                 start_time_unix_nano=start,
                 end_time_unix_nano=start + 2_400_000_000,
-                attributes=[_kv(k, v) for k, v in attributes.items()],
+                attributes=[key_value(k, v) for k, v in attributes.items()],
                 status=Status(code=Status.STATUS_CODE_ERROR if failed else Status.STATUS_CODE_OK),
             )
             scope_spans.spans.append(span)

@@ -71,7 +71,8 @@ class _Lane:
 
 
 class GroupCommitWriter:
-    """Bounded queue + one writer task that commits many requests per transaction."""
+    """Bounded queue + writer tasks (one per connection), each committing many requests
+    per transaction."""
 
     def __init__(
         self,

@@ -7,39 +7,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from ingest.normalize import NormalizedBatch, normalize_request
 from storage.models import ATTEMPT_COPY_COLUMNS
+from tests.otlp_values import key_values
 
 BASE_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z
 NOW_NS = BASE_NS + 3_600 * 1_000_000_000
 LLM = {"gen_ai.operation.name": "chat"}
-
-
-def any_value(value: Any) -> AnyValue:
-    """A Python value as an OTLP AnyValue (bool before int: bool is an int)."""
-    if isinstance(value, AnyValue):
-        return value
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, bytes):
-        return AnyValue(bytes_value=value)
-    if isinstance(value, list):
-        return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
-    if isinstance(value, dict):
-        return AnyValue(kvlist_value=KeyValueList(values=key_values(value)))
-    return AnyValue(string_value=str(value))
-
-
-def key_values(attributes: Mapping[str, Any]) -> list[KeyValue]:
-    """A mapping as repeated OTLP KeyValue."""
-    return [KeyValue(key=k, value=any_value(v)) for k, v in attributes.items()]
 
 
 def span(

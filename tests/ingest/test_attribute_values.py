@@ -16,7 +16,7 @@ from ingest.attribute_values import (
     as_text,
     strip_nul,
 )
-from tests.ingest.span_builders import any_value
+from tests.otlp_values import any_value
 
 
 @pytest.mark.parametrize(
