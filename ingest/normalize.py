@@ -45,7 +45,7 @@ _DECODER: Final = AttributeDecoder()
 class NormalizedBatch:
     """The outcome of normalizing one export request."""
 
-    rows: list[tuple[Any, ...]]  # attempt rows in storage.models.ATTEMPT_COPY_COLUMNS order
+    rows: list[tuple[Any, ...]]  # attempt rows in storage.attempt_columns order
     ignored: int  # spans that are not LLM calls (counted, not stored)
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most MAX_REASONS
@@ -212,7 +212,7 @@ def normalize_span(
     else:
         status = "ok"
 
-    # Column order = storage.models.ATTEMPT_COPY_COLUMNS.
+    # Column order = storage.attempt_columns.ATTEMPT_COLUMNS (the one declaration).
     return (
         trace_id,
         span_id,

@@ -24,19 +24,12 @@ from typing import Any, Final
 
 import orjson
 
-from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+from storage.attempt_columns import ATTEMPT_COPY_COLUMNS, NUMBER_COLUMNS
 
 # The encoder below unpacks rows positionally in ATTEMPT_COPY_COLUMNS order; if that order
 # changes, tests/storage/test_attempt_encoding.py (which compares with psycopg's own row
 # writer) fails.
-_NUMERIC: Final = frozenset(
-    {
-        "declared_shard_count", "concurrency_cap", "call_id_explicit", "resend_count",
-        "start_ns", "end_ns", "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens",
-        "reported_total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-        "http_status", "span_kind",
-    }
-)  # fmt: skip
+_NUMERIC: Final = NUMBER_COLUMNS
 #: The column order of the encoded text: the numbers first (printed together, see
 #: :func:`encode_attempts`), then the rest, each part in ATTEMPT_COPY_COLUMNS order.
 ENCODED_COLUMNS: Final = tuple(c for c in ATTEMPT_COPY_COLUMNS if c in _NUMERIC) + tuple(

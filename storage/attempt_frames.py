@@ -19,47 +19,21 @@ import polars as pl
 import psycopg
 from psycopg import pq, sql
 
+from storage.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from storage.binary_copy import Kind, parse_binary_copy
 from storage.database import raw_transaction
 
-# Column -> (SELECT expression, Polars type), in COPY order.
-_FRAME_COLUMNS: dict[str, tuple[str, pl.DataType]] = {
-    "trace_id": ("trace_id", pl.String()),
-    "span_id": ("span_id", pl.String()),
-    "parent_span_id": ("parent_span_id", pl.String()),
-    "call_id": ("call_id", pl.String()),
-    "completion_tokens": ("completion_tokens", pl.Int64()),
-    "end_ns": ("end_ns", pl.Int64()),
-    "error_type": ("error_type", pl.String()),
-    "http_status": ("http_status", pl.Int64()),
-    "model": ("model", pl.String()),
-    "prompt_tokens": ("prompt_tokens", pl.Int64()),
-    "queue_wait_s": ("queue_wait_s", pl.Float64()),
-    "resend_count": ("resend_count", pl.Int64()),
-    "run_id": ("run_id", pl.String()),
-    "shard_id": ("shard_id", pl.String()),
-    "start_ns": ("start_ns", pl.Int64()),
-    "status": ("status", pl.String()),
-    "ttft_s": ("ttft_s", pl.Float64()),
-    "concurrency_cap": ("concurrency_cap", pl.Int64()),
+_POLARS_TYPES: dict[ReadAs, pl.DataType] = {
+    "hex": pl.String(),
+    "text": pl.String(),
+    "integer": pl.Int64(),
+    "float": pl.Float64(),
 }
-ATTEMPT_FRAME_SCHEMA: dict[str, pl.DataType] = {k: t for k, (_, t) in _FRAME_COLUMNS.items()}
-# bytea columns, read as lowercase hex text.
-_ID_COLUMNS = ("trace_id", "span_id", "parent_span_id")
-
-
-def _kind(name: str, dtype: pl.DataType) -> Kind:
-    if name in _ID_COLUMNS:
-        return "hex"
-    if dtype == pl.Int64():
-        return "integer"
-    return "float" if dtype == pl.Float64() else "text"
-
-
+# The columns a run read returns (storage/attempt_columns.py), in COPY order.
+_READ: dict[str, ReadAs] = {c.name: c.read for c in ATTEMPT_COLUMNS if c.read is not None}
+ATTEMPT_FRAME_SCHEMA: dict[str, pl.DataType] = {n: _POLARS_TYPES[r] for n, r in _READ.items()}
 # What the COPY sends (every column but run_id, the filter) and how each is parsed.
-ATTEMPT_COPY_KINDS: dict[str, Kind] = {
-    name: _kind(name, dtype) for name, (_, dtype) in _FRAME_COLUMNS.items() if name != "run_id"
-}
+ATTEMPT_COPY_KINDS: dict[str, Kind] = {n: r for n, r in _READ.items() if n != "run_id"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +112,7 @@ SPLIT_FETCH_MIN_ATTEMPTS = 100_000
 
 
 def _copy_query(run_id: str, condition: sql.Composable) -> sql.Composed:
-    select_list = ", ".join(expr for name, (expr, _) in _FRAME_COLUMNS.items() if name != "run_id")
+    select_list = ", ".join(ATTEMPT_COPY_KINDS)
     return sql.SQL(
         "COPY (SELECT {} FROM attempts WHERE run_id = {} AND {}) TO STDOUT (FORMAT binary)"
     ).format(sql.SQL(select_list), sql.Literal(run_id), condition)

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Column,
     DateTime,
     Double,
     ForeignKeyConstraint,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     SmallInteger,
+    Table,
     Text,
     func,
     text,
@@ -29,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+from storage.attempt_columns import ATTEMPT_COLUMNS, ATTEMPT_COPY_COLUMNS, AttemptColumn
 
 __all__ = [
     "ATTEMPT_COPY_COLUMNS",
@@ -45,6 +47,7 @@ __all__ = [
     "SnapshotDiagnostics",
     "SnapshotGoodput",
     "ToolSpan",
+    "attempts_table",
 ]
 
 # Stable constraint names so Alembic autogenerate and downgrades agree.
@@ -61,81 +64,72 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class Attempt(Base):
-    """One LLM-call attempt span (SPEC §2). Natural key: (trace_id, span_id)."""
+_POSTGRES_TYPES: dict[str, Any] = {
+    "bytea": LargeBinary,
+    "text": Text,
+    "smallint": SmallInteger,
+    "integer": Integer,
+    "bigint": BigInteger,
+    "double precision": Double,
+    "boolean": Boolean,
+    "text[]": lambda: ARRAY(Text),
+    "jsonb": JSONB,
+}
 
-    __tablename__ = "attempts"
 
-    trace_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
-    span_id: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
-    parent_span_id: Mapped[bytes | None] = mapped_column(LargeBinary)
-    run_id: Mapped[str] = mapped_column(Text)
-    shard_id: Mapped[str] = mapped_column(Text)
-    declared_shard_count: Mapped[int | None] = mapped_column(Integer)
-    concurrency_cap: Mapped[int | None] = mapped_column(Integer)
-    sweep_id: Mapped[str | None] = mapped_column(Text)
-    call_id: Mapped[str] = mapped_column(Text)
-    # True when call_id came from tpmledger.call.id rather than the span's own id.
-    call_id_explicit: Mapped[bool] = mapped_column(Boolean)
-    # NULL when the span carried no http.request.resend_count (analytics reads it as 0).
-    resend_count: Mapped[int | None] = mapped_column(Integer)
-    start_ns: Mapped[int] = mapped_column(BigInteger)
-    end_ns: Mapped[int] = mapped_column(BigInteger)
-    queue_wait_s: Mapped[float | None] = mapped_column(Double)
-    ttft_s: Mapped[float | None] = mapped_column(Double)
-    prompt_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    completion_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    reported_total_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    cache_read_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    reasoning_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    model: Mapped[str | None] = mapped_column(Text)
-    provider: Mapped[str | None] = mapped_column(Text)
-    operation_name: Mapped[str | None] = mapped_column(Text)
-    finish_reasons: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
-    status: Mapped[str] = mapped_column(Text)  # "ok" | "error"
-    error_type: Mapped[str | None] = mapped_column(Text)
-    http_status: Mapped[int | None] = mapped_column(Integer)
-    convention: Mapped[str | None] = mapped_column(Text)
-    span_name: Mapped[str] = mapped_column(Text)
-    span_kind: Mapped[int] = mapped_column(SmallInteger)
-    span_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    resource_attributes: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    received_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now()
+def _declared(column: AttemptColumn) -> Column[Any]:
+    return Column(
+        column.name,
+        _POSTGRES_TYPES[column.postgres](),
+        primary_key=column.primary_key,
+        nullable=column.nullable,
     )
+
+
+#: One LLM-call attempt span per row (docs/conventions.md); natural key (trace_id, span_id).
+#: The columns ingest writes come from :data:`storage.attempt_columns.ATTEMPT_COLUMNS`.
+attempts_table = Table(
+    "attempts",
+    Base.metadata,
+    *(_declared(column) for column in ATTEMPT_COLUMNS),
+    Column("received_at", DateTime(timezone=True), server_default=func.now(), nullable=False),
     # The ingest commit that stored the row (docs/metrics.md#live-figures); NULL for rows
     # stored before migration 0003 or loaded by other means.
-    ingest_batch: Mapped[int | None] = mapped_column(
+    Column(
+        "ingest_batch",
         BigInteger,
         server_default=text("NULLIF(current_setting('tpmledger.ingest_batch', true), '')::bigint"),
-    )
+    ),
+    # Every per-run read goes through this index and never touches other runs.
+    Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
+    # The live path's probes (docs/metrics.md#live-figures): children by parent
+    # (rollups) and attempts by explicit call id (order within a call).
+    Index(
+        "ix_attempts_trace_id_parent_span_id",
+        "trace_id",
+        "parent_span_id",
+        postgresql_where=text("parent_span_id IS NOT NULL"),
+    ),
+    Index(
+        "ix_attempts_run_id_call_id",
+        "run_id",
+        "call_id",
+        postgresql_where=text("call_id_explicit"),
+    ),
+    # A commit's rows by their pages (rows are appended in commit order).
+    Index(
+        "ix_attempts_ingest_batch",
+        "ingest_batch",
+        postgresql_using="brin",
+        postgresql_with={"pages_per_range": 16, "autosummarize": "on"},
+    ),
+)
 
-    __table_args__ = (
-        # Every per-run read goes through this index and never touches other runs.
-        Index("ix_attempts_run_id_end_ns", "run_id", "end_ns"),
-        # The live path's probes (docs/metrics.md#live-figures): children by parent
-        # (rollups) and attempts by explicit call id (order within a call).
-        Index(
-            "ix_attempts_trace_id_parent_span_id",
-            "trace_id",
-            "parent_span_id",
-            postgresql_where=text("parent_span_id IS NOT NULL"),
-        ),
-        Index(
-            "ix_attempts_run_id_call_id",
-            "run_id",
-            "call_id",
-            postgresql_where=text("call_id_explicit"),
-        ),
-        # A commit's rows by their pages (rows are appended in commit order).
-        Index(
-            "ix_attempts_ingest_batch",
-            "ingest_batch",
-            postgresql_using="brin",
-            postgresql_with={"pages_per_range": 16, "autosummarize": "on"},
-        ),
-    )
+
+class Attempt(Base):
+    """One LLM-call attempt span, mapped onto :data:`attempts_table`."""
+
+    __table__ = attempts_table
 
 
 class Run(Base):
