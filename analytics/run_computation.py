@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -89,8 +90,15 @@ def metrics_sha256(metrics: dict[str, Any]) -> str:
     return hashlib.sha256(rfc8785.dumps(hashed)).hexdigest()
 
 
-def load_run(url: str, run_id: str) -> tuple[RunFacts, pl.DataFrame]:
-    """The run's facts and all its stored attempts, read from one consistent snapshot."""
+def load_run(
+    url: str,
+    run_id: str,
+    end_before_ns: int | None = None,
+    received_by: datetime | None = None,
+) -> tuple[RunFacts, pl.DataFrame]:
+    """The run's facts and its stored attempts (those that ended before
+    ``end_before_ns`` and were stored by ``received_by``, when given), read from one
+    consistent snapshot."""
     with raw_transaction(url) as conn:
         begin_repeatable_read(conn)
         facts = fetch_run_facts(conn, run_id)
@@ -98,7 +106,10 @@ def load_run(url: str, run_id: str) -> tuple[RunFacts, pl.DataFrame]:
             raise UnknownRun(run_id)
         # A large run is read by two backends at once, in this transaction's snapshot.
         split = url if facts.attempts >= SPLIT_FETCH_MIN_ATTEMPTS else None
-        return facts, fetch_run_attempts(conn, run_id, split_url=split)
+        attempts = fetch_run_attempts(
+            conn, run_id, split_url=split, end_before_ns=end_before_ns, received_by=received_by
+        )
+        return facts, attempts
 
 
 def _sealed_file(events: pl.DataFrame, timer: StageTimer) -> tuple[EventFile, MinuteDigests]:
@@ -114,8 +125,11 @@ def _sealed_file(events: pl.DataFrame, timer: StageTimer) -> tuple[EventFile, Mi
     return file, digests
 
 
-def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunComputation:
-    """Load ``run_id`` and compute its events, minute table, figures, file and tree.
+def compute_run(
+    url: str, run_id: str, timer: StageTimer | None = None, end_before_ns: int | None = None
+) -> RunComputation:
+    """Load ``run_id`` and compute its events, minute table, figures, file and tree
+    (over the attempts that ended before ``end_before_ns``: a checkpoint).
 
     The canonical file and its hashes need no figures, so they are built in a worker
     thread while this thread computes the figures (Polars, NumPy and hashlib release
@@ -123,7 +137,7 @@ def compute_run(url: str, run_id: str, timer: StageTimer | None = None) -> RunCo
     """
     timer = timer or StageTimer()
     with timer.stage("fetch"):
-        facts, attempts = load_run(url, run_id)
+        facts, attempts = load_run(url, run_id, end_before_ns)
     with timer.stage("events"):
         # In fetch order: the file writer puts lines in canonical order itself (SPEC §5).
         events = attempts_to_events(attempts)

@@ -1,9 +1,12 @@
 """Sealed snapshots (SPEC §5): immutable, versioned per run, each linked to the previous seal.
 
 Document = ``{run_id, version, computed_at, generator {name, version}, params,
-events {sha256, count, format}, minutes {merkle_root, tree_size}, metrics_sha256,
-previous_seal}`` and ``seal`` = SHA-256 of its JCS. The run object (SPEC §8 names plus
-extra keys) and the minute table are stored with it.
+events {sha256, count, format}, minutes {merkle_root, tree_size, through_minute_utc},
+metrics_sha256, previous_seal}`` (plus ``rebased`` when late data changed minutes an
+earlier version sealed: :mod:`analytics.minute_log`) and ``seal`` = SHA-256 of its JCS.
+The run object (the API's names plus extra keys) and the minute table are stored with it.
+A **checkpoint** (``end_before_ns``) seals the minutes that are closed while the run is
+still receiving data (docs/provenance.md#versions).
 
 Sealing is skipped when nothing changed: the newest snapshot already has the same
 ``events_sha256``, ``metrics_sha256`` and ``params`` (re-running ``analyze`` or a
@@ -19,9 +22,11 @@ from typing import Any
 
 import polars as pl
 import rfc8785
+from sqlalchemy.orm import Session
 
 from analytics.concurrency import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE
 from analytics.event_plans import QUANTILE_METHOD
+from analytics.minute_log import MINUTE, changed_minutes, first_minute, leaf_list
 from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
 from analytics.run_computation import RunComputation, StageTimer, compute_run
 from analytics.sealed_figures import compute_sealed_figures, store_sealed_figures
@@ -30,8 +35,13 @@ from provenance.event_file import EVENTS_FORMAT
 from storage.database import transaction
 from storage.live_store import drop_sealed_live_rows
 from storage.models import Snapshot
-from storage.snapshot_store import insert_snapshot, latest_version, lock_run_for_sealing
-from storage.time_text import utc_ms
+from storage.snapshot_store import (
+    count_late_attempts,
+    insert_snapshot,
+    latest_version,
+    lock_run_for_sealing,
+)
+from storage.time_text import minute_text, utc_ms
 from tpmledger import __version__
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
@@ -67,15 +77,22 @@ def seal_of(document: dict[str, Any]) -> str:
     return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
 
 
+def through_minute(computation: RunComputation) -> str | None:
+    """``through_minute_utc``: the last minute the version's tree holds (None: no minute)."""
+    leaves = computation.tree.leaves
+    return str(leaves[-1]["minute_utc"]) if leaves else None
+
+
 def snapshot_document(
     computation: RunComputation,
     version: int,
     previous_seal: str | None,
     computed_at: datetime,
     params: dict[str, Any] | None = None,
+    rebased: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The SPEC §5 snapshot document for ``computation`` at ``version``."""
-    return {
+    """The snapshot document for ``computation`` at ``version`` (docs/provenance.md)."""
+    document: dict[str, Any] = {
         "run_id": computation.run_id,
         "version": version,
         "computed_at": utc_ms(computed_at),
@@ -86,9 +103,42 @@ def snapshot_document(
             "count": computation.file.count,
             "format": EVENTS_FORMAT,
         },
-        "minutes": {"merkle_root": computation.tree.root, "tree_size": computation.tree.tree_size},
+        "minutes": {
+            "merkle_root": computation.tree.root,
+            "tree_size": computation.tree.tree_size,
+            "through_minute_utc": through_minute(computation),
+        },
         "metrics_sha256": computation.metrics_sha256,
         "previous_seal": previous_seal,
+    }
+    if rebased is not None:
+        document["rebased"] = rebased
+    return document
+
+
+def rebase_of(
+    session: Session, latest: Snapshot, computation: RunComputation
+) -> dict[str, Any] | None:
+    """``rebased`` for the version after ``latest``, or None when it extends ``latest``."""
+    if latest.leaf_hashes is None:
+        return None  # sealed before leaf hashes were kept: nothing to compare with
+    old_first = first_minute(latest.metrics)
+    changed = changed_minutes(
+        leaf_list(latest.leaf_hashes),
+        old_first,
+        computation.tree.leaf_hashes,
+        first_minute(computation.metrics),
+    )
+    if not changed or old_first is None:
+        return None
+    old_end = old_first + latest.tree_size * MINUTE
+    late = count_late_attempts(
+        session, computation.run_id, latest.data_as_of, int(old_end.timestamp()) * 1_000_000_000
+    )
+    return {
+        "from_version": latest.version,
+        "minutes_changed": [minute_text(m) for m in changed],
+        "late_attempts": late,
     }
 
 
@@ -164,7 +214,11 @@ def seal_computation(
         computed_at = now or datetime.now(UTC)
         # The document carries milliseconds; store exactly what was sealed.
         computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
-        document = snapshot_document(computation, version + 1, previous_seal, computed_at)
+        previous = session.get(Snapshot, (run_id, version)) if version else None
+        rebased = rebase_of(session, previous, computation) if previous is not None else None
+        document = snapshot_document(
+            computation, version + 1, previous_seal, computed_at, rebased=rebased
+        )
         seal = seal_of(document)
         metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
         row = {
@@ -201,15 +255,18 @@ def seal_run(
     timer: StageTimer | None = None,
     quiet_s: float | None = None,
     slo: Slo | None = None,
+    end_before_ns: int | None = None,
 ) -> SealResult:
     """Recompute ``run_id`` from the database and seal it as a new version if it changed.
 
     With ``quiet_s``, the snapshot is final only if the run received no data for that
     long before it was computed (``tpmledger analyze`` of a running run is provisional).
+    With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
+    final).
     """
-    computation = compute_run(url, run_id, timer)
-    final = True
-    if quiet_s is not None:
+    computation = compute_run(url, run_id, timer, end_before_ns)
+    final = end_before_ns is None
+    if quiet_s is not None and final:
         quiet_for = datetime.now(UTC) - computation.facts.updated_at
         final = quiet_for.total_seconds() >= quiet_s
     if timer is None:

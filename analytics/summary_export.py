@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from provenance.sigstore_bundle import bundle_from_envelope
 from provenance.summary_text import summary_text
 from storage.database import read_session
 from storage.models import Snapshot
+from storage.snapshots_read import snapshot_at
 from storage.time_text import utc_ms
 from tpmledger import __version__
 
@@ -55,6 +57,23 @@ class RunNotSealed(LookupError):
             f"run {run_id!r} has no sealed snapshot; seal it with "
             f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
         )
+
+
+class VersionNotSealed(LookupError):
+    """The run has no sealed version of that number."""
+
+    def __init__(self, run_id: str, version: int) -> None:
+        super().__init__(f"run {run_id!r} has no sealed version {version}")
+
+
+def _through_end_ns(snapshot: Snapshot) -> int | None:
+    """The end of the version's last minute (None for versions sealed before it was
+    recorded: they covered every attempt they saw)."""
+    through = (snapshot.document or {}).get("minutes", {}).get("through_minute_utc")
+    if not through:
+        return None
+    moment = datetime.fromisoformat(str(through).replace("Z", "+00:00"))
+    return (int(moment.timestamp()) + 60) * 1_000_000_000
 
 
 class SnapshotOutdated(RuntimeError):
@@ -102,16 +121,42 @@ def summary_envelope(url: str, run_id: str, key: SigningKey) -> dict[str, Any]:
     return _sign(_predicate(snapshot), key)
 
 
-def build_summary(url: str, run_id: str, key: SigningKey) -> RunSummary:
-    """Sign a summary of the run's newest snapshot with ``key``, with its events and proofs.
+def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = None) -> RunSummary:
+    """Sign a summary of the run's newest snapshot (or of ``version``) with ``key``, with
+    its events and proofs.
 
-    Raises :class:`SnapshotOutdated` when the stored events changed since that snapshot.
+    The events of an earlier version are those it saw: attempts stored by its
+    ``data_as_of`` that ended by the end of its last minute (a checkpoint covers closed
+    minutes only). Raises :class:`SnapshotOutdated` when the stored events no longer hash
+    to what the snapshot sealed.
     """
-    snapshot = _latest_snapshot(url, run_id)
-    if snapshot is None:
-        raise RunNotSealed(run_id)
-    events = load_run_events(url, run_id)
+    if version is None:
+        snapshot = _latest_snapshot(url, run_id)
+        if snapshot is None:
+            raise RunNotSealed(run_id)
+        events = load_run_events(url, run_id)
+    else:
+        snapshot = snapshot_at(url, run_id, version)
+        if snapshot is None:
+            raise VersionNotSealed(run_id, version)
+        events = load_run_events(
+            url,
+            run_id,
+            end_before_ns=_through_end_ns(snapshot),
+            received_by=snapshot.data_as_of,
+        )
     event_file = build_event_file(events)
+    if version is not None and (event_file.sha256, event_file.count) != (
+        snapshot.events_sha256,
+        snapshot.events_count,
+    ):
+        raise SnapshotOutdated(
+            f"the events of run {run_id!r} version {version} can no longer be rebuilt: "
+            f"{event_file.count} events stored by {utc_ms(snapshot.data_as_of)} hash to "
+            f"{event_file.sha256[:16]}…, the version sealed {snapshot.events_count} "
+            f"({snapshot.events_sha256[:16]}…); an ingest commit overlapped its seal, or "
+            "its raw spans were pruned"
+        )
     if (event_file.sha256, event_file.count) != (snapshot.events_sha256, snapshot.events_count):
         raise SnapshotOutdated(
             f"run {run_id!r} has {event_file.count} events (sha256 {event_file.sha256[:16]}…) "

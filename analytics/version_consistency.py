@@ -10,16 +10,13 @@ the RFC 9162 §2.1.4 proof in the published JSON shape
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from analytics.minute_log import changed_minutes, first_minute, leaf_list
 from provenance.consistency_document import check_consistency, consistency_document
 from provenance.merkle import consistency_proof, root_from_leaf_hashes
 from storage.snapshots_read import snapshot_at
 from storage.time_text import minute_text
-
-HASH_BYTES = 32
 
 
 class ConsistencyRefused(ValueError):
@@ -36,19 +33,7 @@ def _leaves(blob: bytes | None, version: int, run_id: str) -> list[bytes]:
             f"version {version} of {run_id} was sealed before leaf hashes were stored; "
             "seal the run again (tpmledger analyze --force) and prove between newer versions"
         )
-    return [blob[i : i + HASH_BYTES] for i in range(0, len(blob), HASH_BYTES)]
-
-
-def _first_minute(metrics: Mapping[str, Any]) -> datetime | None:
-    first = metrics.get("first_event_utc")
-    if not first:
-        return None
-    moment = datetime.fromisoformat(first.replace("Z", "+00:00")).astimezone(UTC)
-    return moment.replace(second=0, microsecond=0)
-
-
-def _minute_text(moment: datetime) -> str:
-    return minute_text(moment)
+    return leaf_list(blob)
 
 
 def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, Any]:
@@ -63,27 +48,18 @@ def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, An
     assert a is not None and b is not None
     old_leaves = _leaves(a.leaf_hashes, old, run_id)
     new_leaves = _leaves(b.leaf_hashes, new, run_id)
-    first_old, first_new = _first_minute(a.metrics), _first_minute(b.metrics)
-    if first_old is not None and first_new is not None and first_new < first_old:
+    first_old, first_new = first_minute(a.metrics), first_minute(b.metrics)
+    changed = changed_minutes(old_leaves, first_old, new_leaves, first_new)
+    if changed:
+        minutes = ", ".join(minute_text(m) for m in changed)
         raise ConsistencyRefused(
-            f"version {new} starts at {_minute_text(first_new)}, before version {old}'s first "
-            f"minute {_minute_text(first_old)} (late data): version {new} does not extend "
-            f"version {old}"
+            f"minutes changed between version {old} and version {new} (late data): {minutes}; "
+            f"version {new} does not extend version {old}"
         )
     if len(new_leaves) < len(old_leaves):
         raise ConsistencyRefused(
             f"version {new} holds {len(new_leaves)} minutes, fewer than version {old}'s "
             f"{len(old_leaves)}"
-        )
-    changed = [i for i, leaf in enumerate(old_leaves) if new_leaves[i] != leaf]
-    if changed:
-        minutes = ", ".join(
-            _minute_text(first_old + timedelta(minutes=i)) if first_old else f"leaf {i}"
-            for i in changed
-        )
-        raise ConsistencyRefused(
-            f"minutes changed between version {old} and version {new} (late data): {minutes}; "
-            f"version {new} does not extend version {old}"
         )
     if not old_leaves:
         raise ConsistencyRefused(f"version {old} has no minutes to prove a prefix of")

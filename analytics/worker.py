@@ -8,7 +8,8 @@ Two loops on two threads, so a long seal never delays live figures:
   ``runs.updated_at`` is newer than their latest snapshot's ``data_as_of`` and older than
   ``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not
   on every batch), and seals each. A run whose figures turn out unchanged is remembered by
-  its ``updated_at`` so it is not recomputed on every poll.
+  its ``updated_at`` so it is not recomputed on every poll. The same loop seals
+  checkpoints of runs still receiving data (:mod:`analytics.checkpoints`).
 
 SIGTERM/SIGINT stop both cleanly between updates and seals.
 """
@@ -22,6 +23,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from analytics.checkpoints import Checkpointer
 from analytics.kernel_warmup import warm
 from analytics.live_updater import LiveUpdater
 from analytics.run_computation import StageTimer
@@ -93,7 +95,15 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         raise ValueError("the analytics worker needs settings.database_url")
     stop = stop or threading.Event()
     _install_signal_handlers(stop)
-    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s, optional_slo(settings.slo))
+    slo = optional_slo(settings.slo)
+    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s, slo)
+    checkpoints = Checkpointer(
+        settings.database_url,
+        every_s=settings.checkpoint_every_s,
+        quiet_s=settings.reseal_quiet_s,
+        close_after_s=settings.minute_close_after_s,
+        slo=slo,
+    )
     warm()
     log.info(
         "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
@@ -111,6 +121,8 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     while not stop.is_set():
         try:
             loop.poll_once(stop)
+            if settings.checkpoint_every_s > 0 and not stop.is_set():
+                checkpoints.poll_once()
         except Exception:  # database restarts must not kill the worker
             log.exception("analytics poll failed; retrying")
         stop.wait(settings.analytics_poll_s)

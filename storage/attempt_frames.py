@@ -135,8 +135,11 @@ def copy_select(
     return parse_binary_copy(_copy_out(conn, query.as_bytes(conn)).getbuffer(), kinds)
 
 
-def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[pl.DataFrame]:
-    """The run's rows in two halves of its end-time range, read by two backends at once.
+def _split_halves(
+    conn: psycopg.Connection, url: str, run_id: str, within: sql.Composable
+) -> list[pl.DataFrame]:
+    """The run's rows (those ``within`` holds for) in two halves of its end-time range,
+    read by two backends at once.
 
     The helper connection adopts ``conn``'s snapshot (``pg_export_snapshot`` / ``SET
     TRANSACTION SNAPSHOT``, as ``pg_dump --jobs`` does), so both halves come from one
@@ -150,19 +153,25 @@ def _split_halves(conn: psycopg.Connection, url: str, run_id: str) -> list[pl.Da
         (run_id,),
     ).fetchone() or (None, None)
     if snapshot is None or mid is None:
-        everything = _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn)
+        everything = _copy_query(run_id, within).as_bytes(conn)
         return [_copy_and_parse(conn, everything)]
     with raw_transaction(url) as helper, ThreadPoolExecutor(max_workers=1) as pool:
         helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-        late = _copy_query(run_id, sql.SQL("end_ns >= {}").format(sql.Literal(int(mid))))
+        half = sql.Literal(int(mid))
+        late = _copy_query(run_id, sql.SQL("{} AND end_ns >= {}").format(within, half))
         second = pool.submit(_copy_and_parse, helper, late.as_bytes(helper))
-        early = _copy_query(run_id, sql.SQL("end_ns < {}").format(sql.Literal(int(mid))))
+        early = _copy_query(run_id, sql.SQL("{} AND end_ns < {}").format(within, half))
         return [_copy_and_parse(conn, early.as_bytes(conn)), second.result()]
 
 
 def fetch_run_attempts(
-    conn: psycopg.Connection, run_id: str, *, split_url: str | None = None
+    conn: psycopg.Connection,
+    run_id: str,
+    *,
+    split_url: str | None = None,
+    end_before_ns: int | None = None,
+    received_by: datetime | None = None,
 ) -> pl.DataFrame:
     """Every stored attempt of ``run_id`` as a frame of :data:`ATTEMPT_FRAME_SCHEMA`.
 
@@ -171,13 +180,21 @@ def fetch_run_attempts(
 
     PostgreSQL's COPY work is the wall-clock floor of a large fetch, so with
     ``split_url`` (the database URL; ``conn`` must be in a REPEATABLE READ transaction)
-    two backends each produce half of the run in the same snapshot.
+    two backends each produce half of the run in the same snapshot. With
+    ``end_before_ns``, only the attempts that ended before it (a checkpoint's closed
+    minutes); with ``received_by``, only those stored by then (what a version saw).
     """
+    within: sql.Composable = sql.SQL("TRUE")
+    if end_before_ns is not None:
+        within = sql.SQL("end_ns < {}").format(sql.Literal(int(end_before_ns)))
+    if received_by is not None:
+        stored = sql.SQL("received_at <= {}").format(sql.Literal(received_by))
+        within = sql.SQL("{} AND {}").format(within, stored)
     if split_url is None:
-        query = _copy_query(run_id, sql.SQL("TRUE")).as_bytes(conn)
+        query = _copy_query(run_id, within).as_bytes(conn)
         frames = [_copy_and_parse(conn, query)]
     else:
-        frames = _split_halves(conn, split_url, run_id)
+        frames = _split_halves(conn, split_url, run_id, within)
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
         list(ATTEMPT_FRAME_SCHEMA)

@@ -8,7 +8,7 @@ queries return plain dicts; :mod:`analytics.live_view` applies the run-level rul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -41,11 +41,28 @@ class RunState:
     snapshot_final: bool | None
     snapshot_metrics: dict[str, Any] | None
     live_rows: int  # live rows newer than the snapshot
+    # The last minute the newest snapshot covers (its document's through_minute_utc);
+    # a checkpoint covers closed minutes only. None for versions sealed before checkpoints.
+    snapshot_through: datetime | None = None
+
+    @property
+    def snapshot_covers_every_minute(self) -> bool:
+        """The newest snapshot covers the run's last minute (it is not a checkpoint of
+        closed minutes only)."""
+        if self.snapshot_through is None:
+            return True
+        last = datetime.fromtimestamp(self.last_event_ns // 60_000_000_000 * 60, UTC)
+        return self.snapshot_through >= last
 
     @property
     def has_new_data(self) -> bool:
-        """Data arrived after the newest snapshot was computed (or it was never sealed)."""
-        return self.snapshot_data_as_of is None or self.updated_at > self.snapshot_data_as_of
+        """Data arrived after the newest snapshot was computed (or it was never sealed), or
+        that snapshot is a checkpoint that leaves out the open minutes."""
+        return (
+            self.snapshot_data_as_of is None
+            or self.updated_at > self.snapshot_data_as_of
+            or not self.snapshot_covers_every_minute
+        )
 
     @property
     def is_live(self) -> bool:
@@ -58,10 +75,11 @@ _STATE_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.updated_at, r.shard_ids,
        r.declared_shard_count, r.concurrency_cap, r.sweep_id, r.attempts,
        s.version, s.seal, s.data_as_of, s.final, s.metrics,
+       s.document -> 'minutes' ->> 'through_minute_utc' AS through_minute_utc,
        (SELECT count(*) FROM live_minutes l WHERE l.run_id = r.run_id) AS live_rows
 FROM runs r
 LEFT JOIN LATERAL (
-    SELECT version, seal, data_as_of, final, metrics FROM snapshots sn
+    SELECT version, seal, data_as_of, final, metrics, document FROM snapshots sn
     WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
 ) s ON true
 """
@@ -84,7 +102,14 @@ def _state(row: Any) -> RunState:
         snapshot_final=row.final,
         snapshot_metrics=dict(row.metrics) if row.metrics is not None else None,
         live_rows=row.live_rows,
+        snapshot_through=_minute(row.through_minute_utc),
     )
+
+
+def _minute(text_value: str | None) -> datetime | None:
+    if not text_value:
+        return None
+    return datetime.fromisoformat(text_value.replace("Z", "+00:00"))
 
 
 def run_state(url: str, run_id: str) -> RunState | None:

@@ -9,6 +9,7 @@ version; the (run_id, version) primary key still guards against forks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -69,3 +70,18 @@ def snapshot_count(session: Session, run_id: str) -> int:
         session.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.run_id == run_id))
         or 0
     )
+
+
+def count_late_attempts(
+    session: Session, run_id: str, received_after: datetime, end_before_ns: int
+) -> int:
+    """Attempts stored after ``received_after`` (a version's ``data_as_of``) that end
+    before ``end_before_ns`` (the end of that version's last minute): late data."""
+    found = session.execute(
+        text(
+            "SELECT count(*) FROM attempts WHERE run_id = :run AND end_ns < :end "
+            "AND received_at > :after"
+        ),
+        {"run": run_id, "end": end_before_ns, "after": received_after},
+    ).scalar_one()
+    return int(found)

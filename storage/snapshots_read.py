@@ -135,3 +135,29 @@ def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
     )
     with read_session(url) as session:
         return [(str(r[0]), r[1]) for r in session.execute(query, {"quiet": quiet_s})]
+
+
+def runs_due_for_checkpoint(
+    url: str, every_s: float, quiet_s: float
+) -> list[tuple[str, int, str | None]]:
+    """Runs still receiving data (active within ``quiet_s``) whose newest version is older
+    than ``every_s`` (or that have none): (run_id, first event end ns, that version's
+    through_minute_utc). Oldest checkpoint first."""
+    query = text(
+        """
+        SELECT r.run_id, r.first_event_ns,
+               latest.document -> 'minutes' ->> 'through_minute_utc'
+        FROM runs r
+        LEFT JOIN LATERAL (
+            SELECT s.computed_at, s.document FROM snapshots s
+            WHERE s.run_id = r.run_id ORDER BY s.version DESC LIMIT 1
+        ) latest ON true
+        WHERE r.updated_at > now() - make_interval(secs => :quiet)
+          AND (latest.computed_at IS NULL
+               OR latest.computed_at <= now() - make_interval(secs => :every))
+        ORDER BY latest.computed_at NULLS FIRST
+        """
+    )
+    with read_session(url) as session:
+        rows = session.execute(query, {"quiet": quiet_s, "every": every_s})
+        return [(str(r[0]), int(r[1]), r[2]) for r in rows]

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
         default=10.0, description="A run is resealed once it received no data for this long."
     )
     analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
+    checkpoint_every_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="While a run receives data, seal a checkpoint version over its closed "
+        "minutes this often; 0 turns checkpoints off (docs/provenance.md#versions).",
+    )
     max_span_duration_s: float = Field(
         default=86_400.0,
         gt=0,

@@ -90,3 +90,40 @@ def test_cli_and_api(
     assert refused.status_code == 409 and "03:45:00Z" in refused.json()["detail"]
     missing = client.get("/v1/runs/grow/consistency", params={"from": 1, "to": 9})
     assert missing.status_code == 404
+
+
+def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
+    versions: str,
+) -> None:
+    from storage.snapshots_read import snapshot_at
+
+    documents = {v: snapshot_at(versions, "grow", v).document for v in (1, 2, 3)}  # type: ignore[union-attr]
+    assert documents[1]["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
+    assert documents[2]["minutes"]["through_minute_utc"] == "2026-02-01T03:48:00Z"
+    assert "rebased" not in documents[1] and "rebased" not in documents[2]
+    assert documents[3]["rebased"] == {
+        "from_version": 2,
+        "minutes_changed": ["2026-02-01T03:45:00Z"],
+        "late_attempts": 1,
+    }
+
+
+def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
+    database_url: str,
+) -> None:
+    from storage.live_read import run_state
+
+    store(database_url, _calls(range(5)))
+    checkpoint = seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)
+    assert not checkpoint.final
+    assert checkpoint.document["minutes"]["tree_size"] == 3
+    assert checkpoint.document["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
+    assert checkpoint.metrics["attempts"] == 3
+    # The open minutes are not in it: the run still reads as live, from the live table.
+    state = run_state(database_url, "grow")
+    assert state is not None and state.has_new_data and state.is_live
+    final = seal_run(database_url, "grow")
+    assert final.final and final.version == checkpoint.version + 1
+    assert "rebased" not in final.document
+    proof = prove_consistency(database_url, "grow", checkpoint.version, final.version)
+    assert check_consistency(proof) is None

@@ -44,6 +44,13 @@ def register(subparsers: Any) -> None:
     )
     export.add_argument("run_id", metavar="RUN")
     export.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder")
+    export.add_argument(
+        "--version",
+        type=int,
+        metavar="V",
+        help="export sealed version V (a checkpoint, say) instead of sealing and exporting "
+        "the newest (docs/provenance.md#versions)",
+    )
     add_data_dir_option(export)
     export.set_defaults(func=export_summary)
 
@@ -88,9 +95,12 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
     from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
+    version = getattr(args, "version", None)
     try:
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
+            if version is not None:  # an earlier version as it was sealed: no new seal
+                return build_summary(url, args.run_id, key, version)
             for attempt in range(1, SEAL_ATTEMPTS + 1):
                 seal_run(url, args.run_id)
                 try:
