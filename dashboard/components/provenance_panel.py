@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 from urllib.parse import quote
 
 import dash_bootstrap_components as dbc
 from dash import dcc, html
 
-from dashboard.data.run_records import RunRecord
+from dashboard.data.run_records import RunRecord, SnapshotInfo
 from dashboard.display import fmt_utc
 
 
@@ -44,6 +45,27 @@ def verify_commands(run_id: str, events_sha256: str) -> str:
     )
 
 
+def covers_text(snap: SnapshotInfo) -> str:
+    """What minutes the version holds: all of them, or a checkpoint's closed ones."""
+    through = snap.through_minute_utc
+    if through is None:
+        return "every minute stored when it was sealed"
+    if snap.final:
+        return f"every minute, through {through}"
+    return f"closed minutes through {through} (a checkpoint while the run is receiving data)"
+
+
+def rebase_text(rebased: dict[str, Any]) -> str:
+    """The newest version's rebase in words: late attempts and the minutes they changed."""
+    minutes = ", ".join(str(m) for m in rebased.get("minutes_changed", []))
+    late = int(rebased.get("late_attempts", 0))
+    return (
+        f"{late:,} attempt{'' if late == 1 else 's'} arrived after version "
+        f"{rebased.get('from_version')} sealed their minutes; this version rebased "
+        f"{minutes} (no consistency proof across it)"
+    )
+
+
 def _field(label: str, value: str, field_id: str) -> list[html.Dt | html.Dd]:
     return [
         html.Dt(label, className="col-sm-3 fw-normal text-body-secondary"),
@@ -67,7 +89,10 @@ def provenance_panel(run: RunRecord, api_base_url: str) -> dbc.Card:
         *_field("previous seal", snap.previous_seal or "none (first version)", "run-prov-previous"),
         *_field("computed", fmt_utc(snap.computed_at, seconds=True), "run-prov-computed"),
         *_field("events", f"{snap.events_count:,}", "run-prov-events-count"),
+        *_field("covers", covers_text(snap), "run-prov-covers"),
     ]
+    if snap.rebased is not None:
+        rows += _field("late data", rebase_text(snap.rebased), "run-prov-rebased")
     links = [
         html.Li(html.A(label, href=url, target="_blank", rel="noopener"))
         for label, url in download_links(api_base_url, run.run_id)

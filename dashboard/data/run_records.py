@@ -24,12 +24,17 @@ _RUNS_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shard_count,
        r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
        s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
-       s.tree_size, s.computed_at, s.data_as_of, s.metrics,
-       (s.version IS NULL OR r.updated_at > s.data_as_of) AS uncovered,
+       s.tree_size, s.computed_at, s.data_as_of, s.metrics, s.final,
+       s.document -> 'rebased' AS rebased, s.through AS through_minute_utc,
+       (s.version IS NULL OR r.updated_at > s.data_as_of OR s.partial) AS uncovered,
        (s.version IS NULL OR r.updated_at > s.data_as_of OR NOT s.final) AS live
 FROM runs r
 LEFT JOIN LATERAL (
-    SELECT * FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
+    SELECT sn.*, sn.document -> 'minutes' ->> 'through_minute_utc' AS through,
+           -- a checkpoint: its tree ends before the run's last minute
+           (sn.document -> 'minutes' ->> 'through_minute_utc')::timestamptz
+               < to_timestamp((r.last_event_ns / 60000000000) * 60) AS partial
+    FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
 ) s ON true
 """
 
@@ -47,6 +52,11 @@ class SnapshotInfo:
     tree_size: int
     computed_at: datetime
     data_as_of: datetime
+    final: bool = True
+    # The last minute the version's tree holds (a checkpoint stops at the closed minutes).
+    through_minute_utc: str | None = None
+    # What late data changed since the previous version (docs/provenance.md#versions).
+    rebased: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,9 @@ def _record(row: Any) -> RunRecord:
             tree_size=row.tree_size,
             computed_at=row.computed_at,
             data_as_of=row.data_as_of,
+            final=bool(row.final),
+            through_minute_utc=row.through_minute_utc,
+            rebased=dict(row.rebased) if row.rebased else None,
         )
     return RunRecord(
         run_id=row.run_id,

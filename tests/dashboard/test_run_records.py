@@ -41,3 +41,31 @@ def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
     seed_sealed_run(database_url, "other")
     assert list_sweep_ids(database_url) == ["sw"]
     assert [r.run_id for r in load_sweep_runs(database_url, "sw")] == ["s-4", "s-8"]
+
+
+def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str) -> None:
+    from analytics.sealing import seal_run
+    from dashboard.components.provenance_panel import covers_text, rebase_text
+    from tests.analytics.seeding import store
+    from tests.analytics.test_version_consistency import _calls
+    from tests.storage.builders import BASE_NS, MINUTE_NS
+
+    store(database_url, _calls(range(5)))
+    seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)
+    run = load_run(database_url, "grow", live_figures=False)
+    assert run is not None and run.snapshot is not None
+    assert run.is_live and not run.covered  # the open minutes are not in the checkpoint
+    assert covers_text(run.snapshot).startswith("closed minutes through 2026-02-01T03:46:00Z")
+    assert run.snapshot.rebased is None
+
+    seal_run(database_url, "grow")
+    store(database_url, _calls(range(1, 2), second=30))  # late: 03:45 was sealed
+    seal_run(database_url, "grow")
+    run = load_run(database_url, "grow", live_figures=False)
+    assert run is not None and run.snapshot is not None and run.covered
+    assert covers_text(run.snapshot) == "every minute, through 2026-02-01T03:48:00Z"
+    assert run.snapshot.rebased is not None
+    assert rebase_text(run.snapshot.rebased) == (
+        "1 attempt arrived after version 2 sealed their minutes; this version rebased "
+        "2026-02-01T03:45:00Z (no consistency proof across it)"
+    )
