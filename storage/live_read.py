@@ -14,11 +14,10 @@ from typing import Any
 from sqlalchemy import text
 
 from storage.database import read_session
-from storage.models import LiveMinute, MinuteMetric
+from storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
+from storage.models import LiveMinute
 
-_MINUTE_COLUMNS = tuple(
-    c.name for c in MinuteMetric.__table__.columns if c.name not in ("run_id", "version")
-)
+_MINUTE_COLUMNS = MINUTE_ROW_COLUMNS
 _LIVE_COLUMNS = tuple(c.name for c in LiveMinute.__table__.columns if c.name != "run_id")
 
 
@@ -133,8 +132,8 @@ def run_states(url: str, run_ids: list[str] | None = None) -> list[RunState]:
 def sealed_minute_rows(url: str, run_id: str, version: int) -> list[dict[str, Any]]:
     """Every row (all shards and '*') of one snapshot version."""
     query = text(
-        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM minute_metrics "
-        "WHERE run_id = :run_id AND version = :version ORDER BY shard_id, minute_utc"
+        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m "
+        "ORDER BY shard_id, minute_utc"
     )
     with read_session(url) as session:
         rows = session.execute(query, {"run_id": run_id, "version": version})

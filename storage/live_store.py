@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from storage.database import raw_transaction
+from storage.minute_versions import rows_as_of
 from storage.models import LiveMinute
 
 MINUTE_NS = 60_000_000_000
@@ -98,20 +99,27 @@ def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None
     return LiveRunFacts(*row) if row else None
 
 
-def known_caps(conn: psycopg.Connection, run_id: str) -> dict[str, int]:
-    """Each shard's cap as the run's live rows and newest snapshot recorded it."""
-    rows = conn.execute(
-        """
+# The rows of the run's newest version (storage/minute_versions.py).
+_NEWEST_ROWS = rows_as_of(
+    "%(run)s",
+    "(SELECT max(version) FROM snapshots WHERE run_id = %(run)s)",
+    ("concurrency_cap",),
+)
+_CAPS_SQL = """
         SELECT shard_id, max(concurrency_cap) FROM (
             SELECT shard_id, concurrency_cap FROM live_minutes WHERE run_id = %(run)s
             UNION ALL
-            SELECT m.shard_id, m.concurrency_cap FROM minute_metrics m
-            WHERE m.run_id = %(run)s AND m.version = (
-                SELECT max(version) FROM snapshots WHERE run_id = %(run)s)
+            SELECT m.shard_id, m.concurrency_cap FROM ({newest}) m
         ) caps
         WHERE shard_id <> '*' AND concurrency_cap IS NOT NULL
         GROUP BY shard_id
-        """,
+        """
+
+
+def known_caps(conn: psycopg.Connection, run_id: str) -> dict[str, int]:
+    """Each shard's cap as the run's live rows and newest snapshot recorded it."""
+    rows = conn.execute(
+        _CAPS_SQL.format(newest=_NEWEST_ROWS),
         {"run": run_id},
     ).fetchall()
     return {str(shard): int(cap) for shard, cap in rows}

@@ -17,6 +17,7 @@ from psycopg import sql
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from storage.minute_versions import changed_rows, rows_as_of
 from storage.models import MinuteMetric, Snapshot
 
 
@@ -40,17 +41,23 @@ def latest_version(session: Session, run_id: str) -> tuple[int, str | None]:
 
 def insert_snapshot(
     session: Session, snapshot: dict[str, Any], minute_rows: Sequence[dict[str, Any]]
-) -> None:
-    """Store one sealed snapshot row and its minute_metrics rows.
+) -> int:
+    """Store one sealed snapshot row and the minute rows that changed since the version
+    before it (storage/minute_versions.py); returns how many minute rows were stored.
 
     The minute rows (thousands per seal: every shard's minutes and the run's) go in with
     one ``COPY`` on the session's own connection and transaction; a multi-row INSERT
     of them bound ~130,000 parameters per million-attempt seal.
     """
+    previous = int(snapshot["version"]) - 1
+    if previous > 0 and minute_rows:
+        query = text(rows_as_of(":run_id", ":version"))
+        found = session.execute(query, {"run_id": snapshot["run_id"], "version": previous})
+        minute_rows = changed_rows([dict(row._mapping) for row in found], minute_rows)
     session.add(Snapshot(**snapshot))
     session.flush()
     if not minute_rows:
-        return
+        return 0
     columns = [column.name for column in MinuteMetric.__table__.columns]
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(MinuteMetric.__tablename__),
@@ -62,6 +69,7 @@ def insert_snapshot(
     with driver.cursor() as cursor, cursor.copy(statement) as copy:
         for row in minute_rows:
             copy.write_row([row.get(name) for name in columns])
+    return len(minute_rows)
 
 
 def snapshot_count(session: Session, run_id: str) -> int:

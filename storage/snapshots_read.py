@@ -10,14 +10,10 @@ from sqlalchemy import Select, func, select, text
 
 from storage.database import read_session
 from storage.minute_keys import WHOLE_RUN
-from storage.models import MinuteMetric, Snapshot
+from storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
+from storage.models import Snapshot
 
 _Query = TypeVar("_Query", bound=Select)
-
-# minute_metrics columns as the tables and the API publish them (no run_id/version).
-MINUTE_ROW_COLUMNS: tuple[str, ...] = tuple(
-    c.name for c in MinuteMetric.__table__.columns if c.name not in ("run_id", "version")
-)
 
 
 def _newest(query: _Query, run_ids: Sequence[str]) -> _Query:
@@ -95,15 +91,14 @@ def minute_rows(
     url: str, run_id: str, version: int, shard_id: str | None = WHOLE_RUN
 ) -> list[dict[str, Any]]:
     """Minute rows of one snapshot version, by shard then minute (all shards when None)."""
-    query = select(MinuteMetric).where(
-        MinuteMetric.run_id == run_id, MinuteMetric.version == version
+    where = "" if shard_id is None else " WHERE shard_id = :shard"
+    query = text(
+        f"SELECT {', '.join(MINUTE_ROW_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m"
+        f"{where} ORDER BY shard_id, minute_utc"
     )
-    if shard_id is not None:
-        query = query.where(MinuteMetric.shard_id == shard_id)
-    query = query.order_by(MinuteMetric.shard_id, MinuteMetric.minute_utc)
     with read_session(url) as session:
-        rows = session.scalars(query).all()
-    return [{c: getattr(r, c) for c in MINUTE_ROW_COLUMNS} for r in rows]
+        rows = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id})
+        return [dict(zip(MINUTE_ROW_COLUMNS, row, strict=True)) for row in rows]
 
 
 def snapshot_times(url: str, run_id: str) -> tuple[datetime | None, int]:

@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from storage.database import read_session
 from storage.minute_keys import WHOLE_RUN
+from storage.minute_versions import rows_as_of
 from storage.models import MinuteMetric
 
 # Only real columns may be named in the generated SQL.
@@ -52,9 +53,9 @@ def _checked(columns: tuple[str, ...]) -> str:
 def load_run_minutes(url: str, run_id: str, version: int, columns: tuple[str, ...]) -> MinuteSeries:
     """The whole-run rows (``shard_id = '*'``) of one snapshot version."""
     sql = text(
-        f"SELECT {_MINUTE_SQL}, {_checked(columns)} FROM minute_metrics "
-        "WHERE run_id = :run_id AND version = :version AND shard_id = :shard "
-        "ORDER BY minute_utc"
+        f"SELECT {_MINUTE_SQL}, {_checked(columns)} "
+        f"FROM ({rows_as_of(':run_id', ':version', columns)}) m "
+        "WHERE shard_id = :shard ORDER BY minute_utc"
     )
     series = MinuteSeries(columns={c: [] for c in columns})
     with read_session(url) as session:
@@ -71,9 +72,9 @@ def load_shard_minutes(
 ) -> dict[str, MinuteSeries]:
     """Per-shard rows of one snapshot version, keyed by shard id in natural order."""
     sql = text(
-        f"SELECT shard_id, {_MINUTE_SQL}, {_checked(columns)} FROM minute_metrics "
-        "WHERE run_id = :run_id AND version = :version AND shard_id <> :shard "
-        "ORDER BY shard_id, minute_utc"
+        f"SELECT shard_id, {_MINUTE_SQL}, {_checked(columns)} "
+        f"FROM ({rows_as_of(':run_id', ':version', columns)}) m "
+        "WHERE shard_id <> :shard ORDER BY shard_id, minute_utc"
     )
     by_shard: dict[str, MinuteSeries] = {}
     with read_session(url) as session:

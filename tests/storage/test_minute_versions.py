@@ -1,0 +1,52 @@
+"""A version stores only the minute rows that changed; reading a version gives all of them."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from analytics.run_computation import compute_run
+from analytics.sealing import minute_records, seal_run
+from analytics.verification import verify_run
+from storage.database import read_session
+from storage.minute_versions import MINUTE_ROW_COLUMNS, changed_rows
+from storage.snapshots_read import minute_rows
+from tests.analytics.seeding import store
+from tests.analytics.test_version_consistency import _calls
+
+
+def _stored(url: str, version: int) -> int:
+    with read_session(url) as session:
+        query = text("SELECT count(*) FROM minute_metrics WHERE run_id = 'grow' AND version = :v")
+        return int(session.execute(query, {"v": version}).scalar_one())
+
+
+def _recomputed(url: str) -> list[dict[str, object]]:
+    computation = compute_run(url, "grow")
+    records = minute_records(computation.analysis.minutes, "grow", 0)
+    return sorted(
+        ({c: r[c] for c in MINUTE_ROW_COLUMNS} for r in records),
+        key=lambda r: (r["shard_id"], r["minute_utc"]),
+    )
+
+
+def test_a_version_stores_what_changed_and_reads_whole(database_url: str) -> None:
+    store(database_url, _calls(range(3)))
+    seal_run(database_url, "grow")
+    first = _stored(database_url, 1)
+    store(database_url, _calls(range(3, 5)))
+    seal_run(database_url, "grow")
+    # Minutes 03:44-03:46 did not change: version 2 stores the two new minutes' rows.
+    assert 0 < _stored(database_url, 2) < first + _stored(database_url, 2)
+    assert _stored(database_url, 2) == 2 * first // 3
+    assert minute_rows(database_url, "grow", 2, shard_id=None) == _recomputed(database_url)
+    assert len(minute_rows(database_url, "grow", 1, shard_id=None)) == first
+    # The re-verification compares every stored row of the newest version with a fresh one.
+    assert verify_run(database_url, "grow").ok
+
+
+def test_changed_rows_keeps_new_and_different_rows_only() -> None:
+    base = dict.fromkeys(MINUTE_ROW_COLUMNS, 0) | {"shard_id": "*", "minute_utc": 1}
+    same, moved = dict(base), {**base, "tpm_total": 5}
+    new = {**base, "minute_utc": 2}
+    assert changed_rows([base], [same, new]) == [new]
+    assert changed_rows([base], [moved]) == [moved]
