@@ -19,3 +19,41 @@ def test_ingest_process_imports_no_analytics_stack() -> None:
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "", f"loaded at ingest start-up: {result.stdout.strip()}"
+
+
+_REQUEST_PROBE = """
+import sys
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from read_api import build_router
+app = FastAPI()
+app.include_router(build_router(sys.argv[1]))
+client = TestClient(app)
+for path in ("/v1/runs", "/v1/runs/live-run", "/v1/runs/live-run/minutes",
+             "/v1/runs/sealed-run", "/v1/runs/sealed-run/minutes"):
+    assert client.get(path).status_code == 200, path
+print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.modules))
+"""
+
+
+def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> None:
+    # Request time, not only start-up: the run object, minutes and the run list of a live
+    # and of a sealed run are read from minute rows (analytics/live_view.py), so the
+    # ingest process (300 MB target) never loads Polars, Arrow or Numba to answer them.
+    from analytics.live_updater import LiveUpdater
+    from analytics.sealing import seal_run
+    from tests.analytics.seeding import store
+    from tests.storage.builders import attempt_row
+
+    store(database_url, [attempt_row(run_id="sealed-run")])
+    seal_run(database_url, "sealed-run")
+    store(database_url, [attempt_row(run_id="live-run")])
+    LiveUpdater(database_url).update_once()
+    result = subprocess.run(
+        [sys.executable, "-c", _REQUEST_PROBE, database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "", f"loaded to answer: {result.stdout.strip()}"
