@@ -22,7 +22,10 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from analytics.live_view import current_table, live_figures
+from storage.database import read_view
 from storage.live_read import RunState, run_states
 
 
@@ -150,11 +153,11 @@ def is_final(state: RunState) -> bool:
     )
 
 
-def _run_point(url: str, state: RunState) -> SweepPoint | None:
+def _run_point(session: Session, state: RunState) -> SweepPoint | None:
     if is_final(state):
         assert state.snapshot_metrics is not None
         return point_from_metrics(state.run_id, state.snapshot_metrics)
-    table = current_table(url, state.run_id)
+    table = current_table(session, state.run_id)
     if table is None or not table.rows:
         return None
     return point_from_metrics(state.run_id, live_figures(table), status="live")
@@ -164,10 +167,12 @@ def load_sweep(url: str, sweep_id: str, thresholds: SweepThresholds | None = Non
     """The sweep from its runs' final snapshots or live figures, walked with ``thresholds``."""
     rule = thresholds or SweepThresholds()
     result = SweepResult(sweep_id=sweep_id, thresholds=rule)
-    states = [s for s in run_states(url) if s.sweep_id == sweep_id]
+    with read_view(url) as session:  # every run of the sweep from one snapshot
+        states = [s for s in run_states(session) if s.sweep_id == sweep_id]
+        points = {s.run_id: _run_point(session, s) for s in states}
     newest: dict[int, tuple[Any, SweepPoint]] = {}
     for state in sorted(states, key=lambda s: s.run_id):
-        point = _run_point(url, state)
+        point = points[state.run_id]
         if point is None:
             result.skipped_run_ids.append(state.run_id)
             continue

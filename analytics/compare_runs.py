@@ -37,7 +37,9 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+from sqlalchemy.orm import Session
 
+from storage.database import read_view
 from storage.minute_keys import WHOLE_RUN
 from storage.runs_read import UnknownRun
 from storage.sealed_figures_store import read_diagnostics, read_goodput, run_exists
@@ -117,17 +119,17 @@ def _aligned(stored: dict[str, Any], minutes: list[str], key: str) -> Floats | N
     return _array([by_minute.get(m, 0) for m in minutes])
 
 
-def load_run_minutes(url: str, run_id: str, slo_text: str | None = None) -> RunMinutes:
+def load_run_minutes(session: Session, run_id: str, slo_text: str | None = None) -> RunMinutes:
     """The newest sealed version's whole-run minutes, outcomes and goodput of ``run_id``."""
-    snapshot = latest_snapshot(url, run_id)
+    snapshot = latest_snapshot(session, run_id)
     if snapshot is None:
-        if not run_exists(url, run_id):
+        if not run_exists(session, run_id):
             raise UnknownRun(run_id)
         raise NotComparable(
             f"run {run_id!r} has no sealed version yet; compare reads sealed minutes "
             f"(wait for the analytics worker, or run `tpmledger analyze {shlex.quote(run_id)}`)"
         )
-    rows = minute_rows(url, run_id, snapshot.version, WHOLE_RUN)
+    rows = minute_rows(session, run_id, snapshot.version, WHOLE_RUN)
     minutes = [minute_text(r["minute_utc"]) for r in rows]
     cols: dict[str, Floats | None] = {
         name: _array([r[name] for r in rows])
@@ -141,7 +143,7 @@ def load_run_minutes(url: str, run_id: str, slo_text: str | None = None) -> RunM
             f"retries of run {run_id!r} are not measured (no attempt carries "
             "http.request.resend_count or tpmledger.call.id)"
         )
-    stored = read_diagnostics(url, run_id, snapshot.version)
+    stored = read_diagnostics(session, run_id, snapshot.version)
     for key in ("stalls", "calls_final", "calls_ok"):
         cols[key] = _aligned(stored.minute_outcomes, minutes, key) if stored else None
     if stored is None:
@@ -151,12 +153,12 @@ def load_run_minutes(url: str, run_id: str, slo_text: str | None = None) -> RunM
         )
         run.why_missing["stall_rate"] = run.why_missing["call_success_rate"] = why
     if slo_text is not None:
-        _load_goodput(url, run, slo_text)
+        _load_goodput(session, run, slo_text)
     return run
 
 
-def _load_goodput(url: str, run: RunMinutes, slo_text: str) -> None:
-    figures = read_goodput(url, run.run_id, run.version, slo_text)
+def _load_goodput(session: Session, run: RunMinutes, slo_text: str) -> None:
+    figures = read_goodput(session, run.run_id, run.version, slo_text)
     if figures is None or figures.get("good_call_share") is None:
         why = (figures or {}).get(
             "not_measured_because"
@@ -371,6 +373,7 @@ def compare_runs(
     slo_text: str | None = None,
 ) -> dict[str, Any]:
     """Load both runs' newest sealed versions and compare them (B − A)."""
-    a = load_run_minutes(url, run_a, slo_text)
-    b = load_run_minutes(url, run_b, slo_text)
+    with read_view(url) as session:  # both runs from one snapshot of the database
+        a = load_run_minutes(session, run_a, slo_text)
+        b = load_run_minutes(session, run_b, slo_text)
     return compare(a, b, params or CompareParams(), slo_text)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from analytics.figure_rules import clean, work_conserving_result
 from storage.live_read import (
     RunState,
@@ -100,17 +102,19 @@ def _state_of(minute: datetime, sealed: bool, now: datetime, close_after_s: floa
 
 
 def current_table(
-    url: str, run_id: str, *, close_after_s: float = 120.0, now: datetime | None = None
+    session: Session, run_id: str, *, close_after_s: float = 120.0, now: datetime | None = None
 ) -> CurrentTable | None:
     """The run's current minute table, or None for an unknown run."""
-    state = run_state(url, run_id)
+    state = run_state(session, run_id)
     if state is None:
         return None
     now = now or datetime.now(UTC)
     sealed = (
-        sealed_minute_rows(url, run_id, state.snapshot_version) if state.snapshot_version else []
+        sealed_minute_rows(session, run_id, state.snapshot_version)
+        if state.snapshot_version
+        else []
     )
-    live = live_minute_rows(url, run_id) if state.live_rows else []
+    live = live_minute_rows(session, run_id) if state.live_rows else []
     return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
 
 
@@ -316,9 +320,11 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
     return figures
 
 
-def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str, Any] | None:
+def run_view(
+    session: Session, run_id: str, *, close_after_s: float = 120.0
+) -> dict[str, Any] | None:
     """``GET /v1/runs/{run_id}``: sealed figures, or live ones with ``live: true``."""
-    state = run_state(url, run_id)
+    state = run_state(session, run_id)
     if state is None:
         return None
     if not state.has_new_data and state.snapshot_metrics is not None:
@@ -329,7 +335,7 @@ def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str
             "data_as_of": utc_ms_or_none(data_as_of),
             "snapshot_final": state.snapshot_final,
         }
-    table = current_table(url, run_id, close_after_s=close_after_s)
+    table = current_table(session, run_id, close_after_s=close_after_s)
     assert table is not None
     return {
         **live_figures(table),
@@ -340,10 +346,10 @@ def run_view(url: str, run_id: str, *, close_after_s: float = 120.0) -> dict[str
 
 
 def minutes_view(
-    url: str, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
+    session: Session, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
 ) -> list[dict[str, Any]] | None:
     """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``."""
-    table = current_table(url, run_id, close_after_s=close_after_s)
+    table = current_table(session, run_id, close_after_s=close_after_s)
     if table is None:
         return None
     return table.shard_rows(shard_id)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from storage.sealed_figures_store import read_diagnostics, read_goodput
 
 DIAGNOSTIC_KEYS = (
@@ -30,7 +32,7 @@ def _no_goodput(slo_text: str | None, why: str | None) -> dict[str, Any]:
 
 
 def goodput_keys(
-    url: str, run_id: str, version: int | None, slo_text: str | None
+    session: Session, run_id: str, version: int | None, slo_text: str | None
 ) -> dict[str, Any]:
     """``goodput_tpm_total``, ``good_call_share`` and ``goodput`` (the SLO and why not
     measured) of a version under ``slo_text``; all ``None`` when no SLO is declared."""
@@ -38,7 +40,7 @@ def goodput_keys(
         return _no_goodput(None, None)
     if version is None:
         return _no_goodput(slo_text, "not sealed yet")
-    figures = read_goodput(url, run_id, version, slo_text)
+    figures = read_goodput(session, run_id, version, slo_text)
     if figures is None:
         return _no_goodput(
             slo_text,
@@ -58,7 +60,7 @@ def goodput_keys(
 
 
 def run_extras(
-    url: str, run_id: str, version: int | None, slo_text: str | None = None
+    session: Session, run_id: str, version: int | None, slo_text: str | None = None
 ) -> dict[str, Any]:
     """``diagnostics`` (each ``None`` when not measured) and the goodput keys of a version."""
     note = None
@@ -66,7 +68,7 @@ def run_extras(
     if version is None:
         note = "diagnostics are computed when the run is sealed"
     else:
-        row = read_diagnostics(url, run_id, version)
+        row = read_diagnostics(session, run_id, version)
         if row is None:
             note = (
                 f"version {version} was sealed before diagnostics were computed; "
@@ -77,4 +79,4 @@ def run_extras(
             diagnostics["params"] = row.params
     if note is not None:
         diagnostics["note"] = note
-    return {"diagnostics": diagnostics, **goodput_keys(url, run_id, version, slo_text)}
+    return {"diagnostics": diagnostics, **goodput_keys(session, run_id, version, slo_text)}

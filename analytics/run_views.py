@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from analytics.live_view import minutes_view, run_view
 from analytics.run_extras import run_extras
 from storage.live_read import run_states
@@ -48,25 +50,25 @@ def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_object(
-    url: str, run_id: str, close_after_s: float = 120.0, slo_text: str | None = None
+    session: Session, run_id: str, close_after_s: float = 120.0, slo_text: str | None = None
 ) -> dict[str, Any]:
     """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run.
 
     ``diagnostics`` and goodput under ``slo_text`` come from the rows sealed with the
     version shown (analytics/run_extras.py); a live run's are null until it is sealed.
     """
-    view = run_view(url, run_id, close_after_s=close_after_s)
+    view = run_view(session, run_id, close_after_s=close_after_s)
     if view is None:
         raise UnknownRun(run_id)
-    return {**view, **run_extras(url, run_id, view.get("snapshot_version"), slo_text)}
+    return {**view, **run_extras(session, run_id, view.get("snapshot_version"), slo_text)}
 
 
 def minute_series(
-    url: str, run_id: str, shard_id: str = WHOLE_RUN, close_after_s: float = 120.0
+    session: Session, run_id: str, shard_id: str = WHOLE_RUN, close_after_s: float = 120.0
 ) -> list[dict[str, Any]] | None:
     """Minutes of the whole run ('*') or one shard with their ``state``; None when that
     shard has no rows. Raises :class:`UnknownRun` for an unknown run."""
-    rows = minutes_view(url, run_id, shard_id, close_after_s=close_after_s)
+    rows = minutes_view(session, run_id, shard_id, close_after_s=close_after_s)
     if rows is None:
         raise UnknownRun(run_id)
     if not rows:
@@ -74,7 +76,7 @@ def minute_series(
     return [_api_minute(r) for r in rows]
 
 
-def run_list(url: str) -> list[dict[str, Any]]:
+def run_list(session: Session) -> list[dict[str, Any]]:
     """``GET /v1/runs``: every run, most recent activity first, live or sealed."""
     return [
         {
@@ -87,5 +89,5 @@ def run_list(url: str) -> list[dict[str, Any]]:
             "status": "live" if s.is_live else "sealed",
             "data_as_of": utc_ms_or_none(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
         }
-        for s in run_states(url)
+        for s in run_states(session)
     ]

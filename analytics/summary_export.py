@@ -33,7 +33,7 @@ from provenance.minute_proofs import build_minute_proofs
 from provenance.signing_keys import SigningKey
 from provenance.sigstore_bundle import bundle_from_envelope
 from provenance.summary_text import summary_text
-from storage.database import read_session
+from storage.database import read_session, read_view
 from storage.models import Snapshot
 from storage.snapshots_read import snapshot_at
 from storage.time_text import utc_ms
@@ -136,7 +136,8 @@ def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = 
             raise RunNotSealed(run_id)
         events = load_run_events(url, run_id)
     else:
-        snapshot = snapshot_at(url, run_id, version)
+        with read_view(url) as session:
+            snapshot = snapshot_at(session, run_id, version)
         if snapshot is None:
             raise VersionNotSealed(run_id, version)
         events = load_run_events(

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from analytics.minute_table import with_minute_utc
 from analytics.run_computation import compute_run, metrics_sha256
 from analytics.sealing import seal_of
-from storage.database import read_session
+from storage.database import read_session, read_view
 from storage.models import Snapshot
 from storage.snapshots_read import minute_rows
 from storage.time_text import minute_text
@@ -182,7 +182,8 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
         "snapshot_version": latest.metrics.get("snapshot_version"),
     }
     report.mismatches += compare_values("run figures", latest.metrics, recomputed)
-    sealed_rows = minute_rows(url, run_id, latest.version, shard_id=None)
+    with read_view(url) as session:
+        sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)
     fresh_rows = with_minute_utc(computation.analysis.minutes).to_dicts()
     report.mismatches += _minutes(sealed_rows, fresh_rows)
     return report

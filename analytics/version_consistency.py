@@ -15,6 +15,7 @@ from typing import Any
 from analytics.minute_log import changed_minutes, first_minute, leaf_list
 from provenance.consistency_document import check_consistency, consistency_document
 from provenance.merkle import consistency_proof, root_from_leaf_hashes
+from storage.database import read_view
 from storage.snapshots_read import snapshot_at
 from storage.time_text import minute_text
 
@@ -40,7 +41,8 @@ def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, An
     """The proof that version ``new``'s minute tree extends version ``old``'s."""
     if old >= new:
         raise ConsistencyRefused(f"--from ({old}) must be an earlier version than --to ({new})")
-    snapshots = {v: snapshot_at(url, run_id, v) for v in (old, new)}
+    with read_view(url) as session:
+        snapshots = {v: snapshot_at(session, run_id, v) for v in (old, new)}
     for version, snapshot in snapshots.items():
         if snapshot is None:
             raise VersionNotFound(f"run {run_id!r} has no sealed version {version}")

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from read_api.run_ids import reject_nul_run_id
+from storage.database import in_one_snapshot
 from storage.minute_keys import WHOLE_RUN
 from storage.runs_read import UnknownRun
 
@@ -45,7 +46,7 @@ def build_router(
     async def get_runs() -> dict[str, Any]:
         from analytics.run_views import run_list
 
-        return {"runs": await run_in_threadpool(run_list, database_url)}
+        return {"runs": await run_in_threadpool(in_one_snapshot, database_url, run_list)}
 
     @router.get(
         "/runs/{run_id}",
@@ -59,7 +60,7 @@ def build_router(
 
         try:
             return await run_in_threadpool(
-                run_object, database_url, run_id, close_after_s, default_slo
+                in_one_snapshot, database_url, run_object, run_id, close_after_s, default_slo
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
@@ -79,7 +80,7 @@ def build_router(
 
         try:
             minutes = await run_in_threadpool(
-                minute_series, database_url, run_id, shard_id, close_after_s
+                in_one_snapshot, database_url, minute_series, run_id, shard_id, close_after_s
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc

@@ -7,14 +7,17 @@ exit and roll back on any exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+T = TypeVar("T")
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -53,6 +56,23 @@ def read_session(url: str) -> Iterator[Session]:
     """A session for reads only; it never commits."""
     with _session_factory(url)() as session:
         yield session
+
+
+@contextmanager
+def read_view(url: str) -> Iterator[Session]:
+    """A read-only session whose queries all see one snapshot of the database
+    (REPEATABLE READ): what an API answer or a page composes from several reads. The
+    storage read functions take it as their first argument."""
+    with _session_factory(url)() as session:
+        session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
+        yield session
+
+
+def in_one_snapshot(url: str, compose: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``compose(session, *args, **kwargs)`` inside one :func:`read_view`: what an entry
+    point (an API answer run in a thread pool, a command) calls with a database URL."""
+    with read_view(url) as session:
+        return compose(session, *args, **kwargs)
 
 
 @contextmanager

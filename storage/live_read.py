@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from storage.database import read_session
 from storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
 from storage.models import LiveMinute
 
@@ -111,41 +111,37 @@ def _minute(text_value: str | None) -> datetime | None:
     return datetime.fromisoformat(text_value.replace("Z", "+00:00"))
 
 
-def run_state(url: str, run_id: str) -> RunState | None:
+def run_state(session: Session, run_id: str) -> RunState | None:
     """One run's state, or None when ingest never stored a span of it."""
-    with read_session(url) as session:
-        row = session.execute(
-            text(_STATE_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}
-        ).first()
+    row = session.execute(
+        text(_STATE_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}
+    ).first()
     return _state(row) if row is not None else None
 
 
-def run_states(url: str, run_ids: list[str] | None = None) -> list[RunState]:
+def run_states(session: Session, run_ids: list[str] | None = None) -> list[RunState]:
     """States of ``run_ids`` (every run when None), most recent activity first."""
     where = " WHERE r.run_id = ANY(:ids)" if run_ids is not None else ""
     query = text(_STATE_SQL + where + " ORDER BY r.last_event_ns DESC, r.run_id")
-    with read_session(url) as session:
-        rows = session.execute(query, {"ids": run_ids} if run_ids is not None else {})
-        return [_state(row) for row in rows]
+    rows = session.execute(query, {"ids": run_ids} if run_ids is not None else {})
+    return [_state(row) for row in rows]
 
 
-def sealed_minute_rows(url: str, run_id: str, version: int) -> list[dict[str, Any]]:
+def sealed_minute_rows(session: Session, run_id: str, version: int) -> list[dict[str, Any]]:
     """Every row (all shards and '*') of one snapshot version."""
     query = text(
         f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m "
         "ORDER BY shard_id, minute_utc"
     )
-    with read_session(url) as session:
-        rows = session.execute(query, {"run_id": run_id, "version": version})
-        return [dict(zip(_MINUTE_COLUMNS, row, strict=True)) for row in rows]
+    rows = session.execute(query, {"run_id": run_id, "version": version})
+    return [dict(zip(_MINUTE_COLUMNS, row, strict=True)) for row in rows]
 
 
-def live_minute_rows(url: str, run_id: str) -> list[dict[str, Any]]:
+def live_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
     """Every live row of the run."""
     query = text(
         f"SELECT {', '.join(_LIVE_COLUMNS)} FROM live_minutes "
         "WHERE run_id = :run_id ORDER BY shard_id, minute_utc"
     )
-    with read_session(url) as session:
-        rows = session.execute(query, {"run_id": run_id})
-        return [dict(zip(_LIVE_COLUMNS, row, strict=True)) for row in rows]
+    rows = session.execute(query, {"run_id": run_id})
+    return [dict(zip(_LIVE_COLUMNS, row, strict=True)) for row in rows]

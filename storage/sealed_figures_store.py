@@ -11,11 +11,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from storage.database import read_session
 from storage.models import Run, SnapshotDiagnostics, SnapshotGoodput
 
 
@@ -59,32 +57,19 @@ def store_goodput(
     )
 
 
-def read_diagnostics(url: str, run_id: str, version: int) -> SnapshotDiagnostics | None:
+def read_diagnostics(session: Session, run_id: str, version: int) -> SnapshotDiagnostics | None:
     """A version's stored diagnostics row (detached), or None if never computed."""
-    with read_session(url) as session:
-        return session.get(SnapshotDiagnostics, (run_id, version))
+    return session.get(SnapshotDiagnostics, (run_id, version))
 
 
-def read_goodput(url: str, run_id: str, version: int, slo_text: str) -> dict[str, Any] | None:
+def read_goodput(
+    session: Session, run_id: str, version: int, slo_text: str
+) -> dict[str, Any] | None:
     """A version's stored goodput figures under ``slo_text``, or None."""
-    with read_session(url) as session:
-        row = session.get(SnapshotGoodput, (run_id, version, slo_text))
-        return row.figures if row is not None else None
+    row = session.get(SnapshotGoodput, (run_id, version, slo_text))
+    return row.figures if row is not None else None
 
 
-def goodput_slos(url: str, run_id: str, version: int) -> list[str]:
-    """The SLOs a version's goodput was computed for."""
-    with read_session(url) as session:
-        return list(
-            session.scalars(
-                select(SnapshotGoodput.slo).where(
-                    SnapshotGoodput.run_id == run_id, SnapshotGoodput.version == version
-                )
-            )
-        )
-
-
-def run_exists(url: str, run_id: str) -> bool:
+def run_exists(session: Session, run_id: str) -> bool:
     """Whether anything was ever stored for ``run_id`` (it has a ``runs`` row)."""
-    with read_session(url) as session:
-        return session.get(Run, run_id) is not None
+    return session.get(Run, run_id) is not None

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, func, select, text
+from sqlalchemy.orm import Session
 
 from storage.database import read_session
 from storage.minute_keys import WHOLE_RUN
@@ -29,47 +30,23 @@ def _newest(query: _Query, run_ids: Sequence[str]) -> _Query:
     )
 
 
-def latest_seals(url: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """The seal of each run's newest snapshot; runs never sealed are absent."""
-    if not run_ids:
-        return {}
-    query = _newest(select(Snapshot.run_id, Snapshot.seal), run_ids)
-    with read_session(url) as session:
-        return {run_id: seal for run_id, seal in session.execute(query)}
-
-
-def latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+def latest_snapshot(session: Session, run_id: str) -> Snapshot | None:
     """The newest sealed snapshot of ``run_id`` (detached ORM row), or None."""
-    with read_session(url) as session:
-        return session.scalars(
-            select(Snapshot)
-            .where(Snapshot.run_id == run_id)
-            .order_by(Snapshot.version.desc())
-            .limit(1)
-        ).first()
+    return session.scalars(
+        select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version.desc()).limit(1)
+    ).first()
 
 
-def snapshot_at(url: str, run_id: str, version: int) -> Snapshot | None:
+def snapshot_at(session: Session, run_id: str, version: int) -> Snapshot | None:
     """One version of ``run_id`` (detached ORM row), or None."""
-    with read_session(url) as session:
-        return session.get(Snapshot, (run_id, version))
+    return session.get(Snapshot, (run_id, version))
 
 
-def latest_snapshots(url: str, run_ids: Sequence[str]) -> dict[str, Snapshot]:
-    """The newest snapshot of each run in ``run_ids`` (runs never sealed are absent)."""
-    if not run_ids:
-        return {}
-    query = _newest(select(Snapshot), run_ids)
-    with read_session(url) as session:
-        return {s.run_id: s for s in session.scalars(query)}
-
-
-def list_snapshots(url: str, run_id: str) -> list[dict[str, Any]]:
+def list_snapshots(session: Session, run_id: str) -> list[dict[str, Any]]:
     """Every version of ``run_id``, oldest first, without the metrics object."""
-    with read_session(url) as session:
-        rows = session.scalars(
-            select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
-        ).all()
+    rows = session.scalars(
+        select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
+    ).all()
     return [
         {
             "version": s.version,
@@ -88,7 +65,7 @@ def list_snapshots(url: str, run_id: str) -> list[dict[str, Any]]:
 
 
 def minute_rows(
-    url: str, run_id: str, version: int, shard_id: str | None = WHOLE_RUN
+    session: Session, run_id: str, version: int, shard_id: str | None = WHOLE_RUN
 ) -> list[dict[str, Any]]:
     """Minute rows of one snapshot version, by shard then minute (all shards when None)."""
     where = "" if shard_id is None else " WHERE shard_id = :shard"
@@ -96,15 +73,8 @@ def minute_rows(
         f"SELECT {', '.join(MINUTE_ROW_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m"
         f"{where} ORDER BY shard_id, minute_utc"
     )
-    with read_session(url) as session:
-        rows = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id})
-        return [dict(zip(MINUTE_ROW_COLUMNS, row, strict=True)) for row in rows]
-
-
-def snapshot_times(url: str, run_id: str) -> tuple[datetime | None, int]:
-    """(data_as_of of the newest snapshot, its version); (None, 0) when never sealed."""
-    snap = latest_snapshot(url, run_id)
-    return (snap.data_as_of, snap.version) if snap else (None, 0)
+    rows = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id})
+    return [dict(zip(MINUTE_ROW_COLUMNS, row, strict=True)) for row in rows]
 
 
 def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:

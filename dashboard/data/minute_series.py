@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from storage.database import read_session
 from storage.minute_keys import WHOLE_RUN
 from storage.minute_versions import rows_as_of
 from storage.models import MinuteMetric
@@ -50,7 +50,9 @@ def _checked(columns: tuple[str, ...]) -> str:
     return ", ".join(columns)
 
 
-def load_run_minutes(url: str, run_id: str, version: int, columns: tuple[str, ...]) -> MinuteSeries:
+def load_run_minutes(
+    session: Session, run_id: str, version: int, columns: tuple[str, ...]
+) -> MinuteSeries:
     """The whole-run rows (``shard_id = '*'``) of one snapshot version."""
     sql = text(
         f"SELECT {_MINUTE_SQL}, {_checked(columns)} "
@@ -58,17 +60,16 @@ def load_run_minutes(url: str, run_id: str, version: int, columns: tuple[str, ..
         "WHERE shard_id = :shard ORDER BY minute_utc"
     )
     series = MinuteSeries(columns={c: [] for c in columns})
-    with read_session(url) as session:
-        rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
-        for row in rows:
-            series.minutes.append(row[0])
-            for i, name in enumerate(columns, start=1):
-                series.columns[name].append(row[i])
+    rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
+    for row in rows:
+        series.minutes.append(row[0])
+        for i, name in enumerate(columns, start=1):
+            series.columns[name].append(row[i])
     return series
 
 
 def load_shard_minutes(
-    url: str, run_id: str, version: int, columns: tuple[str, ...]
+    session: Session, run_id: str, version: int, columns: tuple[str, ...]
 ) -> dict[str, MinuteSeries]:
     """Per-shard rows of one snapshot version, keyed by shard id in natural order."""
     sql = text(
@@ -77,15 +78,14 @@ def load_shard_minutes(
         "WHERE shard_id <> :shard ORDER BY shard_id, minute_utc"
     )
     by_shard: dict[str, MinuteSeries] = {}
-    with read_session(url) as session:
-        rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
-        for row in rows:
-            series = by_shard.get(row[0])
-            if series is None:
-                series = by_shard[row[0]] = MinuteSeries(columns={c: [] for c in columns})
-            series.minutes.append(row[1])
-            for i, name in enumerate(columns, start=2):
-                series.columns[name].append(row[i])
+    rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
+    for row in rows:
+        series = by_shard.get(row[0])
+        if series is None:
+            series = by_shard[row[0]] = MinuteSeries(columns={c: [] for c in columns})
+        series.minutes.append(row[1])
+        for i, name in enumerate(columns, start=2):
+            series.columns[name].append(row[i])
     return {shard: by_shard[shard] for shard in sorted(by_shard, key=shard_sort_key)}
 
 

@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from storage.database import read_session
 from storage.time_text import ns_to_rfc3339
 
 # One query for both the runs page and the run page; the latest snapshot is picked with a
@@ -121,56 +121,50 @@ def _record(row: Any) -> RunRecord:
     )
 
 
-def with_live_figures(url: str, run: RunRecord, close_after_s: float) -> RunRecord:
+def with_live_figures(session: Session, run: RunRecord, close_after_s: float) -> RunRecord:
     """``run`` with the live figures in place of the snapshot's when spans arrived after it."""
     if not run.is_live or run.covered:
         return run
     from analytics.live_view import current_table, live_figures
 
-    table = current_table(url, run.run_id, close_after_s=close_after_s)
+    table = current_table(session, run.run_id, close_after_s=close_after_s)
     if table is None or not table.rows:
         return replace(run, metrics={}, data_as_of=None)
     return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of)
 
 
-def load_runs(url: str, close_after_s: float = 120.0) -> list[RunRecord]:
+def load_runs(session: Session, close_after_s: float = 120.0) -> list[RunRecord]:
     """Every run, most recent activity first (live runs with their live figures)."""
-    with read_session(url) as session:
-        rows = session.execute(text(_RUNS_SQL + " ORDER BY r.last_event_ns DESC, r.run_id"))
-        records = [_record(row) for row in rows]
-    return [with_live_figures(url, r, close_after_s) for r in records]
+    rows = session.execute(text(_RUNS_SQL + " ORDER BY r.last_event_ns DESC, r.run_id"))
+    records = [_record(row) for row in rows]
+    return [with_live_figures(session, r, close_after_s) for r in records]
 
 
 def load_run(
-    url: str, run_id: str, close_after_s: float = 120.0, *, live_figures: bool = True
+    session: Session, run_id: str, close_after_s: float = 120.0, *, live_figures: bool = True
 ) -> RunRecord | None:
     """One run with its latest snapshot (live figures when live, unless ``live_figures``
     is False: the caller reads the live table itself), or ``None`` when ingest never saw
     it."""
-    with read_session(url) as session:
-        row = session.execute(
-            text(_RUNS_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}
-        ).first()
+    row = session.execute(text(_RUNS_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}).first()
     if row is None:
         return None
     record = _record(row)
-    return with_live_figures(url, record, close_after_s) if live_figures else record
+    return with_live_figures(session, record, close_after_s) if live_figures else record
 
 
-def load_sweep_runs(url: str, sweep_id: str) -> list[RunRecord]:
+def load_sweep_runs(session: Session, sweep_id: str) -> list[RunRecord]:
     """The runs of one cap sweep (runs sharing ``tpmledger.sweep.id``)."""
-    with read_session(url) as session:
-        rows = session.execute(
-            text(_RUNS_SQL + " WHERE r.sweep_id = :sweep_id ORDER BY r.concurrency_cap, r.run_id"),
-            {"sweep_id": sweep_id},
-        )
-        return [_record(row) for row in rows]
+    rows = session.execute(
+        text(_RUNS_SQL + " WHERE r.sweep_id = :sweep_id ORDER BY r.concurrency_cap, r.run_id"),
+        {"sweep_id": sweep_id},
+    )
+    return [_record(row) for row in rows]
 
 
-def list_sweep_ids(url: str) -> list[str]:
+def list_sweep_ids(session: Session) -> list[str]:
     """Every sweep id some run declared, sorted."""
-    with read_session(url) as session:
-        rows = session.execute(
-            text("SELECT DISTINCT sweep_id FROM runs WHERE sweep_id IS NOT NULL ORDER BY 1")
-        )
-        return [r[0] for r in rows]
+    rows = session.execute(
+        text("SELECT DISTINCT sweep_id FROM runs WHERE sweep_id IS NOT NULL ORDER BY 1")
+    )
+    return [r[0] for r in rows]

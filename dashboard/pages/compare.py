@@ -22,6 +22,7 @@ from dashboard.data.sealed_runs import list_sealed_run_ids
 from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds
 from dashboard.figures.chart_style import Figure, message_figure
 from dashboard.figures.compare import compare_figure
+from storage.database import read_view
 from storage.runs_read import UnknownRun
 
 VERDICT_COLORS = {
@@ -112,8 +113,9 @@ def compare_panels(
             message_figure(""),
         )
     try:
-        a = load_run_minutes(config.database_url, run_a, slo.text if slo else None)
-        b = load_run_minutes(config.database_url, run_b, slo.text if slo else None)
+        with read_view(config.database_url) as session:
+            a = load_run_minutes(session, run_a, slo.text if slo else None)
+            b = load_run_minutes(session, run_b, slo.text if slo else None)
     except (UnknownRun, NotComparable) as exc:
         return dbc.Alert(str(exc), color="warning", id="compare-error"), None, message_figure("")
     result = compare(a, b, CompareParams(), slo.text if slo else None)
@@ -146,7 +148,8 @@ def layout(
     **_query: Any,
 ) -> html.Div:
     """Two run pickers (runs with a sealed version, read fresh on every visit) and an SLO."""
-    run_ids = list_sealed_run_ids(config.database_url)
+    with read_view(config.database_url) as session:
+        run_ids = list_sealed_run_ids(session)
     title = html.H2("Compare two runs", className="h4 mb-3")
     if len(run_ids) < 2:
         return html.Div(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dash import dcc, html
+from sqlalchemy.orm import Session
 
 from analytics.live_view import CurrentTable, current_table, live_figures
 from dashboard.components.empty_states import live_waiting, provenance_pending, run_not_found
@@ -36,6 +37,7 @@ from dashboard.figures.concurrency import (
 from dashboard.figures.shard_balance import shard_balance_figure
 from dashboard.figures.throughput import throughput_figure
 from dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
+from storage.database import read_view
 from storage.minute_keys import WHOLE_RUN
 
 
@@ -96,38 +98,46 @@ def _header(run: RunRecord) -> html.Div:
     )
 
 
-def _live(config: DashboardConfig, run: RunRecord) -> tuple[RunRecord, CurrentTable | None]:
+def _live(
+    session: Session, config: DashboardConfig, run: RunRecord
+) -> tuple[RunRecord, CurrentTable | None]:
     """A live run with its live figures, and its current minute table (read once)."""
-    table = current_table(config.database_url, run.run_id, close_after_s=config.close_after_s)
+    table = current_table(session, run.run_id, close_after_s=config.close_after_s)
     if table is None or not table.rows:
         return replace(run, metrics={}, data_as_of=None), None
     return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of), table
 
 
 def _whole_run_minutes(
-    config: DashboardConfig, run: RunRecord, table: CurrentTable | None, columns: tuple[str, ...]
+    session: Session, run: RunRecord, table: CurrentTable | None, columns: tuple[str, ...]
 ) -> MinuteSeries:
     if table is not None:
         return series_from_rows(table.shard_rows(WHOLE_RUN), columns)
     assert run.snapshot is not None
-    return load_run_minutes(config.database_url, run.run_id, run.snapshot.version, columns)
+    return load_run_minutes(session, run.run_id, run.snapshot.version, columns)
 
 
 def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
-    """Server-side work of the refresh callback (also timed by ``bench/dashboard_callbacks.py``)."""
+    """Server-side work of the refresh callback (also timed by ``bench/dashboard_callbacks.py``):
+    every panel from one snapshot of the database."""
+    with read_view(config.database_url) as session:
+        return _run_panels(session, config, run_id)
+
+
+def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPanels:
     # A NUL byte cannot name a stored run (and PostgreSQL refuses it in a query).
-    run = None if "\x00" in run_id else load_run(config.database_url, run_id, live_figures=False)
+    run = None if "\x00" in run_id else load_run(session, run_id, live_figures=False)
     hidden = {"display": "none"}
     empty = message_figure("")
     if run is None:
         return RunPanels(run_not_found(run_id), None, empty, "", empty, empty, None, hidden, True)
     table = None
     if run.is_live and not run.covered:
-        run, table = _live(config, run)
+        run, table = _live(session, config, run)
         if table is None:
             header = html.Div([_header(run), live_waiting(run_id)])
             return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
-    minutes = _whole_run_minutes(config, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
+    minutes = _whole_run_minutes(session, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
     return RunPanels(
         header=_header(run),
         kpis=run_kpi_cards(run),
@@ -145,14 +155,21 @@ def run_panels(config: DashboardConfig, run_id: str) -> RunPanels:
 
 def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Figure:
     """Server-side work of the token-type switch: stacked shards plus the run's rates."""
-    run = None if "\x00" in run_id else load_run(config.database_url, run_id, live_figures=False)
+    with read_view(config.database_url) as session:
+        return _throughput_view(session, config, run_id, token_type)
+
+
+def _throughput_view(
+    session: Session, config: DashboardConfig, run_id: str, token_type: str
+) -> Figure:
+    run = None if "\x00" in run_id else load_run(session, run_id, live_figures=False)
     if run is None:
         return message_figure("")
     if token_type not in TOKEN_COLUMNS:
         token_type = "total"
     column = TOKEN_COLUMNS[token_type]
     if run.is_live and not run.covered:
-        run, table = _live(config, run)
+        run, table = _live(session, config, run)
         if table is None:
             return message_figure("")
         shards = shard_series_from_rows(table.rows, (column,))
@@ -161,6 +178,6 @@ def throughput_view(config: DashboardConfig, run_id: str, token_type: str) -> Fi
     if run.snapshot is None:
         return message_figure("")
     version = run.snapshot.version
-    shards = load_shard_minutes(config.database_url, run_id, version, (column,))
-    rates = load_run_minutes(config.database_url, run_id, version, ("retry_rate", "success_rate"))
+    shards = load_shard_minutes(session, run_id, version, (column,))
+    rates = load_run_minutes(session, run_id, version, ("retry_rate", "success_rate"))
     return throughput_figure(shards, rates, token_type, run.metrics)

@@ -16,6 +16,7 @@ from dashboard.components.status_badge import freshness_text, status_badge
 from dashboard.config import DashboardConfig
 from dashboard.data.run_records import RunRecord, load_runs
 from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc, short_hash
+from storage.database import read_view
 
 HEADERS = (
     "Run",
@@ -85,7 +86,8 @@ def _row(run: RunRecord) -> html.Tr:
 
 def runs_table_view(config: DashboardConfig) -> Any:
     """The runs table (or the empty state with the exporter environment lines)."""
-    runs = load_runs(config.database_url, config.close_after_s)
+    with read_view(config.database_url) as session:
+        runs = load_runs(session, config.close_after_s)
     if not runs:
         return no_runs_state(config.api_base_url)
     return dbc.Table(

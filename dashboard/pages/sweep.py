@@ -25,6 +25,7 @@ from dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds
 from dashboard.figures.chart_style import Figure, message_figure
 from dashboard.figures.sweep import sweep_figure
 from dashboard.pages.runs import run_href
+from storage.database import read_view
 
 
 def thresholds_text(view: SweepResult) -> str:
@@ -128,7 +129,8 @@ def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[Figure,
 
 def layout(config: DashboardConfig, sweep_id: str | None = None, **_query: Any) -> html.Div:
     """A sweep picker (read fresh on every visit) above the chart."""
-    sweep_ids = list_sweep_ids(config.database_url)
+    with read_view(config.database_url) as session:
+        sweep_ids = list_sweep_ids(session)
     if not sweep_ids:
         return html.Div([html.H2("Cap sweeps", className="h4 mb-3"), no_sweeps_state()])
     selected = sweep_id if sweep_id in sweep_ids else sweep_ids[0]

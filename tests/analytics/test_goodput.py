@@ -9,6 +9,7 @@ import pytest
 from analytics.run_extras import run_extras
 from analytics.sealing import seal_run
 from analytics.slo import Slo, SloError, parse_slo
+from storage.database import in_one_snapshot
 from storage.sealed_figures_store import read_goodput
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
@@ -41,35 +42,37 @@ def slo_rows(run_id: str, minutes: int = 5, *, ttft: bool = True) -> list[tuple[
 def test_goodput_counts_only_attempts_meeting_every_limit(database_url: str) -> None:
     store(database_url, slo_rows("slo-run"))
     result = seal_run(database_url, "slo-run", slo=SLO)
-    figures = read_goodput(database_url, "slo-run", result.version, "latency=10,ttft=0.5")
+    figures = in_one_snapshot(
+        database_url, read_goodput, "slo-run", result.version, "latency=10,ttft=0.5"
+    )
     assert figures is not None
     assert figures["goodput_tpm_total"] == 900.0  # 6 good × 150 tokens, every inner minute
     assert figures["good_call_share"] == 0.6
     assert [m["goodput_tpm_total"] for m in figures["minutes"]] == [900] * 5
     assert [m["calls"] for m in figures["minutes"]] == [10] * 5
-    extras = run_extras(database_url, "slo-run", result.version, SLO.text)
+    extras = in_one_snapshot(database_url, run_extras, "slo-run", result.version, SLO.text)
     assert (extras["goodput_tpm_total"], extras["good_call_share"]) == (900.0, 0.6)
     # A latency-only SLO lets the slow-TTFT attempts count: 8 good.
     latency_only = parse_slo("latency=10")
     seal_run(database_url, "slo-run", slo=latency_only)
-    extras = run_extras(database_url, "slo-run", result.version, latency_only.text)
+    extras = in_one_snapshot(database_url, run_extras, "slo-run", result.version, latency_only.text)
     assert extras["good_call_share"] == 0.8
 
 
 def test_goodput_is_null_without_an_slo_or_without_ttft(database_url: str) -> None:
     store(database_url, slo_rows("no-ttft", ttft=False))
     result = seal_run(database_url, "no-ttft", slo=SLO)
-    extras = run_extras(database_url, "no-ttft", result.version, SLO.text)
+    extras = in_one_snapshot(database_url, run_extras, "no-ttft", result.version, SLO.text)
     assert extras["goodput_tpm_total"] is None and extras["good_call_share"] is None
     assert "no attempt of the run reports TTFT" in extras["goodput"]["not_measured_because"]
-    none = run_extras(database_url, "no-ttft", result.version, None)
+    none = in_one_snapshot(database_url, run_extras, "no-ttft", result.version, None)
     assert (none["goodput_tpm_total"], none["good_call_share"], none["goodput"]) == (
         None,
         None,
         None,
     )
     # An SLO never computed for this version says how to compute it.
-    other = run_extras(database_url, "no-ttft", result.version, "latency=3")
+    other = in_one_snapshot(database_url, run_extras, "no-ttft", result.version, "latency=3")
     assert "tpmledger analyze no-ttft --slo latency=3" in other["goodput"]["not_measured_because"]
 
 

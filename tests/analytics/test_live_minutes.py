@@ -24,6 +24,7 @@ from analytics.minute_table import MINUTE_COLUMNS, with_minute_utc
 from analytics.run_computation import compute_run
 from analytics.sealing import seal_run
 from storage import live_window
+from storage.database import in_one_snapshot
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 
@@ -107,7 +108,7 @@ def _assert_same(url: str, run_id: str, updater: LiveUpdater) -> None:
         if not updater.update_once():
             break
     expected = _batch_rows(url, run_id)
-    table = current_table(url, run_id)
+    table = in_one_snapshot(url, current_table, run_id)
     assert table is not None
     got = {(r["shard_id"], r["minute_utc"].astimezone(UTC)): r for r in table.rows}
     assert sorted(got) == sorted(expected)
@@ -193,8 +194,11 @@ def test_late_attempt_updates_a_closed_minute_and_state_is_reported(database_url
     LiveUpdater(database_url).update_once()
     store(database_url, [_call(0, 5)])
     LiveUpdater(database_url).update_once()
-    table = current_table(
-        database_url, "r", now=datetime.fromtimestamp(BASE_NS // SECOND, UTC) + timedelta(minutes=3)
+    table = in_one_snapshot(
+        database_url,
+        current_table,
+        "r",
+        now=datetime.fromtimestamp(BASE_NS // SECOND, UTC) + timedelta(minutes=3),
     )
     assert table is not None and table.live
     whole = table.shard_rows("*")

@@ -8,6 +8,7 @@ import pytest
 
 from analytics.run_extras import run_extras
 from analytics.sealing import seal_run
+from storage.database import in_one_snapshot
 from tests.analytics.pitfall_runs import (
     deadline_rows,
     minute,
@@ -21,7 +22,9 @@ from tests.storage.builders import attempt_row
 
 def sealed_diagnostics(url: str, run_id: str) -> dict[str, Any]:
     result = seal_run(url, run_id)
-    diagnostics: dict[str, Any] = run_extras(url, run_id, result.version)["diagnostics"]
+    diagnostics: dict[str, Any] = in_one_snapshot(url, run_extras, run_id, result.version)[
+        "diagnostics"
+    ]
     return diagnostics
 
 
@@ -92,10 +95,13 @@ def test_a_version_sealed_before_diagnostics_says_how_to_get_them(database_url: 
 
     with raw_transaction(database_url) as conn:
         conn.execute("DELETE FROM snapshot_diagnostics WHERE run_id = 'old'")
-    extras = run_extras(database_url, "old", result.version)
+    extras = in_one_snapshot(database_url, run_extras, "old", result.version)
     assert extras["diagnostics"]["retry_storm"] is None
     assert "tpmledger analyze old" in extras["diagnostics"]["note"]
     # analyze (the unchanged newest version) adds them.
     again = seal_run(database_url, "old")
     assert again.version == result.version and not again.created
-    assert "note" not in run_extras(database_url, "old", result.version)["diagnostics"]
+    assert (
+        "note"
+        not in in_one_snapshot(database_url, run_extras, "old", result.version)["diagnostics"]
+    )

@@ -15,7 +15,7 @@ from analytics.sealing import PARAMS, seal_run
 from analytics.verification import verify_run
 from provenance.event_file import build_event_file, read_events
 from provenance.merkle import leaf_hash, verify_inclusion
-from storage.database import libpq_url
+from storage.database import in_one_snapshot, libpq_url
 from storage.snapshots_read import latest_snapshot, list_snapshots, minute_rows
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
@@ -51,7 +51,7 @@ def test_document_fields_and_seal(database_url: str) -> None:
     assert result.seal == hashlib.sha256(rfc8785.dumps(doc)).hexdigest()
     assert doc["metrics_sha256"] == metrics_sha256(result.metrics)
     assert result.metrics["events_sha256"] == doc["events"]["sha256"]
-    rows = minute_rows(database_url, "sealed", 1, shard_id=None)
+    rows = in_one_snapshot(database_url, minute_rows, "sealed", 1, shard_id=None)
     assert {r["shard_id"] for r in rows} == {"*", "0", "1", "2"}
     assert sum(r["calls_in_minute"] for r in rows if r["shard_id"] == "*") == 40
 
@@ -66,7 +66,11 @@ def test_new_data_new_version_and_unchanged_is_skipped(database_url: str) -> Non
     assert second.document["previous_seal"] == first.seal
     forced = seal_run(database_url, "sealed", force=True)
     assert forced.version == 3 and forced.document["previous_seal"] == second.seal
-    assert [s["version"] for s in list_snapshots(database_url, "sealed")] == [1, 2, 3]
+    assert [s["version"] for s in in_one_snapshot(database_url, list_snapshots, "sealed")] == [
+        1,
+        2,
+        3,
+    ]
     assert verify_run(database_url, "sealed").ok
 
 
@@ -78,7 +82,7 @@ def test_snapshots_are_immutable(database_url: str) -> None:
             conn.execute("UPDATE snapshots SET seal = 'x' WHERE run_id = 'sealed'")
         with pytest.raises(psycopg.errors.RaiseException, match="immutable"):
             conn.execute("DELETE FROM snapshots WHERE run_id = 'sealed'")
-    assert latest_snapshot(database_url, "sealed") is not None
+    assert in_one_snapshot(database_url, latest_snapshot, "sealed") is not None
 
 
 def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: str) -> None:
@@ -119,4 +123,4 @@ def test_concurrent_sealers_of_one_run_make_one_version(database_url: str) -> No
         results = list(pool.map(lambda _: seal_computation(database_url, computation), range(4)))
     assert [r.created for r in results].count(True) == 1
     assert {r.version for r in results} == {1}
-    assert len(list_snapshots(database_url, "sealed")) == 1
+    assert len(in_one_snapshot(database_url, list_snapshots, "sealed")) == 1

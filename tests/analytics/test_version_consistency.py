@@ -14,6 +14,7 @@ import read_api
 from analytics.sealing import seal_run
 from analytics.version_consistency import ConsistencyRefused, prove_consistency
 from provenance.consistency_document import check_consistency
+from storage.database import in_one_snapshot
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.cli.main import main
@@ -97,7 +98,7 @@ def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
 ) -> None:
     from storage.snapshots_read import snapshot_at
 
-    documents = {v: snapshot_at(versions, "grow", v).document for v in (1, 2, 3)}  # type: ignore[union-attr]
+    documents = {v: in_one_snapshot(versions, snapshot_at, "grow", v).document for v in (1, 2, 3)}  # type: ignore[union-attr]
     assert documents[1]["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
     assert documents[2]["minutes"]["through_minute_utc"] == "2026-02-01T03:48:00Z"
     assert "rebased" not in documents[1] and "rebased" not in documents[2]
@@ -120,7 +121,7 @@ def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
     assert checkpoint.document["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
     assert checkpoint.metrics["attempts"] == 3
     # The open minutes are not in it: the run still reads as live, from the live table.
-    state = run_state(database_url, "grow")
+    state = in_one_snapshot(database_url, run_state, "grow")
     assert state is not None and state.has_new_data and state.is_live
     final = seal_run(database_url, "grow")
     assert final.final and final.version == checkpoint.version + 1

@@ -10,6 +10,7 @@ import threading
 import time
 
 from analytics.worker import ResealLoop, run
+from storage.database import in_one_snapshot
 from storage.snapshots_read import list_snapshots
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
@@ -45,7 +46,7 @@ def test_new_data_makes_a_new_version_linked_to_the_previous_seal(database_url: 
     assert loop.poll_once() == []  # nothing new
     store(database_url, _rows("w1", 3, offset=100))
     assert loop.poll_once() == ["w1"]
-    versions = list_snapshots(database_url, "w1")
+    versions = in_one_snapshot(database_url, list_snapshots, "w1")
     assert [v["version"] for v in versions] == [1, 2]
     assert versions[1]["previous_seal"] == versions[0]["seal"]
     assert versions[1]["events_count"] == 8
@@ -54,7 +55,7 @@ def test_new_data_makes_a_new_version_linked_to_the_previous_seal(database_url: 
 def test_quiet_period_defers_a_live_run(database_url: str) -> None:
     store(database_url, _rows("w2", 5))
     assert ResealLoop(database_url, quiet_s=3600).poll_once() == []
-    assert list_snapshots(database_url, "w2") == []
+    assert in_one_snapshot(database_url, list_snapshots, "w2") == []
 
 
 def test_run_stops_when_told(database_url: str) -> None:
@@ -64,7 +65,7 @@ def test_run_stops_when_told(database_url: str) -> None:
     worker = threading.Thread(target=run, args=(settings, stop))
     worker.start()
     try:
-        assert _wait_for(lambda: list_snapshots(database_url, "w3"))
+        assert _wait_for(lambda: in_one_snapshot(database_url, list_snapshots, "w3"))
     finally:
         stop.set()
         worker.join(timeout=30)
@@ -86,7 +87,7 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
         stderr=subprocess.STDOUT,
     )
     try:
-        assert _wait_for(lambda: list_snapshots(database_url, "w4"))
+        assert _wait_for(lambda: in_one_snapshot(database_url, list_snapshots, "w4"))
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -101,6 +102,6 @@ def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url
     provisional = seal_run(database_url, "w9", quiet_s=3600)  # `analyze` while running
     assert not provisional.final
     assert ResealLoop(database_url, quiet_s=0).poll_once() == ["w9"]
-    versions = list_snapshots(database_url, "w9")
+    versions = in_one_snapshot(database_url, list_snapshots, "w9")
     assert [v["version"] for v in versions] == [1, 2]
     assert ResealLoop(database_url, quiet_s=0).poll_once() == []  # final now: nothing due

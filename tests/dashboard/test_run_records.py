@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dashboard.data.run_records import list_sweep_ids, load_run, load_runs, load_sweep_runs
+from storage.database import in_one_snapshot
 from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.lifecycle_builders import seed_unsealed_run
 
@@ -12,7 +13,7 @@ def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> No
     seed_sealed_run(database_url, "run-now", live=True)
     seed_unsealed_run(database_url, "run-new")
 
-    runs = {r.run_id: r for r in load_runs(database_url)}
+    runs = {r.run_id: r for r in in_one_snapshot(database_url, load_runs)}
 
     assert {r: runs[r].status for r in runs} == {
         "run-old": "sealed",
@@ -28,19 +29,22 @@ def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> No
 
 def test_load_run_reads_the_newest_snapshot_version(database_url: str) -> None:
     seed_sealed_run(database_url, "run-a")
-    run = load_run(database_url, "run-a")
+    run = in_one_snapshot(database_url, load_run, "run-a")
     assert run is not None and run.snapshot is not None
     assert run.snapshot.version == 1
     assert run.first_event_utc == "2026-02-01T03:44:00.000Z"
-    assert load_run(database_url, "nope") is None
+    assert in_one_snapshot(database_url, load_run, "nope") is None
 
 
 def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
     seed_sealed_run(database_url, "s-8", sweep_id="sw", cap=8)
     seed_sealed_run(database_url, "s-4", sweep_id="sw", cap=4)
     seed_sealed_run(database_url, "other")
-    assert list_sweep_ids(database_url) == ["sw"]
-    assert [r.run_id for r in load_sweep_runs(database_url, "sw")] == ["s-4", "s-8"]
+    assert in_one_snapshot(database_url, list_sweep_ids) == ["sw"]
+    assert [r.run_id for r in in_one_snapshot(database_url, load_sweep_runs, "sw")] == [
+        "s-4",
+        "s-8",
+    ]
 
 
 def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str) -> None:
@@ -52,7 +56,7 @@ def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str
 
     store(database_url, _calls(range(5)))
     seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)
-    run = load_run(database_url, "grow", live_figures=False)
+    run = in_one_snapshot(database_url, load_run, "grow", live_figures=False)
     assert run is not None and run.snapshot is not None
     assert run.is_live and not run.covered  # the open minutes are not in the checkpoint
     assert covers_text(run.snapshot).startswith("closed minutes through 2026-02-01T03:46:00Z")
@@ -61,7 +65,7 @@ def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str
     seal_run(database_url, "grow")
     store(database_url, _calls(range(1, 2), second=30))  # late: 03:45 was sealed
     seal_run(database_url, "grow")
-    run = load_run(database_url, "grow", live_figures=False)
+    run = in_one_snapshot(database_url, load_run, "grow", live_figures=False)
     assert run is not None and run.snapshot is not None and run.covered
     assert covers_text(run.snapshot) == "every minute, through 2026-02-01T03:48:00Z"
     assert run.snapshot.rebased is not None

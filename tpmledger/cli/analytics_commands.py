@@ -108,6 +108,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from analytics.run_extras import run_extras
     from analytics.sealing import seal_run
     from analytics.slo import SloError, optional_slo
+    from storage.database import read_view
 
     settings = settings_from_args(args)
     try:
@@ -124,7 +125,8 @@ def run_analyze(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
         # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).
-        extras = run_extras(url, result.run_id, result.version, slo.text if slo else None)
+        with read_view(url) as session:
+            extras = run_extras(session, result.run_id, result.version, slo.text if slo else None)
     metrics = {**result.metrics, **extras}
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -142,11 +144,12 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 
 def run_snapshots(args: argparse.Namespace) -> int:
+    from storage.database import read_view
     from storage.snapshots_read import list_snapshots
     from storage.time_text import minute_text
 
-    with database(settings_from_args(args), migrate_to_head=True) as url:
-        rows = list_snapshots(url, args.run_id)
+    with database(settings_from_args(args), migrate_to_head=True) as url, read_view(url) as session:
+        rows = list_snapshots(session, args.run_id)
     if args.json:
         print(json.dumps({"run_id": args.run_id, "snapshots": rows}, indent=2, default=str))
         return 0

@@ -97,12 +97,14 @@ def print_result(result: dict[str, Any]) -> None:
 def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
     """Analyze ``run_id`` under ``slo`` when its newest version lacks that goodput."""
     from analytics.sealing import seal_run
+    from storage.database import read_view
     from storage.sealed_figures_store import read_goodput
     from storage.snapshots_read import latest_snapshot
 
-    snapshot = latest_snapshot(url, run_id)
-    if snapshot is not None and read_goodput(url, run_id, snapshot.version, slo.text):
-        return
+    with read_view(url) as session:
+        snapshot = latest_snapshot(session, run_id)
+        if snapshot is not None and read_goodput(session, run_id, snapshot.version, slo.text):
+            return
     print(f"analyzing {run_id} for goodput under {slo.text}", file=sys.stderr)
     seal_run(url, run_id, quiet_s=quiet_s, slo=slo)
 

@@ -42,10 +42,11 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def run_runs(args: argparse.Namespace) -> int:
     from analytics.run_views import run_list
+    from storage.database import read_view
 
     settings = settings_from_args(args)
-    with database(settings, migrate_to_head=True) as url:
-        runs = run_list(url)
+    with database(settings, migrate_to_head=True) as url, read_view(url) as session:
+        runs = run_list(session)
     if args.json:
         print(json.dumps({"runs": runs}, indent=2))
         return 0
