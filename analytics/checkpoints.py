@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from analytics.minute_log import MINUTE
+from analytics.run_span_limit import RunTooLong
 from analytics.sealing import SealResult, seal_run
 from analytics.slo import Slo
 from storage.snapshots_read import runs_due_for_checkpoint
@@ -52,7 +53,14 @@ class Checkpointer:
                 continue  # no minute of it has closed yet
             if through is not None and _minute(through) + MINUTE >= cutoff:
                 continue  # its newest version already covers every closed minute
-            result = seal_run(self.url, run_id, end_before_ns=cutoff_ns, slo=self.slo)
+            try:
+                result = seal_run(self.url, run_id, end_before_ns=cutoff_ns, slo=self.slo)
+            except RunTooLong as exc:
+                log.warning("no checkpoint: %s", exc)
+                continue
+            except Exception:  # one bad run must not stop the others' checkpoints
+                log.exception("checkpoint of %s failed", run_id)
+                continue
             if result.created:
                 sealed.append(result)
                 log.info("checkpoint %s v%d through %s", run_id, result.version, _through(result))

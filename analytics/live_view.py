@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from analytics.figure_rules import clean, work_conserving_result
+from analytics.run_span_limit import check_run_minutes
 from storage.live_read import (
     RunState,
     live_minute_rows,
@@ -186,6 +187,9 @@ def merge_tables(
     )
     if not active:
         return table
+    check_run_minutes(
+        state.run_id, int(active[0].timestamp()) // 60, int(active[-1].timestamp()) // 60
+    )
     minutes = []
     minute = active[0]
     while minute <= active[-1]:

@@ -23,6 +23,7 @@ from analytics.minute_leaves import MinuteDigests, minute_digests
 from analytics.minute_tree import MinuteTree, build_minute_tree
 from analytics.rollups import attempts_to_events, shard_caps
 from analytics.run_figures import RunAnalysis, RunContext, analyze_events
+from analytics.run_span_limit import check_run_span_ns
 from provenance.event_file import EventFile, build_event_file
 from storage.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
@@ -138,6 +139,9 @@ def compute_run(
     timer = timer or StageTimer()
     with timer.stage("fetch"):
         facts, attempts = load_run(url, run_id, end_before_ns)
+    ends = attempts.get_column("end_ns")
+    if ends.len():
+        check_run_span_ns(run_id, int(ends.min()), int(ends.max()))  # type: ignore[arg-type]
     with timer.stage("events"):
         # In fetch order: the file writer puts lines in canonical order itself (SPEC §5).
         events = attempts_to_events(attempts)

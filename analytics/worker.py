@@ -27,6 +27,7 @@ from analytics.checkpoints import Checkpointer
 from analytics.kernel_warmup import warm
 from analytics.live_updater import LiveUpdater
 from analytics.run_computation import StageTimer
+from analytics.run_span_limit import RunTooLong
 from analytics.sealing import seal_run
 from analytics.slo import Slo, optional_slo
 from storage.snapshots_read import runs_due_for_seal
@@ -58,6 +59,9 @@ class ResealLoop:
             started = time.perf_counter()
             try:
                 result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
+            except RunTooLong as exc:
+                log.warning("not sealing: %s", exc)
+                continue
             except Exception:  # one bad run must not stop the worker
                 log.exception("sealing %s failed; will retry when it receives new data", run_id)
                 continue

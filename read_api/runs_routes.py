@@ -53,9 +53,13 @@ def build_router(
         dependencies=[Depends(reject_nul_run_id)],
         summary='A run\'s figures: sealed, or live ("live": true) while data newer than its '
         "newest snapshot arrives",
-        responses={404: {"description": "unknown run"}},
+        responses={
+            404: {"description": "unknown run"},
+            422: {"description": "the run spans more than TPMLEDGER_MAX_RUN_DAYS"},
+        },
     )
     async def get_run(run_id: str) -> dict[str, Any]:
+        from analytics.run_span_limit import RunTooLong
         from analytics.run_views import run_object
 
         try:
@@ -64,18 +68,24 @@ def build_router(
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
+        except RunTooLong as exc:
+            raise HTTPException(422, detail=str(exc)) from exc
 
     @router.get(
         "/runs/{run_id}/minutes",
         dependencies=[Depends(reject_nul_run_id)],
         summary="Minute series of the whole run (default) or one shard, each minute with its "
         "state: open, closed or sealed",
-        responses={404: {"description": "unknown run or shard"}},
+        responses={
+            404: {"description": "unknown run or shard"},
+            422: {"description": "the run spans more than TPMLEDGER_MAX_RUN_DAYS"},
+        },
     )
     async def get_minutes(
         run_id: str,
         shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
     ) -> dict[str, Any]:
+        from analytics.run_span_limit import RunTooLong
         from analytics.run_views import minute_series
 
         try:
@@ -84,6 +94,8 @@ def build_router(
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
+        except RunTooLong as exc:
+            raise HTTPException(422, detail=str(exc)) from exc
         if minutes is None:
             if shard_id == WHOLE_RUN:
                 raise _unknown(run_id)

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
         description="Spans longer than this (or reporting a longer queue wait) are rejected "
         "through partial success (docs/ingest.md#limits).",
     )
+    max_run_days: float = Field(
+        default=31.0,
+        gt=0,
+        description="Figures are computed for runs whose events span at most this many days; "
+        "a longer run is refused by name, its spans kept (docs/ingest.md#limits).",
+    )
     live_poll_s: float = Field(
         default=0.5,
         gt=0,

@@ -126,8 +126,12 @@ def with_live_figures(session: Session, run: RunRecord, close_after_s: float) ->
     if not run.is_live or run.covered:
         return run
     from analytics.live_view import current_table, live_figures
+    from analytics.run_span_limit import RunTooLong
 
-    table = current_table(session, run.run_id, close_after_s=close_after_s)
+    try:
+        table = current_table(session, run.run_id, close_after_s=close_after_s)
+    except RunTooLong:
+        return replace(run, metrics={}, data_as_of=None)  # the run page says why
     if table is None or not table.rows:
         return replace(run, metrics={}, data_as_of=None)
     return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of)

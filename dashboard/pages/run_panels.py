@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import dash_bootstrap_components as dbc
 from dash import dcc, html
 from sqlalchemy.orm import Session
 
 from analytics.live_view import CurrentTable, current_table, live_figures
+from analytics.run_span_limit import RunTooLong
 from dashboard.components.empty_states import live_waiting, provenance_pending, run_not_found
 from dashboard.components.kpi_cards import run_kpi_cards
 from dashboard.components.provenance_panel import provenance_panel
@@ -133,7 +135,13 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
         return RunPanels(run_not_found(run_id), None, empty, "", empty, empty, None, hidden, True)
     table = None
     if run.is_live and not run.covered:
-        run, table = _live(session, config, run)
+        try:
+            run, table = _live(session, config, run)
+        except RunTooLong as exc:
+            header = html.Div(
+                [_header(run), dbc.Alert(str(exc), color="warning", id="run-too-long")]
+            )
+            return RunPanels(header, None, empty, "", empty, empty, None, hidden, True)
         if table is None:
             header = html.Div([_header(run), live_waiting(run_id)])
             return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
@@ -169,7 +177,10 @@ def _throughput_view(
         token_type = "total"
     column = TOKEN_COLUMNS[token_type]
     if run.is_live and not run.covered:
-        run, table = _live(session, config, run)
+        try:
+            run, table = _live(session, config, run)
+        except RunTooLong:
+            return message_figure("")
         if table is None:
             return message_figure("")
         shards = shard_series_from_rows(table.rows, (column,))

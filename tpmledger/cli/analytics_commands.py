@@ -106,6 +106,7 @@ def _print_object(obj: dict[str, Any], indent: str = "") -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     from analytics.run_computation import UnknownRun
     from analytics.run_extras import run_extras
+    from analytics.run_span_limit import RunTooLong
     from analytics.sealing import seal_run
     from analytics.slo import SloError, optional_slo
     from storage.database import read_view
@@ -121,7 +122,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             result = seal_run(
                 url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s, slo=slo
             )
-        except UnknownRun as exc:
+        except (UnknownRun, RunTooLong) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
         # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).

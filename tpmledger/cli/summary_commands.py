@@ -90,6 +90,7 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
+    from analytics.run_span_limit import RunTooLong
     from analytics.sealing import seal_run
     from analytics.summary_export import SnapshotOutdated, build_summary
     from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
@@ -108,7 +109,7 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
                 except SnapshotOutdated:
                     if attempt == SEAL_ATTEMPTS:
                         raise
-    except (LookupError, SnapshotOutdated, SigningKeyError) as exc:
+    except (LookupError, SnapshotOutdated, SigningKeyError, RunTooLong) as exc:
         print(f"error: {_message(exc)}", file=sys.stderr)
     return None
 
