@@ -1,4 +1,4 @@
-"""Cap sweep and its knee (SPEC §4): runs sharing ``tpmledger.sweep.id``, one cap each.
+"""Cap sweep and its knee (docs/metrics.md): runs sharing ``tpmledger.sweep.id``, one cap each.
 
 For each cap: sustained TPM (total), retry rate, call success rate, TTFT p95, read from
 each run's LATEST sealed snapshot. Walking caps upward, cap c is accepted while, against

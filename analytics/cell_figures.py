@@ -1,4 +1,4 @@
-"""Event-derived figures of every (shard, minute) cell and every whole-run minute (SPEC §4).
+"""Event-derived figures of every (shard, minute) cell and every whole-run minute (docs/metrics.md).
 
 Counts and token sums come from one compiled pass per grouping; TTFT (successful
 attempts that report it) and latency (``(end_ns − start_ns) / 1 s``, every attempt)

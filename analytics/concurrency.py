@@ -1,7 +1,7 @@
-"""Concurrency at 1-second resolution from span intervals (SPEC §4).
+"""Concurrency at 1-second resolution from span intervals (docs/metrics.md).
 
 An attempt span covers the time its shard held a concurrency slot (start = admitted,
-end = released); ``queued_at = start − queue_wait_s`` (SPEC §2). Both series are
+end = released); ``queued_at = start − queue_wait_s`` (docs/conventions.md). Both series are
 *sampled at every whole second* t: in-flight(t) = attempts with start ≤ t < end,
 queue depth(t) = attempts with queued_at ≤ t < start (only attempts that report
 ``queue_wait_s``). Sampled counts are integers and never exceed a slot cap that was
@@ -222,7 +222,7 @@ def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> 
 
 
 def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dict[str, Any]:
-    """The SPEC §4 work-conserving check; figures are null when they cannot be measured."""
+    """The docs/metrics.md work-conserving check; figures are null when they cannot be measured."""
     result = work_conserving_result()
     usable = {s: c for s, c in (caps or {}).items() if s in series.queue_shards and c}
     if not usable:

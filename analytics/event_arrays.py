@@ -1,6 +1,6 @@
 """The per-event inputs of the figures, as NumPy arrays (one Polars select).
 
-What SPEC §4 derives per event (``ok``, tokens with absent = 0, latency, TTFT of
+What docs/metrics.md derives per event (``ok``, tokens with absent = 0, latency, TTFT of
 successful attempts, ``is_retry``) is computed once by the prepared plan of
 :mod:`analytics.event_plans` and handed to the compiled group loops as flat arrays.
 """

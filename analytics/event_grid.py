@@ -2,7 +2,7 @@
 
 The minute table has one row per shard (sorted ids, as Polars and Python both sort
 UTF-8 text by code point) and per minute from the run's first to its last end-time
-minute (SPEC §4: a minute is the UTC minute of the span's **end**). Dense integer codes
+minute (docs/metrics.md: a minute is the UTC minute of the span's **end**). Dense integer codes
 let the percentile and concurrency code count and sort with NumPy instead of grouping
 strings once per figure.
 """

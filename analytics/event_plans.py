@@ -1,10 +1,11 @@
-"""Lazy Polars plans over canonical events (SPEC §4). Plans are built here, collected elsewhere.
+"""Lazy Polars plans over canonical events (docs/metrics.md). Plans are built here, collected
+elsewhere.
 
 Every plan takes a frame with exactly the canonical event columns
 (:data:`provenance.event_file.EVENT_SCHEMA`), so every figure can be recomputed from
 ``events.jsonl`` alone.
 
-Retries (SPEC §4 honesty rule) are *measured* iff some event carries ``resend_count`` or a
+Retries (docs/metrics.md honesty rule) are *measured* iff some event carries ``resend_count`` or a
 ``call_id`` different from its ``span_id`` (an explicit ``tpmledger.call.id``). An attempt
 is a retry when its resend count is > 0; an attempt without ``resend_count`` takes its
 position within its logical call, ordered by (start_ns, end_ns, span_id), as its count

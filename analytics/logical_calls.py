@@ -1,4 +1,5 @@
-"""Logical calls (SPEC §2, §4): the attempts that share a ``call_id`` are one call.
+"""Logical calls (docs/conventions.md, docs/metrics.md): the attempts that share a ``call_id`` are
+one call.
 
 Per run: how many logical calls, how many succeeded (their *last* attempt succeeded, by
 (start_ns, end_ns, span_id)), and the retry causes (error types of failed attempts that

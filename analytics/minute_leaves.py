@@ -1,4 +1,5 @@
-"""Minute leaves of the SPEC §5 Merkle tree: one per minute, first to last, empty included.
+"""Minute leaves of the docs/provenance.md Merkle tree: one per minute, first to last, empty
+included.
 
 Leaf document = ``{minute_utc, calls_in_minute, prompt_tpm_in, completion_tpm_out,
 tpm_total, failures, retries, events_sha256}``; ``events_sha256`` hashes that minute's

@@ -1,4 +1,4 @@
-"""The minute table of SPEC §4/§8: one row per minute for the whole run (shard '*') and
+"""The minute table of docs/metrics.md: one row per minute for the whole run (shard '*') and
 per shard, every minute from the run's first to its last (empty minutes included).
 
 A minute is the UTC minute of an attempt's **end** time. Float figures are rounded to
@@ -89,7 +89,8 @@ def with_minute_utc(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def compute_minutes(events: pl.DataFrame, caps: Mapping[str, int] | None = None) -> pl.DataFrame:
-    """Minute table of SPEC §4 from canonical events alone (``caps`` only fills the cap column).
+    """Minute table of docs/metrics.md from canonical events alone (``caps`` only fills the cap
+    column).
 
     Columns are :data:`MINUTE_COLUMNS`; ``minute_utc`` is a UTC datetime.
     """

@@ -1,4 +1,5 @@
-"""From stored attempts to canonical events: rollup spans are resolved here (SPEC §2, §4).
+"""From stored attempts to canonical events: rollup spans are resolved here (docs/conventions.md,
+docs/metrics.md).
 
 Within a trace, an LLM-call span with an LLM-call descendant is a rollup (an
 instrumented client inside an instrumented framework both reported the same tokens) and

@@ -64,7 +64,7 @@ class StageTimer:
 
 @dataclass(frozen=True)
 class RunComputation:
-    """One run's recomputed state; ``metrics`` is the §8 run object minus seal keys.
+    """One run's recomputed state; ``metrics`` is the run object (docs/metrics.md) minus seal keys.
 
     ``events`` are the canonical columns in fetch order (``file`` is in canonical order).
     """
@@ -143,7 +143,7 @@ def compute_run(
     if ends.len():
         check_run_span_ns(run_id, int(ends.min()), int(ends.max()))  # type: ignore[arg-type]
     with timer.stage("events"):
-        # In fetch order: the file writer puts lines in canonical order itself (SPEC §5).
+        # In fetch order: the file writer puts lines in canonical order itself (docs/provenance.md).
         events = attempts_to_events(attempts)
         context = RunContext(
             run_id=run_id,

@@ -1,4 +1,5 @@
-"""Run-level figures (SPEC §4, named as SPEC §8 ``GET /v1/runs/{run_id}``) from events alone.
+"""Run-level figures (docs/metrics.md, named as docs/metrics.md ``GET /v1/runs/{run_id}``) from
+events alone.
 
 :func:`compute_run_figures` takes a frame with exactly the canonical event columns, so a
 signed summary can be re-verified from ``events.jsonl``. The optional :class:`RunContext`
@@ -65,7 +66,7 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     active = whole.filter(pl.col("calls_in_minute") > 0)
     if active.height == 0:
         return None
-    # Ties go to the earliest minute (SPEC §4).
+    # Ties go to the earliest minute (docs/metrics.md).
     row = active.sort([by, "minute_ns"], descending=[True, False]).row(0, named=True)
     return {
         "minute_utc": minute_text_ns(row["minute_ns"]),
@@ -199,5 +200,5 @@ def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> R
 
 
 def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:
-    """Run-level figures from canonical events (the §8 run object without seal keys)."""
+    """Run-level figures from canonical events (the run object without seal keys)."""
     return analyze_events(events, context).figures

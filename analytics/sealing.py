@@ -1,4 +1,5 @@
-"""Sealed snapshots (SPEC §5): immutable, versioned per run, each linked to the previous seal.
+"""Sealed snapshots (docs/provenance.md): immutable, versioned per run, each linked to the previous
+seal.
 
 Document = ``{run_id, version, computed_at, generator {name, version}, params,
 events {sha256, count, format}, minutes {merkle_root, tree_size, through_minute_utc},

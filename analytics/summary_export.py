@@ -1,10 +1,10 @@
-"""Build, sign and write a run summary from the run's newest sealed snapshot (SPEC §5).
+"""Build, sign and write a run summary from the run's newest sealed snapshot (docs/provenance.md).
 
 The application layer's composition of the leaf library :mod:`provenance` (event file,
 minute proofs, statement, DSSE, Sigstore bundle) with the database (:mod:`storage`) and
 the minute leaves of :mod:`analytics`.
 
-The predicate's figures are the snapshot's (``snapshots.metrics``, SPEC §8 names); the
+The predicate's figures are the snapshot's (``snapshots.metrics``, docs/metrics.md names); the
 event file and minute leaves are rebuilt from the database and must hash to what the
 snapshot sealed, so the export never signs figures that its ``events.jsonl`` contradicts.
 Export directory: ``events.jsonl``, ``summary.dsse.json``, ``summary.sigstore.json``,

@@ -1,4 +1,5 @@
-"""Re-verification of a sealed snapshot (SPEC §5): recompute everything, name any mismatch.
+"""Re-verification of a sealed snapshot (docs/provenance.md): recompute everything, name any
+mismatch.
 
 Checks, in order: the seal chain (every version's ``seal`` is the SHA-256 of its
 document's JCS and its ``previous_seal`` is the prior version's seal), the stored row

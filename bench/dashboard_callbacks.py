@@ -1,4 +1,4 @@
-"""Server time of every dashboard callback on a sealed 1,000,000-attempt run (SPEC §7).
+"""Server time of every dashboard callback on a sealed 1,000,000-attempt run (README.md#benchmarks).
 
     .venv/bin/python bench/dashboard_callbacks.py [--attempts 1000000] [--shards 8]
                                                   [--repeat 20] [--out FILE]
@@ -13,7 +13,7 @@
    - *function*: the page's server-side function (database reads + figure build);
    - *HTTP*: a full ``POST /_dash-update-component`` through Flask's test client (the
      request Dash's front end sends: dispatch, callback, JSON serialization).
-   Target (SPEC §7): ≤ 300 ms server time per callback.
+   Target (README.md#benchmarks): ≤ 300 ms server time per callback.
 4. With ``--wide-minutes N`` (default 1,440) the run page callbacks are timed again on a
    run whose minute tables are built directly: N minutes × ``--shards`` shards (a day of
    one-minute buckets), the same snapshot figures. It shows how cost grows with minutes,
@@ -263,7 +263,8 @@ def main() -> int:
             worst = max(worst, h_p95)
             say(f"{name:<92} {f_med:>8.1f} / {f_p95:>6.1f} {h_med:>8.1f} / {h_p95:>6.1f}")
         verdict = "meets" if worst <= TARGET_MS else "MISSES"
-        say(f"worst HTTP p95: {worst:.1f} ms — {verdict} the {TARGET_MS:.0f} ms target (SPEC §7)")
+        target = f"the {TARGET_MS:.0f} ms target (README.md#benchmarks)"
+        say(f"worst HTTP p95: {worst:.1f} ms — {verdict} {target}")
         say(
             f"command: .venv/bin/python bench/dashboard_callbacks.py --attempts {args.attempts} "
             f"--repeat {args.repeat} --wide-minutes {args.wide_minutes}"

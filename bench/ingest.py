@@ -1,4 +1,4 @@
-"""Durable ingest throughput against a raw COPY of the same rows (SPEC §7, issue 9).
+"""Durable ingest throughput against a raw COPY of the same rows (README.md#benchmarks, issue 9).
 
     .venv/bin/python bench/ingest.py [--spans 500000] [--senders 8] [--batch 512]
                                      [--profile] [--out bench/results/ingest.txt]
@@ -7,13 +7,13 @@
    pgserver in a temp dir) and ``tpmledger serve ingest`` as a child process.
 2. ``--spans`` realistic LLM spans, pre-serialized as 512-span protobuf bodies, POSTed by
    ``--senders`` keep-alive connections from a separate (forked) process. A 200 means the
-   spans are committed (SPEC §3), so spans / (first send → last 200) is *durable* spans/s;
+   spans are committed (docs/ingest.md), so spans / (first send → last 200) is *durable* spans/s;
    the row count is then checked against the spans sent.
 3. Ingest is stopped; the same bodies are normalized and COPY-encoded
    (``ingest.request_encoding.encode_request``, untimed) and ``storage.bulk_writer.copy_blocks``
    COPYs those rows into the emptied ``attempts`` table in one transaction. Only the COPY
    and its commit are timed: that is the raw ceiling.
-4. durable / raw is the ratio SPEC §7 asks for (target ≥ 0.5, and ≥ 30,000 spans/s).
+4. durable / raw is the ratio README.md#benchmarks asks for (target ≥ 0.5, and ≥ 30,000 spans/s).
 
 ``--profile`` attaches ``py-spy record`` (``pip install py-spy``) to the ingest process for
 the load and prints the functions where most samples landed.

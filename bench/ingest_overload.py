@@ -1,4 +1,5 @@
-"""Ingest under sustained overload: bounded memory and queue, 503 + Retry-After (SPEC §3, §7).
+"""Ingest under sustained overload: bounded memory and queue, 503 + Retry-After (docs/ingest.md,
+README.md#benchmarks).
 
     .venv/bin/python bench/ingest_overload.py [--seconds 120] [--senders 480]
                                               [--bomb-senders 60] [--chunked-senders 30]

@@ -1,4 +1,5 @@
-"""Quick durable-throughput figure of ONE ingest process (issue 2 note; SPEC §7 target).
+"""Quick durable-throughput figure of ONE ingest process (issue 2 note; README.md#benchmarks
+target).
 
 Starts PostgreSQL (embedded pgserver in a temp dir, or ``--admin-url``), a fresh migrated
 database, and ``tpmledger serve ingest`` as a subprocess; then 8 concurrent senders post

@@ -1,7 +1,8 @@
 """What the ingest benchmarks share: realistic LLM span batches, a fresh database, the
 ingest process, its memory, and the senders.
 
-The span batches look like the simulator's (SPEC §2): ``tpmledger.*`` resource attributes
+The span batches look like the simulator's (docs/conventions.md): ``tpmledger.*`` resource
+attributes
 of one shard and per-attempt ``gen_ai.*`` span attributes, ~5 % of attempts failed with a
 429 and retried under the same ``tpmledger.call.id``. Bodies are serialized before any
 timing starts so the senders cost the server as little CPU as possible.

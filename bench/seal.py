@@ -1,4 +1,4 @@
-"""Seal a generated 1,000,000-attempt run end to end and time every stage (SPEC §7).
+"""Seal a generated 1,000,000-attempt run end to end and time every stage (README.md#benchmarks).
 
     .venv/bin/python bench/seal.py [--attempts 1000000] [--shards 8] [--repeat 3]
                                    [--out bench/results/seal.txt]
@@ -22,7 +22,7 @@
    on events already in memory (fetched and rollups resolved before timing), best wall
    time of ``--repeat`` runs → attempts/s; its CPU (all threads) → attempts per CPU-second.
 
-Targets (SPEC §7): end to end ≤ 5 s; analytics alone ≥ 5 M attempts/s.
+Targets (README.md#benchmarks): end to end ≤ 5 s; analytics alone ≥ 5 M attempts/s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Dash app (SPEC §6) and ``run(settings)`` for ``tpmledger serve dashboard``.
+"""The Dash app (docs/dashboard.md) and ``run(settings)`` for ``tpmledger serve dashboard``.
 
 Pages read sealed snapshots and minute tables through ``dashboard.data`` only. The app is
 served by waitress on ``settings.host:settings.dashboard_port`` and stops cleanly on

@@ -1,6 +1,6 @@
 """How figures are written on screen. A missing figure reads "not measured", never 0.
 
-SPEC §4 honesty rule: ``null`` means the data cannot support the figure. Every token figure
+docs/metrics.md honesty rule: ``null`` means the data cannot support the figure. Every token figure
 names its type (prompt, completion or total) and every time is labelled UTC.
 """
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 NOT_MEASURED = "not measured"
 
-# Minute-table column per token type, and the label the switch and axes use (SPEC §4).
+# Minute-table column per token type, and the label the switch and axes use (docs/metrics.md).
 TOKEN_COLUMNS = {
     "total": "tpm_total",
     "prompt": "prompt_tpm_in",

@@ -1,4 +1,4 @@
-"""Bearer-token check for both listeners (SPEC §3 "Auth").
+"""Bearer-token check for both listeners (docs/ingest.md "Auth").
 
 Tokens come from the database (``tpmledger tokens create``) and from
 ``settings.ingest_tokens``. Only SHA-256 digests are held; a presented token is hashed

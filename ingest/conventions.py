@@ -1,10 +1,10 @@
-"""The convention registry: which attribute keys each telemetry family writes (SPEC §2).
+"""The convention registry: which attribute keys each telemetry family writes (docs/conventions.md).
 
 Each family lists its keys in one place, per normalized field, in the family's own
 first-present-wins order. Everything else is derived from the registry:
 
 - the global first-present-wins order of a field = the families in registry order, each
-  family's keys in its own order, duplicates dropped (this reproduces the SPEC §2 table;
+  family's keys in its own order, duplicates dropped (this reproduces the docs/conventions.md table;
   ``tests/ingest/test_conventions.py`` pins it);
 - the ``convention`` of a span = the family that owns the key that supplied its tokens
   (or, for spans without tokens, the key that identified the span as an LLM call). A key
@@ -31,15 +31,15 @@ TOKEN_FIELDS: Final = (
     "reasoning_tokens",
 )
 
-# LLM-call detection (SPEC §2).
+# LLM-call detection (docs/conventions.md).
 OPERATION_NAME_KEY: Final = "gen_ai.operation.name"
 LLM_OPERATION_NAMES: Final = frozenset({"chat", "text_completion", "generate_content"})
 OPENINFERENCE_KIND_KEY: Final = "openinference.span.kind"
 OPENINFERENCE_LLM_KIND: Final = "LLM"
 VLLM_SPAN_NAME: Final = "llm_request"
-# OpenLLMetry records time to first token only as span events with this name (SPEC §2).
+# OpenLLMetry records time to first token only as span events with this name (docs/conventions.md).
 COMPLETION_CHUNK_EVENT: Final = "gen_ai.content.completion.chunk"
-# OpenInference marks the first streamed token with this event (an extension of SPEC §2:
+# OpenInference marks the first streamed token with this event (an extension of docs/conventions.md:
 # without it, OpenInference streams would report no TTFT at all).
 OPENINFERENCE_FIRST_TOKEN_EVENT: Final = "First Token Stream Event"
 
@@ -232,7 +232,7 @@ OPENINFERENCE = ConventionFamily(
     ttft_events=frozenset({OPENINFERENCE_FIRST_TOKEN_EVENT}),
 )
 
-# Registry order = first-present-wins order across families (SPEC §2).
+# Registry order = first-present-wins order across families (docs/conventions.md).
 FAMILIES: Final = (TPMLEDGER, SEMCONV, SEMCONV_LEGACY, VLLM, OPENLLMETRY, OPENLIT, OPENINFERENCE)
 FAMILY_NAMES: Final = tuple(family.name for family in FAMILIES)
 TTFT_EVENTS: Final = frozenset(name for family in FAMILIES for name in family.ttft_events)

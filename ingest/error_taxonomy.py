@@ -1,4 +1,4 @@
-"""The one error taxonomy of ingest: retryable versus permanent (SPEC §3).
+"""The one error taxonomy of ingest: retryable versus permanent (docs/ingest.md).
 
 It follows the OTLP specification, "OTLP/HTTP Response" → "Failures" and
 "OTLP/gRPC Response" → "Failures" (opentelemetry-proto ``docs/specification.md``):

@@ -93,7 +93,7 @@ class TraceExportHandler:
 
 
 def _unreadable(exc: Exception) -> UndecodableBody:
-    # Bad input must never become a 500 that the sender re-sends forever (SPEC §3): an
+    # Bad input must never become a 500 that the sender re-sends forever (docs/ingest.md): an
     # unexpected normalizer failure is logged loudly and answered as a permanent 400.
     log.exception("normalizing a request failed; answered 400")
     return UndecodableBody(f"could not read the spans of this request ({type(exc).__name__})")

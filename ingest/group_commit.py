@@ -1,4 +1,5 @@
-"""Group commit: many export requests, one COPY-based transaction (SPEC §3 "200 means committed").
+"""Group commit: many export requests, one COPY-based transaction (docs/ingest.md "200 means
+committed").
 
 Requests wait in a BOUNDED queue (counted in spans), each as one COPY-encoded
 :class:`~storage.attempt_encoding.AttemptBlock`. A writer task takes as many waiting

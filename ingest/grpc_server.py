@@ -1,4 +1,4 @@
-"""The OTLP/gRPC listener (port 4317): ``TraceService/Export`` (SPEC §3).
+"""The OTLP/gRPC listener (port 4317): ``TraceService/Export`` (docs/ingest.md).
 
 Same path as HTTP (:class:`ingest.export_handler.TraceExportHandler`), same auth, and
 the error mapping of :mod:`ingest.error_taxonomy`: ``UNAVAILABLE`` with a

@@ -1,6 +1,6 @@
 """The OTLP/HTTP listener (port 4318): ``POST /v1/traces``, health, metrics, read API.
 
-Order of checks on ``POST /v1/traces`` (SPEC §3): auth (401) → content type (415) →
+Order of checks on ``POST /v1/traces`` (docs/ingest.md): auth (401) → content type (415) →
 declared length (413) → queue admission and the in-flight body budget of
 :mod:`ingest.body_budget` (503, before the body is read, and again while its
 decompressed bytes grow) → streamed, size-limited decoding of the body (413 / 415 /
@@ -59,7 +59,7 @@ def build_app(
         version="1",
     )
 
-    # Bodies held from admission to answer: bounds memory with many senders (SPEC §7).
+    # Bodies held from admission to answer: bounds memory with many senders (README.md#benchmarks).
     if bodies is None:
         bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
     budget = bodies

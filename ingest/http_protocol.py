@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol with smaller socket reads (SPEC §7: bounded memory under overload).
+"""uvicorn's HTTP protocol with smaller socket reads (README.md#benchmarks: bounded memory under
+overload).
 
 asyncio reads up to 256 KiB per ``recv`` and uvicorn appends each read to the request's
 body buffer before its flow control (64 KiB high-water mark) pauses the socket. An OTLP

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one ingest process (SPEC §3 ``/metrics``).
+"""Prometheus metrics of one ingest process (docs/ingest.md ``/metrics``).
 
 A private registry per process keeps tests that build several apps independent.
 """

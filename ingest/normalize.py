@@ -1,4 +1,4 @@
-"""Normalization: an OTLP ``ExportTraceServiceRequest`` → attempt rows (SPEC §2).
+"""Normalization: an OTLP ``ExportTraceServiceRequest`` → attempt rows (docs/conventions.md).
 
 The request is walked once, through the lean wire view of :mod:`ingest.trace_view`.
 Resource attributes are decoded (and JSON-encoded) once per ``ResourceSpans``; each
@@ -137,7 +137,7 @@ def normalize_span(
     for field, key, read in plan.span_fields:
         fields[field] = read(span_values[key])
 
-    # LLM-call detection (SPEC §2): a token key, an LLM operation name, an OpenInference
+    # LLM-call detection (docs/conventions.md): a token key, an LLM operation name, an OpenInference
     # LLM span, or vLLM's llm_request span; the detecting family is credited when no
     # token key says otherwise.
     convention = plan.token_convention

@@ -1,4 +1,4 @@
-"""OTLP/HTTP bodies: content encodings, protobuf and OTLP/JSON (SPEC §3).
+"""OTLP/HTTP bodies: content encodings, protobuf and OTLP/JSON (docs/ingest.md).
 
 Decoding is two steps that can be fed and checked alone:
 

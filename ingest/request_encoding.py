@@ -1,6 +1,6 @@
 """One export request's bytes → its attempts as COPY text, ready for the group commit.
 
-This is the CPU-heavy half of ingest (protobuf walk, SPEC §2 normalization, COPY
+This is the CPU-heavy half of ingest (protobuf walk, docs/conventions.md normalization, COPY
 encoding). It is a plain function of bytes so that :mod:`ingest.normalize_pool` can run
 it in worker processes: the request goes in as one ``bytes`` object and comes back as
 one ``bytes`` block plus a few counters, both cheap to pass between processes.

@@ -1,11 +1,11 @@
-"""Validation of LLM-call spans (SPEC §2, "Invalid spans").
+"""Validation of LLM-call spans (docs/conventions.md, "Invalid spans").
 
 An invalid span is rejected with a human-readable reason and reported through OTLP
 partial success; the rest of its request is stored. Each check returns ``None`` when the
 span passes, else the reason. Reasons are fixed strings (plus the offending attribute
 key) so a request with many bad spans yields few distinct reasons.
 
-Decisions the SPEC leaves open, documented in ``docs/conventions.md``:
+Decisions the contract leaves open, documented in ``docs/conventions.md``:
 - a token count may arrive as an OTLP int, or as a double with an integral value
   (JavaScript SDKs and OTLP/JSON encoders send some integers as doubles); strings,
   booleans, fractional doubles and anything outside [0, 10^9] are rejected;

@@ -1,4 +1,4 @@
-"""The canonical event file (SPEC §5): one RFC 8785 (JCS) JSON object per line.
+"""The canonical event file (docs/provenance.md): one RFC 8785 (JCS) JSON object per line.
 
 Lines are ordered by (end_ns, trace_id, span_id) and end with ``\\n``; every line has
 exactly the keys of :data:`EVENT_SCHEMA` (already in JCS order), nanosecond times are

@@ -1,4 +1,5 @@
-"""Names and types of the canonical event file's keys (SPEC §5, ``tpmledger.events.v1``)."""
+"""Names and types of the canonical event file's keys (docs/provenance.md,
+``tpmledger.events.v1``)."""
 
 from __future__ import annotations
 

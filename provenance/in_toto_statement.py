@@ -1,7 +1,7 @@
-"""The in-toto Statement v1 that a run summary signs (SPEC §5 "Signed run summary").
+"""The in-toto Statement v1 that a run summary signs (docs/provenance.md "Signed run summary").
 
 The statement's only subject is the canonical event file ``events.jsonl``; its predicate
-(type ``urn:tpmledger:run-summary:v1``) carries the run-level figures of SPEC §8 plus the
+(type ``urn:tpmledger:run-summary:v1``) carries the run-level figures of docs/metrics.md plus the
 event-file digest, the minute Merkle root and the sealed snapshot it was taken from. The
 DSSE payload is the RFC 8785 (JCS) serialization, so the same statement always signs the
 same bytes.
@@ -20,7 +20,7 @@ PREDICATE_TYPE = "urn:tpmledger:run-summary:v1"
 EVENTS_SUBJECT_NAME = "events.jsonl"
 EVENTS_FORMAT = "tpmledger.events.v1"
 
-# The figures of the SPEC §8 run object that the predicate carries. The object's
+# The figures of the docs/metrics.md run object that the predicate carries. The object's
 # ``events_sha256``, ``seal`` and ``snapshot_version`` appear under ``events`` / ``snapshot``.
 RUN_FIGURE_KEYS: tuple[str, ...] = (
     "run_id",
@@ -66,7 +66,8 @@ def build_predicate(
     computed_at: str,
     generator: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The run-summary predicate from run figures (§8 names) and the snapshot's identifiers."""
+    """The run-summary predicate from run figures (the run object's names, docs/metrics.md)
+    and the snapshot's identifiers."""
     missing = [k for k in RUN_FIGURE_KEYS if k not in run_figures]
     if missing:
         raise StatementError(f"run figures lack {', '.join(missing)}")

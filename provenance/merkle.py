@@ -1,4 +1,4 @@
-"""RFC 6962 Merkle tree hashing, inclusion proofs and their verification (SPEC §5).
+"""RFC 6962 Merkle tree hashing, inclusion proofs and their verification (docs/provenance.md).
 
 Leaf hash = SHA-256(0x00 || data), node hash = SHA-256(0x01 || left || right), a tree of
 n > 1 leaves splits at k = the largest power of two smaller than n, and the empty tree's

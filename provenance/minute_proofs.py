@@ -1,4 +1,5 @@
-"""Inclusion proofs that tie one minute's figures to the signed minute Merkle root (SPEC §5).
+"""Inclusion proofs that tie one minute's figures to the signed minute Merkle root
+(docs/provenance.md).
 
 A leaf is the JCS bytes of ``{minute_utc, calls_in_minute, prompt_tpm_in,
 completion_tpm_out, tpm_total, failures, retries, events_sha256}``; hashing is RFC 6962

@@ -1,6 +1,7 @@
 """Ed25519 signing keys: created on first use, supplied by path, rotated without losing history.
 
-Layout under ``location.keys_dir`` (SPEC §5 "The signing key is created on first start (file
+Layout under ``location.keys_dir`` (docs/provenance.md "The signing key is created on first start
+(file
 mode 0600) or supplied"):
 
 - ``signing.key`` — the current private key (PKCS#8 PEM, mode 0600, directory mode 0700);

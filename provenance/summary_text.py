@@ -3,8 +3,8 @@
 One ``key: value`` a line with the predicate's own field names. The peak minutes, TTFT and
 shard balance are indented blocks under their names; ``events``, ``minutes``, ``snapshot``
 and ``generator`` are flattened with their name as prefix (``events_sha256``,
-``minutes_merkle_root``, ``snapshot_seal``), as the SPEC §8 run object names them. A
-figure the data cannot support prints as ``not measured`` (SPEC §4 honesty rule).
+``minutes_merkle_root``, ``snapshot_seal``), as the docs/metrics.md run object names them. A
+figure the data cannot support prints as ``not measured`` (docs/metrics.md honesty rule).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def summary_text(predicate: Mapping[str, Any], key_fingerprint: str | None = Non
             lines.extend(f"{key}_{sub}: {_scalar(v)}" for sub, v in value.items())
         elif isinstance(value, Mapping):
             if key in PEAK_KEYS:
-                # Stored figures come back from JSONB with its own key order; use the SPEC's.
+                # Stored figures come back from JSONB with its own key order; use the documented
+                # order.
                 value = {k: value[k] for k in PEAK_MINUTE_KEYS if k in value} | dict(value)
             lines.append(f"{key}:" if value else f"{key}: {{}}")
             lines.extend(_block(value, "  "))

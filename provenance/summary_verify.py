@@ -1,4 +1,4 @@
-"""Offline verification of a signed run summary (SPEC §5): no database, no network.
+"""Offline verification of a signed run summary (docs/provenance.md): no database, no network.
 
 Checks, each reported pass/fail with what broke:
 

@@ -1,4 +1,5 @@
-"""The JSON read API of SPEC §8, mounted on the ingest HTTP listener (OpenAPI documented)."""
+"""The JSON read API of docs/metrics.md, mounted on the ingest HTTP listener (OpenAPI
+documented)."""
 
 from __future__ import annotations
 

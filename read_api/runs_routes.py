@@ -1,4 +1,4 @@
-"""Runs, run detail, minute series and the canonical event stream (SPEC §8)."""
+"""Runs, run detail, minute series and the canonical event stream (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def build_router(
     @router.get(
         "/runs/{run_id}/events.jsonl",
         dependencies=[Depends(reject_nul_run_id)],
-        summary="The canonical event file (SPEC §5); its SHA-256 is events_sha256",
+        summary="The canonical event file (docs/provenance.md); its SHA-256 is events_sha256",
         response_class=StreamingResponse,
         responses={404: {"description": "unknown run"}},
     )

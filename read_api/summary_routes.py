@@ -1,4 +1,4 @@
-"""Signed run summaries and the service's public keys (SPEC §8 read API).
+"""Signed run summaries and the service's public keys (docs/metrics.md read API).
 
 ``GET /v1/runs/{run_id}/summary`` returns the DSSE envelope over the run's newest sealed
 snapshot; ``GET /v1/keys`` the public keys (PEM) that summaries are signed with, current

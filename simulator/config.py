@@ -66,7 +66,7 @@ class ServerConfig(BaseModel):
 
 
 class ShardConfig(BaseModel):
-    """Everything one shard process needs (SPEC §2 resource attributes included)."""
+    """Everything one shard process needs (docs/conventions.md resource attributes included)."""
 
     run_id: str
     shard_id: int = Field(ge=0)

@@ -6,10 +6,11 @@ The loop follows the sharded pipelines in the background notes:
 says so) and tries again. The slot is *released* during the backoff (holding it while
 sleeping would starve other calls), so each try queues for a slot anew and gets its own span:
 start = admitted to a slot, end = slot released, ``tpmledger.queue.wait_s`` = time waiting
-for that slot (SPEC §2).
+for that slot (docs/conventions.md).
 
 ``http.request.resend_count`` is set only on retries (1, 2, …), as the OTel HTTP semantic
-conventions say; its absence means first attempt (SPEC §2: absent = 0). Every span carries
+conventions say; its absence means first attempt (docs/conventions.md: absent = 0). Every span
+carries
 ``tpmledger.call.id``, so retry rates are always measurable.
 
 Stopping: at the deadline the shard starts no new call and no new retry, waits for tries in
@@ -173,7 +174,7 @@ class ShardWorker:
         return outcome
 
     def _record(self, span: Span, outcome: AttemptOutcome) -> None:
-        """Outcome attributes (SPEC §2) and the simulator's own counters."""
+        """Outcome attributes (docs/conventions.md) and the simulator's own counters."""
         if outcome.status_code is not None:
             span.set_attribute("http.response.status_code", outcome.status_code)
         if outcome.error_type is not None:

@@ -1,6 +1,6 @@
 """A cap sweep: one run per cap, the same request mix, one ``tpmledger.sweep.id``.
 
-Analytics walks the caps upward to find the knee (SPEC §4); the simulator only has to keep
+Analytics walks the caps upward to find the knee (docs/metrics.md); the simulator only has to keep
 everything but the cap fixed: same seed (so the same calls in the same order per shard), same
 shard count, duration and server, and a fresh server per run so no run inherits another's
 spent token budget.

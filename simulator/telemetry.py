@@ -2,7 +2,7 @@
 
 The exporter is wrapped so the shard knows how many spans the SDK exported *successfully*
 (the exporter returned SUCCESS, i.e. the receiver answered 200 — which for tpmledger means
-committed, SPEC §3). Tests compare that figure with the rows stored for the run.
+committed, docs/ingest.md). Tests compare that figure with the rows stored for the run.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class CountingSpanExporter(SpanExporter):
 
 
 def shard_resource(config: ShardConfig) -> Resource:
-    """Run and shard identity as resource attributes (SPEC §1 item 3, §2)."""
+    """Run and shard identity as resource attributes (docs/conventions.md)."""
     attributes: dict[str, str | int] = {
         "service.name": config.service_name,
         "tpmledger.run.id": config.run_id,

@@ -1,4 +1,4 @@
-"""Ingest bearer tokens: created once, stored only as SHA-256, revocable (SPEC §3).
+"""Ingest bearer tokens: created once, stored only as SHA-256, revocable (docs/ingest.md).
 
 The plaintext is returned exactly once by :func:`create_token` and never stored or logged.
 """

@@ -169,7 +169,7 @@ class IngestToken(Base):
 
 
 class Snapshot(Base):
-    """A sealed snapshot (SPEC §5): immutable, versioned per run, linked by seal."""
+    """A sealed snapshot (docs/provenance.md): immutable, versioned per run, linked by seal."""
 
     __tablename__ = "snapshots"
 
@@ -185,7 +185,7 @@ class Snapshot(Base):
     metrics_sha256: Mapped[str] = mapped_column(Text)
     # The sealed document exactly as hashed (its JCS bytes hash to ``seal``).
     document: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    # Run-level figures with the names of SPEC §8 ``GET /v1/runs/{run_id}``.
+    # Run-level figures with the names of docs/metrics.md ``GET /v1/runs/{run_id}``.
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONB)
     # Newest ingest time the snapshot covers (runs.updated_at when it was computed).
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -7,7 +7,7 @@ from dash import dcc, html
 
 
 def exporter_lines(api_base_url: str) -> str:
-    """The environment a shard worker needs to send spans here, no code change (SPEC §1)."""
+    """The environment a shard worker needs to send spans here, no code change (README.md)."""
     return "\n".join(
         [
             f"export OTEL_EXPORTER_OTLP_ENDPOINT={api_base_url}",

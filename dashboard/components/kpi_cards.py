@@ -1,4 +1,5 @@
-"""KPI cards of the run page; every token figure names its type (SPEC §4, §6)."""
+"""KPI cards of the run page; every token figure names its type (docs/metrics.md,
+docs/dashboard.md)."""
 
 from __future__ import annotations
 

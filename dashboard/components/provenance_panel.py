@@ -1,4 +1,5 @@
-"""The provenance panel: what the figures are sealed to, and how to check them (SPEC §5, §6)."""
+"""The provenance panel: what the figures are sealed to, and how to check them (docs/provenance.md,
+docs/dashboard.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dashboard.display import fmt_utc
 
 
 def download_links(api_base_url: str, run_id: str) -> list[tuple[str, str]]:
-    """(label, URL) of the read API downloads on the ingest listener (SPEC §8)."""
+    """(label, URL) of the read API downloads on the ingest listener (docs/metrics.md)."""
     run = quote(run_id, safe="")
     return [
         ("events.jsonl (canonical event file)", f"{api_base_url}/v1/runs/{run}/events.jsonl"),

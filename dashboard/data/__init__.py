@@ -1,1 +1,2 @@
-"""Read-only queries the pages use: runs, latest snapshots, minute rows, sweeps (SPEC §6)."""
+"""Read-only queries the pages use: runs, latest snapshots, minute rows, sweeps
+(docs/dashboard.md)."""

@@ -1,6 +1,6 @@
 """Minute rows of one snapshot version, column-oriented for plotting.
 
-Only ``minute_metrics`` is read (SPEC §6): a 1,000,000-attempt run over ~1,000 minutes and
+Only ``minute_metrics`` is read (docs/dashboard.md): a 1,000,000-attempt run over ~1,000 minutes and
 8 shards is ~9,000 small rows, so callbacks stay fast however many spans the run holds.
 Minutes come back as ``YYYY-MM-DD HH:MM`` strings in UTC, which Plotly shows verbatim.
 """

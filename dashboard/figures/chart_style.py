@@ -3,7 +3,7 @@
 Figures are plain Plotly JSON dicts (``{"data": [...], "layout": {...}}``), which Dash
 sends to plotly.js as they are. Building ``plotly.graph_objects.Figure`` objects instead
 validates every property in Python and cost 60–80 ms per chart here, a quarter of the
-300 ms callback budget (SPEC §7); the tests check the dicts' content instead.
+300 ms callback budget (README.md#benchmarks); the tests check the dicts' content instead.
 """
 
 from __future__ import annotations

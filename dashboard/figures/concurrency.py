@@ -1,4 +1,4 @@
-"""In-flight versus cap with queue depth (SPEC §4 concurrency, §6 run page).
+"""In-flight versus cap with queue depth (docs/metrics.md concurrency, docs/dashboard.md run page).
 
 In-flight and queue depth are per-minute summaries of the 1-second series analytics
 computes from span intervals: the mean as a line, the max as a dotted line. The cap is the

@@ -1,4 +1,4 @@
-"""Shard balance: each shard's share of the run's tokens against an even split (SPEC §4)."""
+"""Shard balance: each shard's share of the run's tokens against an even split (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Throughput versus stability (SPEC §6): stacked TPM per shard, rates on a second axis.
+"""Throughput versus stability (docs/dashboard.md): stacked TPM per shard, rates on a second axis.
 
 Bars are one token type (prompt, completion or total) stacked by shard on a UTC minute
 axis; the run's retry rate and success rate per minute share the time axis on a second
@@ -35,7 +35,7 @@ from dashboard.figures.chart_style import (
 def peak_for(token_type: str, metrics: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """Which sealed peak minute to mark for a token type, and how to name it.
 
-    SPEC §4 defines two peaks: by ``tpm_total`` and by ``completion_tpm_out``. The prompt
+    docs/metrics.md defines two peaks: by ``tpm_total`` and by ``completion_tpm_out``. The prompt
     view marks the total peak and reports the prompt tokens of that minute.
     """
     if token_type == "completion":

@@ -1,4 +1,4 @@
-"""Time to first token per minute: p50, p95 and p99 of successful attempts (SPEC §4)."""
+"""Time to first token per minute: p50, p95 and p99 of successful attempts (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Run page (``/runs/<run_id>``): KPIs, throughput versus stability, concurrency, TTFT,
-shard balance and provenance of the latest sealed snapshot (SPEC §6).
+shard balance and provenance of the latest sealed snapshot (docs/dashboard.md).
 
 Callbacks read one ``runs``/``snapshots`` row and the snapshot's minute rows only, so
 they cost the same for a thousand attempts or a million. Live runs refresh on an interval

@@ -29,7 +29,7 @@ from storage.database import read_view
 
 
 def thresholds_text(view: SweepResult) -> str:
-    """The acceptance rule with its parameters, printed with every result (SPEC §4)."""
+    """The acceptance rule with its parameters, printed with every result (docs/metrics.md)."""
     t = view.thresholds
     return (
         f"Walking caps upward, a cap is accepted while sustained TPM rises by more than "

@@ -1,4 +1,4 @@
-"""The cap-sweep walk and knee (SPEC §4), and load_sweep over sealed snapshots."""
+"""The cap-sweep walk and knee (docs/metrics.md), and load_sweep over sealed snapshots."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 They stand in for the analytics worker so the dashboard can be tested on known figures:
 each returns what the pages should show (peaks, rates, shard count) computed here with the
-SPEC §4 definitions.
+docs/metrics.md definitions.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def seed_sealed_run(
 
 
 def _peak(seeded: SeededRun, key: str) -> dict[str, Any]:
-    # SPEC §4: ties go to the earliest minute (max() keeps the first maximum).
+    # docs/metrics.md: ties go to the earliest minute (max() keeps the first maximum).
     minute = max(seeded.minutes, key=lambda mm: seeded.per_minute[mm][key])
     figures = seeded.per_minute[minute]
     return {

@@ -23,7 +23,7 @@ def llm_span(
     start_ns: int | None = None,
     **attributes: Any,
 ) -> Span:
-    """A GenAI chat span with token usage (SPEC §2 semconv keys)."""
+    """A GenAI chat span with token usage (docs/conventions.md semconv keys)."""
     start = start_ns if start_ns is not None else time.time_ns() - 2_000_000_000
     attrs = {
         "gen_ai.operation.name": "chat",

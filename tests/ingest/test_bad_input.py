@@ -1,4 +1,4 @@
-"""Hostile input at the running server (SPEC §3 "Bad input never crashes the process").
+"""Hostile input at the running server (docs/ingest.md "Bad input never crashes the process").
 
 Property-based: malformed and mutated protobuf, hostile OTLP/JSON (deep nesting, huge
 numbers, wrong types, NaN, non-UTF-8), truncated and bomb gzip/deflate, absurd attribute
@@ -7,7 +7,7 @@ sizes and counts, wrong content types and encodings. For every example:
 - the answer is one of the spec's codes (200 with partial success, 400, 401, 413, 415,
   503) — never a 5xx crash page — and a 200 body decodes as ``ExportTraceServiceResponse``;
 - the server stays up (``/healthz`` answers after each example);
-- at the end of each test nothing stored breaks a SPEC §2 validation rule.
+- at the end of each test nothing stored breaks a docs/conventions.md validation rule.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def client(module_ingest: RunningIngest) -> Iterator[httpx.Client]:
 def nothing_invalid_stored(module_ingest: RunningIngest) -> Any:
     yield
     total, invalid = invalid_row_count(module_ingest.database_url)
-    assert invalid == 0, f"{invalid} of {total} stored rows break SPEC §2 validation"
+    assert invalid == 0, f"{invalid} of {total} stored rows break docs/conventions.md validation"
 
 
 def post(

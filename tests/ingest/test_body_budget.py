@@ -1,4 +1,4 @@
-"""The bound on request bodies in flight (ingest/body_budget.py, SPEC §3 overload, §7)."""
+"""The bound on request bodies in flight (ingest/body_budget.py, docs/ingest.md overload)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The convention registry reproduces SPEC §2 exactly and credits the right family."""
+"""The convention registry reproduces docs/conventions.md exactly and credits the right family."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 from ingest import conventions as conv
 from ingest.span_plan import FIELD_READERS, plan_for
 
-# SPEC §2, "read from, first present wins", transcribed by hand: the registry must derive
+# docs/conventions.md, "read from, first present wins", transcribed by hand: the registry must
+# derive
 # exactly this order from its per-family lists.
 SPEC_TABLE = {
     "run_id": ("tpmledger.run.id", "service.name"),

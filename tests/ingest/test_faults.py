@@ -1,4 +1,5 @@
-"""Reliability under faults (SPEC §7 "Reliability", §3 "200 means committed", issue 9).
+"""Reliability under faults (README.md#benchmarks "Reliability", docs/ingest.md "200 means
+committed", issue 9).
 
 Real OpenTelemetry exporters (OTLP http/protobuf, and gRPC for half the senders of the
 duplicate test) export LLM-call spans while PostgreSQL is killed and restarted, while the

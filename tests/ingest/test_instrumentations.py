@@ -91,7 +91,7 @@ def _stored(database_url: str, run_id: str) -> list[dict[str, Any]]:
 EXPECTED_FAILURES = {
     # OpenLLMetry sets error.type to the client exception's class name.
     "openllmetry": ("RateLimitError", "InternalServerError", ("status-429", "status-500")),
-    # OpenInference sets only the span status: SPEC §2's error_type fallback is "error".
+    # OpenInference sets only the span status: docs/conventions.md's error_type fallback is "error".
     "openinference": ("error", "error", (None, None)),
 }
 

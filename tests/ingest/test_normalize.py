@@ -1,4 +1,5 @@
-"""normalize_request: every SPEC §2 key of every family, fallbacks, outcome, detection."""
+"""normalize_request: every docs/conventions.md key of every family, fallbacks, outcome,
+detection."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.ingest.span_builders import (
     span,
 )
 
-# (key, attribute value, column, stored value): every key of the SPEC §2 table.
+# (key, attribute value, column, stored value): every key of the docs/conventions.md table.
 KEY_CASES: list[tuple[str, Any, str, Any]] = [
     ("tpmledger.run.id", "run-7", "run_id", "run-7"),
     ("service.name", "svc", "run_id", "svc"),

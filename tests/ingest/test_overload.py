@@ -1,4 +1,5 @@
-"""Overload (SPEC §3 "Overload (bounded queue full) → 503 with Retry-After", §7 memory).
+"""Overload (docs/ingest.md "Overload (bounded queue full) → 503 with Retry-After", memory
+target in README.md#benchmarks).
 
 The queue bound is made tiny through ``TPMLEDGER_QUEUE_MAX_SPANS``; many concurrent
 senders each push new spans. Some requests must be refused with 503 + Retry-After, the

@@ -1,4 +1,5 @@
-"""Invalid spans are rejected with a reason; the rest of the request is kept (SPEC §2)."""
+"""Invalid spans are rejected with a reason; the rest of the request is kept
+(docs/conventions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GET /v1/runs/{run_id}, /minutes and /events.jsonl shapes (SPEC §8) on a real PostgreSQL."""
+"""GET /v1/runs/{run_id}, /minutes and /events.jsonl shapes (docs/metrics.md) on a real
+PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One shard against the real simulated server: one span per try, SPEC §2 attributes, retries."""
+"""One shard against the real simulated server: one span per try, docs/conventions.md attributes,
+retries."""
 
 from __future__ import annotations
 

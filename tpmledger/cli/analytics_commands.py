@@ -1,4 +1,4 @@
-"""``tpmledger analyze|snapshots|verify|events|sweep`` (SPEC §8)."""
+"""``tpmledger analyze|snapshots|verify|events|sweep`` (docs/metrics.md)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from simulator.sweep import parse_caps, run_sweep
 DEMO_RUN_S = 60.0
 DEMO_SWEEP_CAPS = [4, 8, 16, 32]
 # Long enough that every cap's run has a whole minute strictly inside it, which is what
-# sustained TPM (SPEC §4) — and so the sweep's knee — is computed from.
+# sustained TPM (docs/metrics.md) — and so the sweep's knee — is computed from.
 DEMO_SWEEP_RUN_S = 150.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -1,4 +1,5 @@
-"""``tpmledger summary show|export|verify|prove``: signed run summaries (SPEC §5, §8).
+"""``tpmledger summary show|export|verify|prove``: signed run summaries (docs/provenance.md,
+docs/metrics.md).
 
 ``verify`` never touches a database: it checks an export directory (or one proof file)
 with nothing but the files and a public key.

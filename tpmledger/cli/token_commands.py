@@ -1,4 +1,4 @@
-"""``tpmledger tokens create|list|revoke``: ingest bearer tokens (SPEC §3 "Auth", §8)."""
+"""``tpmledger tokens create|list|revoke``: ingest bearer tokens (docs/ingest.md "Auth")."""
 
 from __future__ import annotations
 
