@@ -162,7 +162,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("seal", name=op.f("uq_snapshots_seal")),
     )
     # ### end Alembic commands ###
-    # Sealed snapshots are immutable (SPEC §5): new data makes a new version instead.
+    # Sealed snapshots are immutable (docs/provenance.md): new data makes a new version instead.
     op.execute(
         """
         CREATE FUNCTION tpmledger_snapshot_immutable() RETURNS trigger
