@@ -17,7 +17,7 @@ import polars as pl
 
 from analytics.event_plans import MINUTE_NS
 from analytics.minute_table import build_minute_table
-from provenance.event_file import EventFile, build_event_file
+from provenance.event_file import EventFile, FileDigests, build_event_file
 from provenance.minute_proofs import LEAF_FIGURES
 from storage.minute_keys import WHOLE_RUN
 from storage.time_text import minute_text_ns
@@ -53,7 +53,7 @@ def minute_digests(events: pl.DataFrame, file: EventFile) -> MinuteDigests:
 
 
 def leaves_from_minutes(
-    minutes: pl.DataFrame, file: EventFile, digests: MinuteDigests | None = None
+    minutes: pl.DataFrame, file: EventFile | FileDigests, digests: MinuteDigests | None = None
 ) -> list[dict[str, Any]]:
     """Leaves from a minute table (with ``minute_ns``) and the canonical file of its events.
 
@@ -67,6 +67,8 @@ def leaves_from_minutes(
         leaf: dict[str, Any] = {"minute_utc": minute_text_ns(row["minute_ns"])}
         leaf |= {name: row[name] for name in LEAF_FIGURES}
         if digests is None:
+            if not isinstance(file, EventFile):
+                raise TypeError("leaves from file digests need their minute digests")
             leaf["events_sha256"] = file.slice_sha256(line, line + count)
         elif (digests.first_minute_ns + i * MINUTE_NS, digests.counts[i]) == (
             row["minute_ns"],

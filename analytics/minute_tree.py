@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from analytics.minute_leaves import MinuteDigests, leaves_from_minutes
-from provenance.event_file import EventFile
+from provenance.event_file import EventFile, FileDigests
 from provenance.merkle import inclusion_proof, root_from_leaf_hashes
 from provenance.minute_proofs import minute_leaf_hashes
 
@@ -46,7 +46,7 @@ def tree_from_leaves(leaves: list[dict[str, Any]]) -> MinuteTree:
 
 
 def build_minute_tree(
-    minutes: pl.DataFrame, file: EventFile, digests: MinuteDigests | None = None
+    minutes: pl.DataFrame, file: EventFile | FileDigests, digests: MinuteDigests | None = None
 ) -> MinuteTree:
     """The tree over the whole-run rows of a minute table (with ``minute_ns``)."""
     return tree_from_leaves(leaves_from_minutes(minutes, file, digests))

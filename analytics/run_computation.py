@@ -19,12 +19,12 @@ from typing import Any
 import polars as pl
 import rfc8785
 
-from analytics.minute_leaves import MinuteDigests, minute_digests
+from analytics.minute_leaves import MinuteDigests
 from analytics.minute_tree import MinuteTree, build_minute_tree
 from analytics.rollups import attempts_to_events, shard_caps
 from analytics.run_figures import RunAnalysis, RunContext, analyze_events
 from analytics.run_span_limit import check_run_span_ns
-from provenance.event_file import EventFile, build_event_file
+from provenance.event_file import FileDigests, file_digests
 from storage.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
     RunFacts,
@@ -72,7 +72,7 @@ class RunComputation:
     facts: RunFacts
     events: pl.DataFrame
     analysis: RunAnalysis
-    file: EventFile
+    file: FileDigests  # the canonical file's digests (the file itself is not kept)
     tree: MinuteTree
     metrics: dict[str, Any]
 
@@ -113,17 +113,12 @@ def load_run(
         return facts, attempts
 
 
-def _sealed_file(events: pl.DataFrame, timer: StageTimer) -> tuple[EventFile, MinuteDigests]:
-    """The canonical file with its whole-file digest and per-minute digests computed."""
+def _sealed_file(events: pl.DataFrame, timer: StageTimer) -> tuple[FileDigests, MinuteDigests]:
+    """The canonical file's digest, line count and per-minute digests, written and hashed
+    a few minutes at a time: the seal never holds the whole file (provenance.event_file)."""
     with timer.stage("canonical_file", cpu=False):
-        file = build_event_file(events)
-    with timer.stage("hash", cpu=False), ThreadPoolExecutor(max_workers=1) as pool:
-        # hashlib releases the GIL on large buffers: the whole-file digest runs in
-        # another thread while this one hashes the per-minute slices for the tree.
-        whole = pool.submit(lambda: file.sha256)
-        digests = minute_digests(events, file)
-        whole.result()
-    return file, digests
+        file = file_digests(events)
+    return file, MinuteDigests(file.first_minute_ns, file.counts, file.digests)
 
 
 def compute_run(

@@ -31,6 +31,7 @@ import argparse
 import io
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -215,6 +216,28 @@ def _copy_floor(url: str) -> float | None:
         return None
 
 
+_SEAL_IN_A_FRESH_PROCESS = """
+import resource, sys, time
+from analytics.sealing import seal_run
+started = time.perf_counter()
+seal_run(sys.argv[1], sys.argv[2], force=True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, time.perf_counter() - started)
+"""
+
+
+def seal_peak_rss(url: str) -> tuple[int, float]:
+    """Peak RSS (MiB) and wall seconds of one seal in a new Python process: the benchmark's
+    own process holds the generated run, so its RSS says nothing about a seal's."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SEAL_IN_A_FRESH_PROCESS, url, RUN_ID],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rss, took = done.stdout.split()[-2:]
+    return int(rss), float(took)
+
+
 def _run_stored(url: str) -> bool:
     with raw_transaction(url) as conn:
         row = conn.execute("SELECT attempts FROM runs WHERE run_id = %s", (RUN_ID,)).fetchone()
@@ -321,6 +344,12 @@ def main() -> int:
             f"{events.height / analytics_s / 1e6:.2f} M attempts/s; {analytics_cpu:.3f} s CPU "
             f"(all threads) = {events.height / analytics_cpu / 1e6:.2f} M attempts per CPU-second "
             "(target >= 5 M/s)"
+        )
+        rss, took = seal_peak_rss(url)
+        say(
+            f"peak RSS of one seal in a fresh process (`seal_run`, force): {rss:,} MiB "
+            f"({rss * 1024 / args.attempts:,.0f} bytes per attempt), {took:.1f} s "
+            "(targets: <= 800 MB at 2 M attempts, <= 1.5 GB at 10 M)"
         )
         say(f"load average after: {os.getloadavg()} (the machine is shared; wall times vary)")
         say(

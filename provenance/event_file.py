@@ -42,8 +42,10 @@ __all__ = [
     "NS_COLUMNS",
     "ORDER_COLUMNS",
     "EventFile",
+    "FileDigests",
     "build_event_file",
     "canonical_order",
+    "file_digests",
     "in_canonical_order",
     "read_events",
 ]
@@ -253,6 +255,60 @@ def build_event_file(events: pl.DataFrame) -> EventFile:
     rows = np.arange(frame.height, dtype=np.int64) if order is None else order.astype(np.int64)
     data, offsets = write_file(_layout(frame), rows)
     return EventFile(data=data.data, count=frame.height, offsets=pl.Series(offsets))
+
+
+@dataclass(frozen=True)
+class FileDigests:
+    """What a seal needs of the canonical file, without holding it: its SHA-256 and line
+    count, and the SHA-256 of each minute's lines (first minute to last, empty ones
+    included: ``counts[i]`` lines in minute ``first_minute_ns + i`` minutes)."""
+
+    sha256: str
+    count: int
+    first_minute_ns: int
+    counts: list[int]
+    digests: list[str]
+
+
+MINUTE_NS = 60_000_000_000
+#: Lines written at a time by :func:`file_digests` (whole minutes: a minute is never split).
+DIGEST_CHUNK_LINES = 131_072
+
+
+def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) -> FileDigests:
+    """The digests of :func:`build_event_file`'s bytes, written and hashed a few minutes
+    at a time so the whole file is never in memory (identical bytes, identical digests)."""
+    _refuse_unsafe_integers(events)
+    frame, order = _line_order(_typed(events))
+    if frame.height == 0:
+        return FileDigests(hashlib.sha256(b"").hexdigest(), 0, 0, [], [])
+    ends = frame.get_column("end_ns")
+    if ends.null_count():
+        # No minute for a line without an end time: hash the file built whole.
+        file = build_event_file(events)
+        return FileDigests(file.sha256, file.count, 0, [], [])
+    rows = np.arange(frame.height, dtype=np.int64) if order is None else order.astype(np.int64)
+    minutes = ends.to_numpy()[rows] // MINUTE_NS
+    first = int(minutes[0])
+    counts = np.bincount(minutes - first)
+    bounds = np.concatenate(([0], np.cumsum(counts)))  # line where each minute starts
+    layout = _layout(frame)
+    whole = hashlib.sha256()
+    digests: list[str] = []
+    minute = 0
+    while minute < counts.size:
+        last = minute  # take whole minutes up to chunk_lines lines (at least one)
+        while last + 1 < counts.size and bounds[last + 2] - bounds[minute] <= chunk_lines:
+            last += 1
+        start = int(bounds[minute])
+        data, offsets = write_file(layout, rows[start : int(bounds[last + 1])])
+        view = data.data
+        whole.update(view)
+        for m in range(minute, last + 1):
+            a, b = int(offsets[bounds[m] - start]), int(offsets[bounds[m + 1] - start])
+            digests.append(hashlib.sha256(view[a:b]).hexdigest())
+        minute = last + 1
+    return FileDigests(whole.hexdigest(), frame.height, first * MINUTE_NS, counts.tolist(), digests)
 
 
 def read_events(source: str | Path | bytes) -> pl.DataFrame:

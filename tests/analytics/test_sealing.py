@@ -90,7 +90,13 @@ def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: st
     store(database_url, _rows(4, offset_s=6 * 60))  # leaves an empty minute in between
     sealed = seal_run(database_url, "sealed")
     computation = compute_run(database_url, "sealed")
-    data = computation.file.tobytes()
+    # The seal keeps only the file's digests; the file is the canonical form of its events.
+    data = build_event_file(computation.events).tobytes()
+    assert (
+        hashlib.sha256(data).hexdigest()
+        == computation.file.sha256
+        == sealed.document["events"]["sha256"]
+    )
     events = read_events(data)
     assert build_event_file(events).tobytes() == data
     figures = compute_run_figures(events)
