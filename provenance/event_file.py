@@ -273,6 +273,9 @@ class FileDigests:
 MINUTE_NS = 60_000_000_000
 #: Lines written at a time by :func:`file_digests` (whole minutes: a minute is never split).
 DIGEST_CHUNK_LINES = 131_072
+#: Per-minute digests are dense (empty minutes included): callers bound a run's length
+#: first (analytics/run_span_limit.py); this is a last guard against a huge allocation.
+MAX_DIGEST_MINUTES = 10_000_000
 
 
 def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) -> FileDigests:
@@ -290,6 +293,8 @@ def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) ->
     rows = np.arange(frame.height, dtype=np.int64) if order is None else order.astype(np.int64)
     minutes = ends.to_numpy()[rows] // MINUTE_NS
     first = int(minutes[0])
+    if int(minutes[-1]) - first > MAX_DIGEST_MINUTES:
+        raise ValueError(f"events span more than {MAX_DIGEST_MINUTES:,} minutes")
     counts = np.bincount(minutes - first)
     bounds = np.concatenate(([0], np.cumsum(counts)))  # line where each minute starts
     layout = _layout(frame)

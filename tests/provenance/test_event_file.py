@@ -18,6 +18,7 @@ from provenance.event_file import (
     ORDER_COLUMNS,
     build_event_file,
     canonical_order,
+    file_digests,
     in_canonical_order,
     read_events,
 )
@@ -227,3 +228,29 @@ def test_integers_beyond_the_json_safe_range_are_refused_like_rfc8785() -> None:
     # Nanosecond times are decimal strings: every int64 is fine there.
     extreme = record(0, start_ns=-(2**63), end_ns=2**63 - 1)
     assert build_event_file(frame([extreme])).tobytes() == reference_bytes([extreme])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        event_records().map(lambda r: {**r, "end_ns": abs(r["end_ns"]) % (10 * 60 * 10**9)}),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(min_value=1, max_value=8),
+)
+def test_digests_written_a_few_minutes_at_a_time_match_the_whole_file(
+    records: list[dict[str, Any]], chunk_lines: int
+) -> None:
+    events = frame(records)
+    file = build_event_file(events)
+    digests = file_digests(events, chunk_lines)
+    assert (digests.sha256, digests.count) == (file.sha256, file.count)
+    line, expected = 0, []
+    for count in digests.counts:
+        expected.append(file.slice_sha256(line, line + count))
+        line += count
+    assert line == file.count and digests.digests == expected
+    minutes = sorted({r["end_ns"] // (60 * 10**9) for r in records})
+    assert digests.first_minute_ns == minutes[0] * 60 * 10**9
+    assert len(digests.counts) == minutes[-1] - minutes[0] + 1
