@@ -348,7 +348,7 @@ def main() -> int:
         rss, took = seal_peak_rss(url)
         say(
             f"peak RSS of one seal in a fresh process (`seal_run`, force): {rss:,} MiB "
-            f"({rss * 1024 / args.attempts:,.0f} bytes per attempt), {took:.1f} s "
+            f"({rss * 2**20 / args.attempts:,.0f} bytes per attempt), {took:.1f} s "
             "(targets: <= 800 MB at 2 M attempts, <= 1.5 GB at 10 M)"
         )
         say(f"load average after: {os.getloadavg()} (the machine is shared; wall times vary)")

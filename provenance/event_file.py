@@ -280,7 +280,8 @@ MAX_DIGEST_MINUTES = 10_000_000
 
 def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) -> FileDigests:
     """The digests of :func:`build_event_file`'s bytes, written and hashed a few minutes
-    at a time so the whole file is never in memory (identical bytes, identical digests)."""
+    at a time so neither the file nor its column buffers are ever whole in memory
+    (identical bytes, identical digests)."""
     _refuse_unsafe_integers(events)
     frame, order = _line_order(_typed(events))
     if frame.height == 0:
@@ -297,7 +298,6 @@ def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) ->
         raise ValueError(f"events span more than {MAX_DIGEST_MINUTES:,} minutes")
     counts = np.bincount(minutes - first)
     bounds = np.concatenate(([0], np.cumsum(counts)))  # line where each minute starts
-    layout = _layout(frame)
     whole = hashlib.sha256()
     digests: list[str] = []
     minute = 0
@@ -306,7 +306,10 @@ def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) ->
         while last + 1 < counts.size and bounds[last + 2] - bounds[minute] <= chunk_lines:
             last += 1
         start = int(bounds[minute])
-        data, offsets = write_file(layout, rows[start : int(bounds[last + 1])])
+        # The chunk's own layout (its text and number columns only): memory follows the
+        # chunk, not the run. Columns constant within it are folded; the bytes are the same.
+        chunk = frame[rows[start : int(bounds[last + 1])]]
+        data, offsets = write_file(_layout(chunk), np.arange(chunk.height, dtype=np.int64))
         view = data.data
         whole.update(view)
         for m in range(minute, last + 1):
