@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from storage.genai_metric_store import metric_tokens
 from storage.sealed_figures_store import read_diagnostics, read_goodput
 
 DIAGNOSTIC_KEYS = (
@@ -80,3 +81,16 @@ def run_extras(
     if note is not None:
         diagnostics["note"] = note
     return {"diagnostics": diagnostics, **goodput_keys(session, run_id, version, slo_text)}
+
+
+def reconciliation(session: Session, run_id: str, tokens: dict[str, Any] | None) -> dict[str, Any]:
+    """``{tokens_by_spans, tokens_by_metrics, gap}`` (docs/metrics.md#reconciliation): the
+    run's tokens counted by its spans and by its GenAI token-usage metrics; ``gap`` =
+    metrics − spans (tokens the metrics saw in spans that never arrived). ``None`` where
+    a side was not measured: no metrics received, or no tokens figure yet."""
+    by_spans = (tokens or {}).get("total")
+    by_metrics = metric_tokens(session, run_id)
+    if by_metrics is not None and by_metrics == int(by_metrics):
+        by_metrics = int(by_metrics)
+    gap = None if by_spans is None or by_metrics is None else by_metrics - by_spans
+    return {"tokens_by_spans": by_spans, "tokens_by_metrics": by_metrics, "gap": gap}

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from analytics.live_view import minutes_view, run_view
-from analytics.run_extras import run_extras
+from analytics.run_extras import reconciliation, run_extras
 from storage.live_read import run_states
 from storage.minute_keys import WHOLE_RUN
 from storage.runs_read import UnknownRun
@@ -60,7 +60,8 @@ def run_object(
     view = run_view(session, run_id, close_after_s=close_after_s)
     if view is None:
         raise UnknownRun(run_id)
-    return {**view, **run_extras(session, run_id, view.get("snapshot_version"), slo_text)}
+    extras = run_extras(session, run_id, view.get("snapshot_version"), slo_text)
+    return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
 
 
 def minute_series(

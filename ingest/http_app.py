@@ -17,6 +17,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from starlette.requests import ClientDisconnect
 
 import read_api
@@ -25,6 +29,7 @@ from ingest.body_budget import BodyBudget
 from ingest.error_taxonomy import IngestError, PayloadTooLarge
 from ingest.export_handler import TraceExportHandler
 from ingest.metrics import IngestMetrics
+from ingest.other_signals import OtherSignals, parse
 from ingest.otlp_http_codec import (
     JSON,
     MAX_COMPRESSED_BYTES,
@@ -111,6 +116,65 @@ def build_app(
             return error_response(err, error_media)
         metrics.requests.labels("http", "200").inc()
         return Response(encode_message(response, media), media_type=media)
+
+    signals = OtherSignals(database_url, metrics)
+
+    async def read_signal(request: Request) -> tuple[str, bytes]:
+        """Auth, type, limits and budget as for traces; the decoded body and its type."""
+        verifier.check_authorization(request.headers.get("authorization"))
+        media = media_type(request.headers.get("content-type"))
+        _check_declared_length(request.headers.get("content-length"))
+        with bodies.hold(request.headers.get("content-length")) as charge:
+            reader = BodyReader(request.headers.get("content-encoding"), on_growth=charge.grow_to)
+            async for chunk in request.stream():
+                reader.feed(chunk)
+            return media, bytes(reader.finish())
+
+    def _media_of(request: Request) -> str | None:
+        declared = (request.headers.get("content-type") or "").lower()
+        return JSON if declared.startswith(JSON) else None
+
+    @app.post(
+        "/v1/metrics",
+        summary="OTLP/HTTP metrics export: GenAI token usage is kept, other points dropped",
+        response_class=Response,
+    )
+    async def export_metrics(request: Request) -> Response:
+        error_media = _media_of(request)
+        try:
+            media, payload = await read_signal(request)
+            error_media = media
+            message = ExportMetricsServiceRequest()
+            parse(message, payload, media)
+            answer = await signals.export_metrics(message)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        except IngestError as err:
+            metrics.requests.labels("http", str(err.http_status)).inc()
+            return error_response(err, error_media)
+        metrics.requests.labels("http", "200").inc()
+        return Response(encode_message(answer, media), media_type=media)
+
+    @app.post(
+        "/v1/logs",
+        summary="OTLP/HTTP logs export: accepted, counted and dropped",
+        response_class=Response,
+    )
+    async def export_logs(request: Request) -> Response:
+        error_media = _media_of(request)
+        try:
+            media, payload = await read_signal(request)
+            error_media = media
+            message = ExportLogsServiceRequest()
+            parse(message, payload, media)
+            answer = signals.export_logs(message)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        except IngestError as err:
+            metrics.requests.labels("http", str(err.http_status)).inc()
+            return error_response(err, error_media)
+        metrics.requests.labels("http", "200").inc()
+        return Response(encode_message(answer, media), media_type=media)
 
     @app.get("/healthz", summary="The process is up")
     async def healthz() -> dict[str, str]:

@@ -20,6 +20,12 @@ class IngestMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.signal_items = Counter(
+            "tpmledger_ingest_signal_items",
+            "Metric data points and log records received (signal; kept = stored or dropped)",
+            ["signal", "kept"],
+            registry=r,
+        )
         self.spans_received = Counter(
             "tpmledger_ingest_spans_received", "Spans in decoded export requests", registry=r
         )

@@ -21,11 +21,12 @@ from ingest.auth import TokenVerifier
 from ingest.body_budget import BodyBudget
 from ingest.export_handler import TraceExportHandler
 from ingest.group_commit import GroupCommitWriter
-from ingest.grpc_server import TraceService, build_grpc_server
+from ingest.grpc_server import SignalServices, TraceService, build_grpc_server
 from ingest.http_app import build_app
 from ingest.http_protocol import bounded_read_protocol
 from ingest.metrics import IngestMetrics
 from ingest.normalize_pool import NormalizePool, default_workers
+from ingest.other_signals import OtherSignals
 from ingest.process_memory import limit_heap_retention, relax_garbage_collector
 from tpmledger.settings import Settings
 
@@ -109,8 +110,12 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             timeout_graceful_shutdown=int(_GRACE_S),
         )
     )
+    signals = SignalServices(OtherSignals(url, metrics), verifier, metrics, bodies)
     grpc_server = build_grpc_server(
-        TraceService(handler, verifier, metrics, bodies), settings.host, settings.grpc_port
+        TraceService(handler, verifier, metrics, bodies),
+        settings.host,
+        settings.grpc_port,
+        signals,
     )
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="http")

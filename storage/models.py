@@ -37,6 +37,8 @@ __all__ = [
     "ATTEMPT_COPY_COLUMNS",
     "Attempt",
     "Base",
+    "GenAiMetricStream",
+    "GenAiMetricTokens",
     "IngestToken",
     "LiveDirty",
     "LiveMinute",
@@ -356,3 +358,29 @@ class SnapshotGoodput(Base):
             ["run_id", "version"], ["snapshots.run_id", "snapshots.version"], ondelete="CASCADE"
         ),
     )
+
+
+class GenAiMetricTokens(Base):
+    """Tokens that GenAI token-usage *metrics* counted, per run, shard, minute and token type
+    (``input`` / ``output``): the second count the reconciliation sets against the spans'
+    (docs/metrics.md#reconciliation). Each export adds its deltas."""
+
+    __tablename__ = "genai_metric_tokens"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    token_type: Mapped[str] = mapped_column(Text, primary_key=True)
+    tokens: Mapped[float] = mapped_column(Double)
+
+
+class GenAiMetricStream(Base):
+    """The last value of one cumulative metric stream (its resource, metric and point
+    attributes), so the next export of it adds only the difference."""
+
+    __tablename__ = "genai_metric_streams"
+
+    stream: Mapped[str] = mapped_column(Text, primary_key=True)  # SHA-256 of its identity
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,10 +1,18 @@
-"""Retention: what pruning a run's raw spans needs (filled in by the retention work).
+"""GenAI token-usage metrics (and what retention will need).
+
+- ``genai_metric_tokens``: tokens counted by GenAI token-usage metrics per run, shard,
+  minute and token type, summed over exports (docs/metrics.md#reconciliation).
+- ``genai_metric_streams``: the last value of each cumulative metric stream, so a
+  re-export adds only the difference.
 
 Revision ID: 0006
 Revises: 0005
 """
 
 from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
 
 revision: str = "0006"
 down_revision: str | Sequence[str] | None = "0005"
@@ -13,8 +21,32 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    op.create_table(
+        "genai_metric_tokens",
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("shard_id", sa.Text(), nullable=False),
+        sa.Column("minute_utc", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("token_type", sa.Text(), nullable=False),
+        sa.Column("tokens", sa.Double(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "run_id", "shard_id", "minute_utc", "token_type", name=op.f("pk_genai_metric_tokens")
+        ),
+    )
+    op.create_table(
+        "genai_metric_streams",
+        sa.Column("stream", sa.Text(), nullable=False),
+        sa.Column("start_ns", sa.BigInteger(), nullable=False),
+        sa.Column("value", sa.Double(), nullable=False),
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("stream", name=op.f("pk_genai_metric_streams")),
+    )
 
 
 def downgrade() -> None:
-    pass
+    op.drop_table("genai_metric_streams")
+    op.drop_table("genai_metric_tokens")

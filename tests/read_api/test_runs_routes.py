@@ -26,7 +26,7 @@ RUN_KEYS = {
 EXTRA_KEYS = {
     "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",
     "latency_s", "live", "data_as_of", "diagnostics", "goodput_tpm_total", "good_call_share",
-    "goodput",
+    "goodput", "reconciliation",
 }  # fmt: skip
 MINUTE_KEYS = [
     "minute_utc", "state", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",

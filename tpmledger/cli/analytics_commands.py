@@ -105,7 +105,7 @@ def _print_object(obj: dict[str, Any], indent: str = "") -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     from analytics.run_computation import UnknownRun
-    from analytics.run_extras import run_extras
+    from analytics.run_extras import reconciliation, run_extras
     from analytics.run_span_limit import RunTooLong
     from analytics.sealing import seal_run
     from analytics.slo import SloError, optional_slo
@@ -128,6 +128,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).
         with read_view(url) as session:
             extras = run_extras(session, result.run_id, result.version, slo.text if slo else None)
+            tokens = result.metrics.get("tokens")
+            extras["reconciliation"] = reconciliation(session, result.run_id, tokens)
     metrics = {**result.metrics, **extras}
     if args.json:
         print(json.dumps(metrics, indent=2))

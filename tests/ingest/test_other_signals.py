@@ -1,0 +1,126 @@
+"""OTLP metrics and logs from the real OpenTelemetry SDK exporters, against a real ingest
+process: accepted (no export failure), GenAI token usage stored and reconciled with the
+spans, logs counted and dropped."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from analytics.live_updater import LiveUpdater
+from storage.database import in_one_snapshot
+from storage.genai_metric_store import metric_tokens
+from tests.fixtures.servers import RunningIngest, start_ingest
+
+
+@pytest.fixture
+def ingest(database_url: str) -> RunningIngest:
+    server = start_ingest(database_url)
+    yield server  # type: ignore[misc]
+    server.stop()
+
+
+def _resource(run_id: str) -> Resource:
+    return Resource.create({"tpmledger.run.id": run_id, "tpmledger.shard.id": "0"})
+
+
+def _export_token_usage(exporter: MetricExporter, run_id: str) -> None:
+    """Two collections of a cumulative histogram: 100 input + 40 output, then 10 input."""
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+    provider = MeterProvider(resource=_resource(run_id), metric_readers=[reader])
+    usage = provider.get_meter("test").create_histogram("gen_ai.client.token.usage", unit="{token}")
+    other = provider.get_meter("test").create_counter("http.client.requests")
+    usage.record(100, {"gen_ai.token.type": "input", "gen_ai.request.model": "m"})
+    usage.record(40, {"gen_ai.token.type": "output", "gen_ai.request.model": "m"})
+    other.add(3)
+    assert provider.force_flush()  # False when the export failed
+    usage.record(10, {"gen_ai.token.type": "input", "gen_ai.request.model": "m"})
+    assert provider.force_flush()
+    assert provider.force_flush()  # the same cumulative values again: nothing added
+    provider.shutdown()
+
+
+def test_token_usage_metrics_over_http_are_stored_and_reconciled(
+    ingest: RunningIngest, database_url: str
+) -> None:
+    _export_token_usage(OTLPMetricExporter(endpoint=f"{ingest.http_url}/v1/metrics"), "m-run")
+    assert in_one_snapshot(database_url, metric_tokens, "m-run") == 150
+    # The run's spans counted 140 tokens: 10 are in spans that never arrived.
+    provider = TracerProvider(resource=_resource("m-run"))
+    exporter = OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("chat m") as span:
+        span.set_attribute("gen_ai.operation.name", "chat")
+        span.set_attribute("gen_ai.usage.input_tokens", 100)
+        span.set_attribute("gen_ai.usage.output_tokens", 40)
+    provider.shutdown()
+    LiveUpdater(database_url).update_once()  # what the analytics worker does
+    run = httpx.get(f"{ingest.http_url}/v1/runs/m-run", timeout=30).json()
+    assert run["reconciliation"] == {"tokens_by_spans": 140, "tokens_by_metrics": 150, "gap": 10}
+
+
+def test_token_usage_metrics_over_grpc_are_stored(ingest: RunningIngest, database_url: str) -> None:
+    exporter = GrpcMetricExporter(endpoint=ingest.grpc_endpoint, insecure=True)
+    _export_token_usage(exporter, "g-run")
+    assert in_one_snapshot(database_url, metric_tokens, "g-run") == 150
+
+
+def test_a_run_without_metrics_is_not_measured(ingest: RunningIngest, database_url: str) -> None:
+    provider = TracerProvider(resource=_resource("spans-only"))
+    exporter = OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("chat m") as span:
+        span.set_attribute("gen_ai.operation.name", "chat")
+        span.set_attribute("gen_ai.usage.input_tokens", 5)
+    provider.shutdown()
+    LiveUpdater(database_url).update_once()
+    run = httpx.get(f"{ingest.http_url}/v1/runs/spans-only", timeout=30).json()
+    assert run["reconciliation"] == {"tokens_by_spans": 5, "tokens_by_metrics": None, "gap": None}
+
+
+def test_logs_are_accepted_counted_and_dropped(ingest: RunningIngest) -> None:
+    provider = LoggerProvider(resource=_resource("l-run"))
+    exporter = OTLPLogExporter(endpoint=f"{ingest.http_url}/v1/logs")
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = logging.getLogger("tpmledger-test-logs")
+    logger.propagate = False
+    handler = LoggingHandler(logger_provider=provider)
+    logger.addHandler(handler)
+    try:
+        for i in range(3):
+            logger.warning("record %d", i)
+        assert provider.force_flush()
+    finally:
+        logger.removeHandler(handler)
+        provider.shutdown()
+    text = httpx.get(f"{ingest.http_url}/metrics", timeout=10).text
+    found = re.search(
+        r'^tpmledger_ingest_signal_items_total\{kept="dropped",signal="logs"\} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
+    assert found is not None and float(found.group(1)) == 3.0, text[-2000:]
+    # Bad bodies get the OTLP answers of traces.
+    bad = httpx.post(
+        f"{ingest.http_url}/v1/metrics",
+        content=b"\xff\x00not protobuf",
+        headers={"Content-Type": "application/x-protobuf"},
+        timeout=10,
+    )
+    assert bad.status_code == 400
