@@ -15,10 +15,12 @@ from dash import dcc, html
 from sqlalchemy.orm import Session
 
 from analytics.live_view import CurrentTable, current_table, live_figures
+from analytics.run_extras import reconciliation
 from analytics.run_span_limit import RunTooLong
 from dashboard.components.empty_states import live_waiting, provenance_pending, run_not_found
 from dashboard.components.kpi_cards import run_kpi_cards
 from dashboard.components.provenance_panel import provenance_panel
+from dashboard.components.reconciliation_line import reconciliation_line
 from dashboard.components.status_badge import freshness_line, status_badge
 from dashboard.config import DashboardConfig
 from dashboard.data.minute_series import (
@@ -146,8 +148,9 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
             header = html.Div([_header(run), live_waiting(run_id)])
             return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
     minutes = _whole_run_minutes(session, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
+    checked = reconciliation(session, run.run_id, run.metrics.get("tokens"))
     return RunPanels(
-        header=_header(run),
+        header=html.Div([_header(run), reconciliation_line(checked)]),
         kpis=run_kpi_cards(run),
         concurrency=concurrency_figure(minutes),
         work_conserving=work_conserving_text(run.metrics),
