@@ -108,8 +108,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help=f"a {DEMO_RUN_S:.0f}s 8x16 run, then a sweep over caps "
-        f"{','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each)",
+        help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then a sweep over caps "
+        f"{','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each; each run ends when "
+        "its calls have finished: about 13 minutes in all, docs/simulator.md)",
     )
     p.set_defaults(func=run_simulate)
 
