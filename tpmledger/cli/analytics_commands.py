@@ -104,6 +104,7 @@ def _print_object(obj: dict[str, Any], indent: str = "") -> None:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
+    from analytics.compile_notice import ensure_kernels
     from analytics.run_computation import UnknownRun
     from analytics.run_extras import reconciliation, run_extras
     from analytics.run_span_limit import RunTooLong
@@ -117,6 +118,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     except SloError as exc:
         print(f"error: --slo: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
+    ensure_kernels()  # a line on stderr if they must be compiled (first run only)
     with database(settings, migrate_to_head=True) as url:
         try:
             result = seal_run(

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tpmledger import __version__
 
@@ -75,7 +77,17 @@ def configure_logging(command: str | None, verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def numba_cache_dir() -> Path:
+    """Where compiled analytics kernels are cached: one place for every tpmledger process
+    of the user (``up``'s services inherit it, and so does every command), so a kernel
+    compiled once is loaded everywhere. ``NUMBA_CACHE_DIR`` overrides it."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tpmledger" / "numba"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before anything imports Numba (it reads the variable once).
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(numba_cache_dir()))
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.command, args.verbose)

@@ -91,6 +91,7 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
+    from analytics.compile_notice import ensure_kernels
     from analytics.run_span_limit import RunTooLong
     from analytics.sealing import seal_run
     from analytics.summary_export import SnapshotOutdated, build_summary
@@ -98,6 +99,7 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
 
     settings = settings_from_args(args)
     version = getattr(args, "version", None)
+    ensure_kernels()  # a line on stderr if they must be compiled (first run only)
     try:
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
