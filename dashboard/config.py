@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 DEFAULT_REFRESH_MS = 5_000
 
@@ -18,3 +19,17 @@ class DashboardConfig:
     refresh_ms: int = DEFAULT_REFRESH_MS
     # A live minute is "open" until this long after it ends, then "closed".
     close_after_s: float = 120.0
+    # The SLO whose goodput the run page shows (``TPMLEDGER_SLO``, canonical text).
+    slo_text: str | None = field(default_factory=lambda: declared_slo())
+
+
+def declared_slo() -> str | None:
+    """``TPMLEDGER_SLO`` in canonical form, or ``None`` (unset, or unreadable: the services
+    refuse an unreadable one at start-up)."""
+    from analytics.slo import SloError, optional_slo
+
+    try:
+        slo = optional_slo(os.environ.get("TPMLEDGER_SLO"))
+    except SloError:
+        return None
+    return slo.text if slo is not None else None

@@ -15,8 +15,9 @@ from dash import dcc, html
 from sqlalchemy.orm import Session
 
 from analytics.live_view import CurrentTable, current_table, live_figures
-from analytics.run_extras import reconciliation
+from analytics.run_extras import reconciliation, run_extras
 from analytics.run_span_limit import RunTooLong
+from dashboard.components.diagnostics_panel import diagnostics_panel
 from dashboard.components.empty_states import live_waiting, provenance_pending, run_not_found
 from dashboard.components.kpi_cards import run_kpi_cards
 from dashboard.components.provenance_panel import provenance_panel
@@ -149,8 +150,16 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
             return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
     minutes = _whole_run_minutes(session, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
     checked = reconciliation(session, run.run_id, run.metrics.get("tokens"))
+    version = run.snapshot.version if run.snapshot is not None else None
+    extras = run_extras(session, run.run_id, version, config.slo_text)
     return RunPanels(
-        header=html.Div([_header(run), reconciliation_line(checked)]),
+        header=html.Div(
+            [
+                _header(run),
+                reconciliation_line(checked),
+                diagnostics_panel({**run.metrics, **extras}),
+            ]
+        ),
         kpis=run_kpi_cards(run),
         concurrency=concurrency_figure(minutes),
         work_conserving=work_conserving_text(run.metrics),

@@ -155,3 +155,22 @@ def test_unknown_run_says_so(
 ) -> None:
     browser.get(f"{dashboard_server.url}/runs/nope")
     assert "No run named 'nope'" in wait_text(browser, "run-not-found")
+
+
+def test_pitfall_diagnostics_are_shown_from_the_sealed_version(
+    page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
+) -> None:
+    from analytics.sealing import seal_run
+    from tests.analytics.pitfall_runs import storm_rows
+    from tests.analytics.seeding import store
+
+    store(page_database_url, storm_rows("storm-page", {2, 3}))
+    seal_run(page_database_url, "storm-page")
+    browser.get(f"{dashboard_server.url}/runs/storm-page")
+    wait_for(lambda: "retry storm" in text_of(browser, "run-diagnostics"), timeout=30)
+    card = text_of(browser, "run-diagnostics")
+    assert "YES in 2 minute(s) over the 20 % retry budget: 03:46, 03:47 UTC" in card, card
+    assert "not measured (no attempt declares a deadline or request timeout)" in card
+    assert "not measured (the run stored no tool span)" in card
+    assert "no SLO declared" in card
+    screenshot(browser, output_dir, "run-page-diagnostics")
