@@ -42,6 +42,16 @@ class FleetConfig(BaseModel):
     workload: WorkloadConfig = WorkloadConfig()
     server: ServerConfig = ServerConfig()
     llm_url: str | None = Field(default=None, description="use this server instead of our own")
+    # Cap-selection pitfalls on demand (docs/simulator.md#pitfalls-on-demand).
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="tpmledger.deadline_s declared on every attempt"
+    )
+    tool_wait_s: float = Field(
+        default=0.0, ge=0, description="after each answer, hold the slot this long in a tool span"
+    )
+    target_cap: int | None = Field(
+        default=None, gt=0, description="tpmledger.target.concurrency.cap declared on attempts"
+    )
 
     def shard_config(self, shard_id: int, llm_url: str) -> ShardConfig:
         return ShardConfig(
@@ -59,6 +69,9 @@ class FleetConfig(BaseModel):
             request_timeout_s=self.request_timeout_s,
             seed=self.seed,
             workload=self.workload,
+            deadline_s=self.deadline_s,
+            tool_wait_s=self.tool_wait_s,
+            target_cap=self.target_cap,
         )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from simulator.chat_client import AttemptOutcome, chat_once
@@ -154,6 +155,10 @@ class ShardWorker:
         }
         if resend:
             attributes["http.request.resend_count"] = resend
+        if self.config.deadline_s is not None:
+            attributes["tpmledger.deadline_s"] = self.config.deadline_s
+        if self.config.target_cap is not None:
+            attributes["tpmledger.target.concurrency.cap"] = self.config.target_cap
         span = self.tracer.start_span(
             f"chat {self.config.workload.model}",
             kind=SpanKind.CLIENT,
@@ -167,11 +172,29 @@ class ShardWorker:
         outcome = AttemptOutcome(error_type="cancelled")
         try:
             outcome = await chat_once(client, self.config.llm_url, spec, self.config.workload.model)
+            if outcome.error_type is None and self.config.tool_wait_s > 0:
+                await self._tool(span)  # the slot stays held while the tool runs
         finally:
             self._record(span, outcome)
             span.end(end_time=time.time_ns())
             self.counters.spans_ended += 1
         return outcome
+
+    async def _tool(self, attempt: Span) -> None:
+        """A tool call in the attempt's trace, inside its slot (the "slot held by a tool"
+        pitfall): an ``execute_tool`` span of ``tool_wait_s`` seconds."""
+        tool = self.tracer.start_span(
+            "execute_tool lookup",
+            context=trace.set_span_in_context(attempt),
+            kind=SpanKind.INTERNAL,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+            start_time=time.time_ns(),
+        )
+        try:
+            await asyncio.sleep(self.config.tool_wait_s)
+        finally:
+            tool.end(end_time=time.time_ns())
+            self.counters.spans_ended += 1
 
     def _record(self, span: Span, outcome: AttemptOutcome) -> None:
         """Outcome attributes (docs/conventions.md) and the simulator's own counters."""

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -106,6 +107,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
+        "--pitfall",
+        action="append",
+        choices=sorted(PITFALLS),
+        default=[],
+        help="produce a cap-selection pitfall (repeatable): "
+        # argparse formats help with %: a literal one is written %%.
+        + "; ".join(f"{n}: {what.replace('%', '%%')}" for n, (what, _) in sorted(PITFALLS.items()))
+        + " (docs/simulator.md#pitfalls-on-demand)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then a sweep over caps "
@@ -113,6 +124,29 @@ def register(subparsers: Any) -> None:
         "its calls have finished: about 13 minutes in all, docs/simulator.md)",
     )
     p.set_defaults(func=run_simulate)
+
+
+# Each pitfall: what it does, and the fleet (and "server") settings that produce it.
+PITFALLS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, Any]]]] = {
+    "retry-storm": (
+        "35 % of answers are 5xx and every failure is retried at once, up to 10 tries "
+        "(no retry budget)",
+        lambda a: {"server": {"error_rate": 0.35}, "retry_backoff_s": 0.0, "max_attempts": 10},
+    ),
+    "deadline-overrun": (
+        "every attempt declares a 2 s deadline (tpmledger.deadline_s) that most calls outlast",
+        lambda a: {"deadline_s": 2.0},
+    ),
+    "tool-wait": (
+        "after each answer the slot stays held 1 s in an execute_tool span",
+        lambda a: {"tool_wait_s": 1.0},
+    ),
+    "shared-pool": (
+        "attempts declare a target cap (tpmledger.target.concurrency.cap) of one shard's "
+        "concurrency: the fleet shares a pool far smaller than it runs",
+        lambda a: {"target_cap": a.concurrency},
+    ),
+}
 
 
 def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
@@ -129,6 +163,14 @@ def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
     workload: dict[str, Any] = {}
     if args.stream_share is not None:
         workload["stream_share"] = args.stream_share
+    fleet: dict[str, Any] = {
+        "retry_backoff_s": args.retry_backoff,
+        "max_attempts": args.max_attempts,
+    }
+    for name in getattr(args, "pitfall", None) or []:
+        changes = PITFALLS[name][1](args)
+        server |= changes.pop("server", {})
+        fleet |= changes
     return FleetConfig(
         run_id=run_id,
         sweep_id=args.sweep_id,
@@ -137,13 +179,12 @@ def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
         duration_s=args.duration,
         otlp_endpoint=args.endpoint,
         otlp_protocol=args.protocol,
-        retry_backoff_s=args.retry_backoff,
-        max_attempts=args.max_attempts,
         request_timeout_s=args.request_timeout,
         seed=args.seed,
         workload=WorkloadConfig(**workload),
         server=ServerConfig(**server),
         llm_url=args.llm_url,
+        **fleet,
     )
 
 
