@@ -87,7 +87,7 @@ def run_list(session: Session) -> list[dict[str, Any]]:
             "first_event_utc": ns_to_rfc3339(s.first_event_ns),
             "last_event_utc": ns_to_rfc3339(s.last_event_ns),
             "latest_seal": s.snapshot_seal,
-            "status": "live" if s.is_live else "sealed",
+            "status": "archived" if s.archived_at else "live" if s.is_live else "sealed",
             "data_as_of": utc_ms_or_none(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
         }
         for s in run_states(session)

@@ -33,9 +33,10 @@ from analytics.run_computation import RunComputation, StageTimer, compute_run
 from analytics.sealed_figures import compute_sealed_figures, store_sealed_figures
 from analytics.slo import Slo
 from provenance.event_file import EVENTS_FORMAT
-from storage.database import transaction
+from storage.database import in_one_snapshot, transaction
 from storage.live_store import drop_sealed_live_rows
 from storage.models import Snapshot
+from storage.retention_store import refuse_if_archived
 from storage.snapshot_store import (
     count_late_attempts,
     insert_snapshot,
@@ -265,6 +266,7 @@ def seal_run(
     With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
     final).
     """
+    in_one_snapshot(url, refuse_if_archived, run_id)  # its spans are gone: nothing to seal
     computation = compute_run(url, run_id, timer, end_before_ns)
     final = end_before_ns is None
     if quiet_s is not None and final:

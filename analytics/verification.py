@@ -22,8 +22,9 @@ from sqlalchemy import select
 from analytics.minute_table import with_minute_utc
 from analytics.run_computation import compute_run, metrics_sha256
 from analytics.sealing import seal_of
-from storage.database import read_session, read_view
+from storage.database import in_one_snapshot, read_session, read_view
 from storage.models import Snapshot
+from storage.retention_store import archived
 from storage.snapshots_read import minute_rows
 from storage.time_text import minute_text
 
@@ -157,6 +158,16 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
     report = VerificationReport(run_id, latest.version, latest.seal)
     report.mismatches += _chain(snapshots)
     report.mismatches += _row_against_document(latest)
+    gone = in_one_snapshot(url, archived, run_id)
+    if gone is not None:
+        when, where = gone
+        # The seal chain and the documents are checked; figures cannot be recomputed here.
+        report.notes.append(
+            f"the raw spans were pruned on {when:%Y-%m-%d %H:%M} UTC: the figures of "
+            f"v{latest.version} can no longer be recomputed from the database; its archive "
+            f"is {where} (verify it offline: tpmledger summary verify {shlex.quote(where)})"
+        )
+        return report
     computation = compute_run(url, run_id)
     if computation.facts.updated_at > latest.data_as_of:
         report.notes.append(

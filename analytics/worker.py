@@ -31,6 +31,7 @@ from analytics.run_span_limit import RunTooLong
 from analytics.sealing import seal_run
 from analytics.slo import Slo, optional_slo
 from storage.snapshots_read import runs_due_for_seal
+from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
 
 log = logging.getLogger("tpmledger.analytics")
@@ -122,8 +123,10 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         daemon=True,
     )
     live.start()
+    retention = RetentionSchedule(settings)
     while not stop.is_set():
         try:
+            retention.run_if_due()
             loop.poll_once(stop)
             if settings.checkpoint_every_s > 0 and not stop.is_set():
                 checkpoints.poll_once()
@@ -132,6 +135,35 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         stop.wait(settings.analytics_poll_s)
     live.join(timeout=30)
     log.info("analytics worker stopped")
+
+
+class RetentionSchedule:
+    """With ``TPMLEDGER_RETENTION`` set, prune once a day (first a minute after start):
+    archive runs older than it and delete their raw spans (analytics/run_archive.py)."""
+
+    PERIOD_S = 86_400.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.next_at = time.monotonic() + 60.0
+
+    def run_if_due(self) -> None:
+        settings = self.settings
+        if settings.retention is None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.PERIOD_S
+        from analytics.run_archive import prune
+        from provenance.signing_keys import load_or_create_signing_key
+
+        assert settings.database_url is not None
+        report = prune(
+            settings.database_url,
+            parse_age(settings.retention),
+            settings.archive_dir or settings.data_dir / "archive",
+            load_or_create_signing_key(settings),
+            say=log.info,
+        )
+        log.info("retention %s: %d run(s) pruned", settings.retention, len(report.runs))
 
 
 def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:

@@ -22,6 +22,7 @@ A single proof file from ``summary prove`` is checked against the envelope it ca
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -78,10 +79,15 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
     _check_bundle(directory / "summary.sigstore.json", envelope, report)
     statement_digest = predicate["_subject_sha256"]
     events_path = directory / "events.jsonl"
+    packed = directory / "events.jsonl.gz"  # an archive (tpmledger prune) keeps it compressed
+    if not events_path.is_file() and packed.is_file():
+        events_path = packed
     if not events_path.is_file():
         report.add("events digest", False, f"{events_path} is missing")
         return report
     data = events_path.read_bytes()
+    if events_path.suffix == ".gz":
+        data = gzip.decompress(data)  # the digest is of the uncompressed file
     actual = hashlib.sha256(data).hexdigest()
     count = data.count(b"\n")
     ok = actual == statement_digest == predicate["events"]["sha256"]

@@ -112,6 +112,12 @@ def build_router(
     async def get_events(run_id: str) -> StreamingResponse:
         from analytics.run_events import load_run_events
         from provenance.event_file import build_event_file
+        from storage.retention_store import RunArchived, refuse_if_archived
+
+        try:
+            await run_in_threadpool(in_one_snapshot, database_url, refuse_if_archived, run_id)
+        except RunArchived as exc:
+            raise HTTPException(410, detail=str(exc)) from exc
 
         try:
             events = await run_in_threadpool(load_run_events, database_url, run_id)

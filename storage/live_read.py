@@ -43,6 +43,9 @@ class RunState:
     # The last minute the newest snapshot covers (its document's through_minute_utc);
     # a checkpoint covers closed minutes only. None for versions sealed before checkpoints.
     snapshot_through: datetime | None = None
+    # Set once ``tpmledger prune`` archived the run and deleted its raw spans.
+    archived_at: datetime | None = None
+    archive_dir: str | None = None
 
     @property
     def snapshot_covers_every_minute(self) -> bool:
@@ -72,6 +75,7 @@ class RunState:
 
 _STATE_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.updated_at, r.shard_ids,
+       r.archived_at, r.archive_dir,
        r.declared_shard_count, r.concurrency_cap, r.sweep_id, r.attempts,
        s.version, s.seal, s.data_as_of, s.final, s.metrics,
        s.document -> 'minutes' ->> 'through_minute_utc' AS through_minute_utc,
@@ -102,6 +106,8 @@ def _state(row: Any) -> RunState:
         snapshot_metrics=dict(row.metrics) if row.metrics is not None else None,
         live_rows=row.live_rows,
         snapshot_through=_minute(row.through_minute_utc),
+        archived_at=row.archived_at,
+        archive_dir=row.archive_dir,
     )
 
 

@@ -154,6 +154,10 @@ class Run(Base):
     # Longest queued-to-released interval of any attempt (end − start + queue wait), so the
     # live path finds every attempt overlapping a minute through ix_attempts_run_id_end_ns.
     max_slot_ns: Mapped[int | None] = mapped_column(BigInteger)
+    # Set when ``tpmledger prune`` archived the run and deleted its raw spans
+    # (docs/configuration.md#retention); its seals and figures stay.
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    archive_dir: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_runs_sweep_id", "sweep_id"),)
 

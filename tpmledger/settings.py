@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tpmledger.durations import parse_age
+
 
 def default_data_dir() -> Path:
     """The per-user data directory (``$XDG_DATA_HOME/tpmledger`` or ``~/.local/share``)."""
@@ -85,6 +87,16 @@ class Settings(BaseSettings):
         default=10.0, description="A run is resealed once it received no data for this long."
     )
     analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
+    retention: str | None = Field(
+        default=None,
+        description="Archive and prune runs whose last event is older than this, e.g. '30d' "
+        "(the analytics worker does it once a day); unset: nothing is pruned "
+        "(docs/configuration.md#retention).",
+    )
+    archive_dir: Path | None = Field(
+        default=None,
+        description="Where pruned runs' archives go (default: DATA_DIR/archive).",
+    )
     checkpoint_every_s: float = Field(
         default=300.0,
         ge=0,
@@ -123,6 +135,15 @@ class Settings(BaseSettings):
         "versions store goodput under it; analyze/compare --slo override it "
         "(docs/metrics.md#goodput). Unset: no goodput.",
     )
+
+    @field_validator("retention")
+    @classmethod
+    def _check_retention(cls, value: str | None) -> str | None:
+        """Refuse an unreadable TPMLEDGER_RETENTION at start-up; empty means unset."""
+        if not value or not value.strip():
+            return None
+        parse_age(value)
+        return value.strip()
 
     @field_validator("slo")
     @classmethod

@@ -21,6 +21,8 @@ def status_badge(status: str, badge_id: str | None = None) -> dbc.Badge:
         className="me-1",
         title="figures from the live minute table; they change until the run is sealed"
         if live
+        else "sealed figures; the raw spans were pruned into an archive"
+        if status == "archived"
         else "figures of a sealed snapshot",
         **kwargs,
     )

@@ -22,6 +22,7 @@ from storage.time_text import ns_to_rfc3339
 # LATERAL join so a run with many versions reads one snapshot row.
 _RUNS_SQL = """
 SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shard_count,
+       r.archived_at,
        r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
        s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
        s.tree_size, s.computed_at, s.data_as_of, s.metrics, s.final,
@@ -106,7 +107,7 @@ def _record(row: Any) -> RunRecord:
         )
     return RunRecord(
         run_id=row.run_id,
-        status="live" if row.live else "sealed",
+        status="archived" if row.archived_at else "live" if row.live else "sealed",
         covered=not row.uncovered,
         observed_shards=len(row.shard_ids or []),
         declared_shard_count=row.declared_shard_count,

@@ -1,9 +1,11 @@
-"""GenAI token-usage metrics (and what retention will need).
+"""GenAI token-usage metrics, and retention.
 
 - ``genai_metric_tokens``: tokens counted by GenAI token-usage metrics per run, shard,
   minute and token type, summed over exports (docs/metrics.md#reconciliation).
 - ``genai_metric_streams``: the last value of each cumulative metric stream, so a
   re-export adds only the difference.
+- ``runs.archived_at`` / ``runs.archive_dir``: set when ``tpmledger prune`` archived a run
+  and deleted its raw spans (docs/configuration.md#retention).
 
 Revision ID: 0006
 Revises: 0005
@@ -21,6 +23,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.add_column("runs", sa.Column("archived_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("runs", sa.Column("archive_dir", sa.Text(), nullable=True))
     op.create_table(
         "genai_metric_tokens",
         sa.Column("run_id", sa.Text(), nullable=False),
@@ -48,5 +52,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("runs", "archive_dir")
+    op.drop_column("runs", "archived_at")
     op.drop_table("genai_metric_streams")
     op.drop_table("genai_metric_tokens")

@@ -111,6 +111,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from analytics.sealing import seal_run
     from analytics.slo import SloError, optional_slo
     from storage.database import read_view
+    from storage.retention_store import RunArchived
 
     settings = settings_from_args(args)
     try:
@@ -124,7 +125,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             result = seal_run(
                 url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s, slo=slo
             )
-        except (UnknownRun, RunTooLong) as exc:
+        except (UnknownRun, RunTooLong, RunArchived) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
         # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).

@@ -43,10 +43,15 @@ def run_migrate(args: argparse.Namespace) -> int:
 def run_runs(args: argparse.Namespace) -> int:
     from analytics.run_views import run_list
     from storage.database import read_view
+    from storage.retention_store import stored_bytes
 
     settings = settings_from_args(args)
     with database(settings, migrate_to_head=True) as url, read_view(url) as session:
         runs = run_list(session)
+        if args.json:
+            sizes = stored_bytes(session)
+            for run in runs:
+                run["stored_bytes"] = sizes.get(run["run_id"], 0)
     if args.json:
         print(json.dumps({"runs": runs}, indent=2))
         return 0

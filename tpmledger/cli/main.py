@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tpmledger.cli.token_commands",
     "tpmledger.cli.simulate_command",
     "tpmledger.cli.probe_command",
+    "tpmledger.cli.prune_command",
 )
 
 
