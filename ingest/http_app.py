@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -134,19 +136,16 @@ def build_app(
         declared = (request.headers.get("content-type") or "").lower()
         return JSON if declared.startswith(JSON) else None
 
-    @app.post(
-        "/v1/metrics",
-        summary="OTLP/HTTP metrics export: GenAI token usage is kept, other points dropped",
-        response_class=Response,
-    )
-    async def export_metrics(request: Request) -> Response:
+    async def answer_signal(
+        request: Request, message: Message, handle: Callable[[Any], Awaitable[Message]]
+    ) -> Response:
+        """Read, parse and hand ``message`` to ``handle``; the answer in the request's type."""
         error_media = _media_of(request)
         try:
             media, payload = await read_signal(request)
             error_media = media
-            message = ExportMetricsServiceRequest()
             parse(message, payload, media)
-            answer = await signals.export_metrics(message)
+            answer = await handle(message)
         except ClientDisconnect:
             return Response(status_code=400)
         except IngestError as err:
@@ -155,26 +154,24 @@ def build_app(
         metrics.requests.labels("http", "200").inc()
         return Response(encode_message(answer, media), media_type=media)
 
+    async def logs_answer(message: Any) -> Message:
+        return signals.export_logs(message)
+
+    @app.post(
+        "/v1/metrics",
+        summary="OTLP/HTTP metrics export: GenAI token usage is kept, other points dropped",
+        response_class=Response,
+    )
+    async def export_metrics(request: Request) -> Response:
+        return await answer_signal(request, ExportMetricsServiceRequest(), signals.export_metrics)
+
     @app.post(
         "/v1/logs",
         summary="OTLP/HTTP logs export: accepted, counted and dropped",
         response_class=Response,
     )
     async def export_logs(request: Request) -> Response:
-        error_media = _media_of(request)
-        try:
-            media, payload = await read_signal(request)
-            error_media = media
-            message = ExportLogsServiceRequest()
-            parse(message, payload, media)
-            answer = signals.export_logs(message)
-        except ClientDisconnect:
-            return Response(status_code=400)
-        except IngestError as err:
-            metrics.requests.labels("http", str(err.http_status)).inc()
-            return error_response(err, error_media)
-        metrics.requests.labels("http", "200").inc()
-        return Response(encode_message(answer, media), media_type=media)
+        return await answer_signal(request, ExportLogsServiceRequest(), logs_answer)
 
     @app.get("/healthz", summary="The process is up")
     async def healthz() -> dict[str, str]:

@@ -65,7 +65,21 @@ class ServerConfig(BaseModel):
     model: str = "sim-chat-1"
 
 
-class ShardConfig(BaseModel):
+class Pitfalls(BaseModel):
+    """Cap-selection pitfalls on demand (docs/simulator.md#pitfalls-on-demand)."""
+
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="tpmledger.deadline_s declared on every attempt"
+    )
+    tool_wait_s: float = Field(
+        default=0.0, ge=0, description="after each answer, hold the slot this long in a tool span"
+    )
+    target_cap: int | None = Field(
+        default=None, gt=0, description="tpmledger.target.concurrency.cap declared on attempts"
+    )
+
+
+class ShardConfig(Pitfalls):
     """Everything one shard process needs (docs/conventions.md resource attributes included)."""
 
     run_id: str
@@ -88,13 +102,3 @@ class ShardConfig(BaseModel):
     seed: int = 0
     workload: WorkloadConfig = WorkloadConfig()
     service_name: str = "tpmledger-simulator"
-    # Cap-selection pitfalls on demand (docs/simulator.md#pitfalls-on-demand).
-    deadline_s: float | None = Field(
-        default=None, gt=0, description="tpmledger.deadline_s declared on every attempt"
-    )
-    tool_wait_s: float = Field(
-        default=0.0, ge=0, description="after each answer, hold the slot this long in a tool span"
-    )
-    target_cap: int | None = Field(
-        default=None, gt=0, description="tpmledger.target.concurrency.cap declared on attempts"
-    )

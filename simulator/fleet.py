@@ -16,16 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from simulator.config import ServerConfig, ShardConfig, WorkloadConfig
+from simulator.config import Pitfalls, ServerConfig, ShardConfig, WorkloadConfig
 from simulator.counters import ShardCounters, derived_figures, fleet_totals
 from simulator.server_process import running_llm_server
 
 ProgressCallback = Callable[[float, ShardCounters], None]
 
 
-class FleetConfig(BaseModel):
+class FleetConfig(Pitfalls):
     """One run: ``shards`` processes at ``concurrency`` each, for ``duration_s`` seconds."""
 
     run_id: str
@@ -42,16 +42,6 @@ class FleetConfig(BaseModel):
     workload: WorkloadConfig = WorkloadConfig()
     server: ServerConfig = ServerConfig()
     llm_url: str | None = Field(default=None, description="use this server instead of our own")
-    # Cap-selection pitfalls on demand (docs/simulator.md#pitfalls-on-demand).
-    deadline_s: float | None = Field(
-        default=None, gt=0, description="tpmledger.deadline_s declared on every attempt"
-    )
-    tool_wait_s: float = Field(
-        default=0.0, ge=0, description="after each answer, hold the slot this long in a tool span"
-    )
-    target_cap: int | None = Field(
-        default=None, gt=0, description="tpmledger.target.concurrency.cap declared on attempts"
-    )
 
     def shard_config(self, shard_id: int, llm_url: str) -> ShardConfig:
         return ShardConfig(
@@ -69,9 +59,7 @@ class FleetConfig(BaseModel):
             request_timeout_s=self.request_timeout_s,
             seed=self.seed,
             workload=self.workload,
-            deadline_s=self.deadline_s,
-            tool_wait_s=self.tool_wait_s,
-            target_cap=self.target_cap,
+            **{name: getattr(self, name) for name in Pitfalls.model_fields},
         )
 
 

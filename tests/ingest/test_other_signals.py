@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -56,22 +57,31 @@ def _export_token_usage(exporter: MetricExporter, run_id: str) -> None:
     provider.shutdown()
 
 
+def _run_after_a_span(
+    ingest: RunningIngest, url: str, run_id: str, tokens: dict[str, int]
+) -> dict[str, Any]:
+    """Export one LLM-call span with these token counts; the run object once it is in the
+    live table (what the analytics worker does, done here)."""
+    provider = TracerProvider(resource=_resource(run_id))
+    exporter = OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("chat m") as span:
+        span.set_attribute("gen_ai.operation.name", "chat")
+        for kind, count in tokens.items():
+            span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
+    provider.shutdown()
+    LiveUpdater(url).update_once()
+    run: dict[str, Any] = httpx.get(f"{ingest.http_url}/v1/runs/{run_id}", timeout=30).json()
+    return run
+
+
 def test_token_usage_metrics_over_http_are_stored_and_reconciled(
     ingest: RunningIngest, database_url: str
 ) -> None:
     _export_token_usage(OTLPMetricExporter(endpoint=f"{ingest.http_url}/v1/metrics"), "m-run")
     assert in_one_snapshot(database_url, metric_tokens, "m-run") == 150
     # The run's spans counted 140 tokens: 10 are in spans that never arrived.
-    provider = TracerProvider(resource=_resource("m-run"))
-    exporter = OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces")
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with provider.get_tracer("test").start_as_current_span("chat m") as span:
-        span.set_attribute("gen_ai.operation.name", "chat")
-        span.set_attribute("gen_ai.usage.input_tokens", 100)
-        span.set_attribute("gen_ai.usage.output_tokens", 40)
-    provider.shutdown()
-    LiveUpdater(database_url).update_once()  # what the analytics worker does
-    run = httpx.get(f"{ingest.http_url}/v1/runs/m-run", timeout=30).json()
+    run = _run_after_a_span(ingest, database_url, "m-run", {"input": 100, "output": 40})
     assert run["reconciliation"] == {"tokens_by_spans": 140, "tokens_by_metrics": 150, "gap": 10}
 
 
@@ -82,15 +92,7 @@ def test_token_usage_metrics_over_grpc_are_stored(ingest: RunningIngest, databas
 
 
 def test_a_run_without_metrics_is_not_measured(ingest: RunningIngest, database_url: str) -> None:
-    provider = TracerProvider(resource=_resource("spans-only"))
-    exporter = OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces")
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with provider.get_tracer("test").start_as_current_span("chat m") as span:
-        span.set_attribute("gen_ai.operation.name", "chat")
-        span.set_attribute("gen_ai.usage.input_tokens", 5)
-    provider.shutdown()
-    LiveUpdater(database_url).update_once()
-    run = httpx.get(f"{ingest.http_url}/v1/runs/spans-only", timeout=30).json()
+    run = _run_after_a_span(ingest, database_url, "spans-only", {"input": 5})
     assert run["reconciliation"] == {"tokens_by_spans": 5, "tokens_by_metrics": None, "gap": None}
 
 

@@ -100,15 +100,20 @@ def test_the_blocker_really_blocks() -> None:
     assert "numba is blocked in this test" in result.stderr
 
 
-def test_an_export_verifies_with_numba_sqlalchemy_psycopg_and_polars_unavailable(
-    tmp_path: Path,
-) -> None:
+def _golden_export(directory: Path) -> None:
+    """A signed export of the golden run, built in memory, written to ``directory``."""
     events = pl.DataFrame(golden_records(), schema=EVENT_SCHEMA)
-    key = SigningKey(Ed25519PrivateKey.generate(), tmp_path / "k")
+    key = SigningKey(Ed25519PrivateKey.generate(), directory.parent / "k")
     summary = summary_from_events(
         events, key, run_id="golden", computed_at="2026-02-01T04:00:00.000Z"
     )
-    write_export(summary, tmp_path / "export")
+    write_export(summary, directory)
+
+
+def test_an_export_verifies_with_numba_sqlalchemy_psycopg_and_polars_unavailable(
+    tmp_path: Path,
+) -> None:
+    _golden_export(tmp_path / "export")
     code = """
 from pathlib import Path
 from provenance.summary_verify import verify_export
@@ -130,12 +135,7 @@ def test_the_summary_verify_command_runs_without_database_drivers_or_numba(
     tmp_path: Path,
 ) -> None:
     # The command line builds every command's parser; none may load a database driver.
-    events = pl.DataFrame(golden_records(), schema=EVENT_SCHEMA)
-    key = SigningKey(Ed25519PrivateKey.generate(), tmp_path / "k")
-    summary = summary_from_events(
-        events, key, run_id="golden", computed_at="2026-02-01T04:00:00.000Z"
-    )
-    write_export(summary, tmp_path / "export")
+    _golden_export(tmp_path / "export")
     code = """
 from tpmledger.cli.main import main
 code = main(["summary", "verify", sys.argv[2]])
