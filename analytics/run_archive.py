@@ -66,8 +66,12 @@ class PruneReport:
 
 
 def archive_path(archive_dir: Path, run_id: str) -> Path:
-    """Where a run's archive goes: one folder per run (its id made safe as a folder name)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) or "_"
+    """Where a run's archive goes: one folder per run, named by its id. An id that is not
+    a plain folder name (``/``, ``..``, other characters) is made one, with a short hash of
+    the id so two such ids never share a folder."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id).strip(".") or "_"
+    if safe != run_id:
+        safe = f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
     return archive_dir / safe
 
 

@@ -92,3 +92,13 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
     # A second prune has nothing left to do.
     assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs)]) == 0
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Path) -> None:
+    from analytics.run_archive import archive_path
+
+    assert archive_path(tmp_path, "run-1") == tmp_path / "run-1"
+    for hostile in ("..", "../../etc", "a/b", "."):
+        folder = archive_path(tmp_path, hostile)
+        assert folder.parent == tmp_path and folder.name not in (".", "..")
+    assert archive_path(tmp_path, "a/b") != archive_path(tmp_path, "a_b")
