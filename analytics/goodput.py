@@ -33,7 +33,10 @@ def _good(slo: Slo) -> pl.Expr:
     if slo.ttft_s is not None:
         good = good & pl.col("ttft_s").is_not_null() & (pl.col("ttft_s") <= slo.ttft_s)
     if slo.latency_s is not None:
-        latency_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+        # Times the reciprocal, as Polars divides a column of several values by 1e9; it
+        # divides a lone value exactly, and a seal's chunk may hold one attempt (the last
+        # bit decides a limit met exactly; analytics/event_arrays.py).
+        latency_s = (pl.col("end_ns") - pl.col("start_ns")) * (1 / 1e9)
         good = good & (latency_s <= slo.latency_s)
     return good
 
@@ -51,14 +54,11 @@ def _not_measured(slo: Slo, reason: str) -> dict[str, Any]:
     }
 
 
-def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
-    """Run-level goodput figures and the per-minute series of ``events`` under ``slo``."""
-    if events.height == 0:
-        return _not_measured(slo, "the run has no attempts")
-    if slo.ttft_s is not None and events.get_column("ttft_s").null_count() == events.height:
-        return _not_measured(slo, "the SLO limits TTFT and no attempt of the run reports TTFT")
+def goodput_minutes(events: pl.DataFrame, slo: Slo) -> pl.DataFrame:
+    """``minute_ns``, ``goodput_tpm_total``, ``good_calls``, ``calls`` of each minute in
+    which an attempt of ``events`` ended (any slice of the run's attempts)."""
     tokens = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
-    per_minute = (
+    return (
         events.lazy()
         .with_columns(good=_good(slo), minute_ns=pl.col("end_ns") - pl.col("end_ns") % MINUTE_NS)
         .group_by("minute_ns")
@@ -69,6 +69,17 @@ def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
         )
         .collect()
     )
+
+
+def goodput_figures(
+    slo: Slo, per_minute: pl.DataFrame, *, attempts: int, reports_ttft: bool
+) -> dict[str, Any]:
+    """Run-level figures and the series from the run's :func:`goodput_minutes`, its
+    ``attempts`` and whether any of them ``reports_ttft``."""
+    if attempts == 0:
+        return _not_measured(slo, "the run has no attempts")
+    if slo.ttft_s is not None and not reports_ttft:
+        return _not_measured(slo, "the SLO limits TTFT and no attempt of the run reports TTFT")
     first, last = int(per_minute["minute_ns"].min()), int(per_minute["minute_ns"].max())  # type: ignore[arg-type]
     by_minute = {int(r[0]): r for r in per_minute.iter_rows()}
     minutes: list[dict[str, Any]] = []
@@ -88,11 +99,19 @@ def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
         "slo": slo.as_dict(),
         "slo_text": slo.text,
         "goodput_tpm_total": float(statistics.median(inner)) if inner else None,
-        "good_call_share": good_calls / events.height,
+        "good_call_share": good_calls / attempts,
         "good_calls": good_calls,
-        "calls": events.height,
+        "calls": attempts,
         "not_measured_because": None if inner else "fewer than 3 minutes: no inner minute",
     }
     cleaned: dict[str, Any] = clean(figures)
     cleaned["minutes"] = minutes
     return cleaned
+
+
+def compute_goodput(events: pl.DataFrame, slo: Slo) -> dict[str, Any]:
+    """Run-level goodput figures and the per-minute series of ``events`` under ``slo``."""
+    reports_ttft = events.get_column("ttft_s").null_count() < events.height
+    return goodput_figures(
+        slo, goodput_minutes(events, slo), attempts=events.height, reports_ttft=reports_ttft
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from analytics.logical_calls import repeated
@@ -35,9 +36,10 @@ def is_stall() -> pl.Expr:
     return (pl.col("status") == "error") & (marked | kind.is_in(list(STALL_HTTP_TYPES)))
 
 
-def _final_attempts(events: pl.DataFrame, explicit: bool) -> pl.DataFrame:
-    """(end_ns, ok) of each logical call's last attempt (by start, end, span id)."""
-    base = events.select(*_CALL_ORDER, "call_id", ok=pl.col("status") == "ok")
+def final_attempts(events: pl.DataFrame, explicit: bool) -> pl.DataFrame:
+    """(end_ns, ok as 0/1) of each logical call's last attempt (by start, end, span id);
+    without ``explicit`` call ids every attempt is its own call."""
+    base = events.select(*_CALL_ORDER, "call_id", ok=(pl.col("status") == "ok").cast(pl.Int64))
     if not explicit:
         return base.select("end_ns", "ok")
     many = pl.Series(repeated(events.get_column("call_id").hash().to_numpy()))
@@ -52,24 +54,48 @@ def _final_attempts(events: pl.DataFrame, explicit: bool) -> pl.DataFrame:
     return pl.concat([single, multi])
 
 
-def _counts(frame: pl.DataFrame, first: int, n: int, weight: str | None) -> list[int]:
+def _counts(frame: pl.DataFrame, first: int, n: int, weight: str | None) -> npt.NDArray[np.int64]:
     index = ((frame.get_column("end_ns").to_numpy() - first) // MINUTE_NS).astype(np.int64)
     weights = None if weight is None else frame.get_column(weight).to_numpy().astype(np.int64)
-    return [int(v) for v in np.bincount(index, weights=weights, minlength=n)]
+    return np.bincount(index, weights=weights, minlength=n).astype(np.int64)
+
+
+def stall_ends(events: pl.DataFrame) -> pl.DataFrame:
+    """``end_ns`` of the stalled attempts of ``events``."""
+    return events.filter(is_stall()).select("end_ns")
+
+
+def outcome_counts(
+    stalls: pl.DataFrame, finals: pl.DataFrame, first: int, n: int
+) -> npt.NDArray[np.int64]:
+    """Rows stalls, calls_final, calls_ok over the ``n`` minutes from ``first``, of
+    ``stalls`` (``end_ns``) and ``finals`` (``end_ns`` and ``ok`` of last attempts)."""
+    return np.stack(
+        [
+            _counts(stalls, first, n, None),
+            _counts(finals, first, n, None),
+            _counts(finals, first, n, "ok"),
+        ]
+    )
+
+
+def outcome_columns(first: int, counts: npt.NDArray[np.int64]) -> dict[str, Any]:
+    """The published columns of :func:`outcome_counts` rows whose first minute is ``first``."""
+    stalls, calls_final, calls_ok = (row.tolist() for row in counts)
+    return {
+        "minute_utc": [minute_text_ns(first + i * MINUTE_NS) for i in range(counts.shape[1])],
+        "stalls": stalls,
+        "calls_final": calls_final,
+        "calls_ok": calls_ok,
+    }
 
 
 def minute_outcomes(events: pl.DataFrame, *, explicit_call_ids: bool) -> dict[str, Any]:
     """Columns ``minute_utc``, ``stalls``, ``calls_final``, ``calls_ok`` (every minute)."""
     if events.height == 0:
-        return {"minute_utc": [], "stalls": [], "calls_final": [], "calls_ok": []}
+        return outcome_columns(0, np.zeros((3, 0), np.int64))
     end = events.get_column("end_ns").to_numpy()
     first = int(end.min()) // MINUTE_NS * MINUTE_NS
     n = (int(end.max()) - first) // MINUTE_NS + 1
-    stalls = events.filter(is_stall()).select("end_ns")
-    finals = _final_attempts(events, explicit_call_ids).with_columns(pl.col("ok").cast(pl.Int64))
-    return {
-        "minute_utc": [minute_text_ns(first + i * MINUTE_NS) for i in range(n)],
-        "stalls": _counts(stalls, first, n, None),
-        "calls_final": _counts(finals, first, n, None),
-        "calls_ok": _counts(finals, first, n, "ok"),
-    }
+    finals = final_attempts(events, explicit_call_ids)
+    return outcome_columns(first, outcome_counts(stall_ends(events), finals, first, n))

@@ -1,30 +1,32 @@
-"""Everything computed for one run from the database: events, figures, file, Merkle tree.
+"""Everything computed for one run from the database: figures, file digests, Merkle tree.
 
-Loading happens in one REPEATABLE READ transaction, so the attempts and the ``runs`` row
-(whose ``updated_at`` becomes the snapshot's ``data_as_of``) describe the same moment.
-Sealing and re-verification both go through :func:`compute_run`.
+Reading happens in one REPEATABLE READ transaction, so every chunk of attempts and the
+``runs`` row (whose ``updated_at`` becomes the snapshot's ``data_as_of``) describe the
+same moment. Sealing and re-verification both go through :func:`compute_run`, which
+streams (docs/provenance.md#streaming-seal).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 import rfc8785
 
 from analytics.minute_leaves import MinuteDigests
 from analytics.minute_tree import MinuteTree, build_minute_tree
-from analytics.rollups import attempts_to_events, shard_caps
+from analytics.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges
 from analytics.run_figures import RunAnalysis, RunContext, analyze_events
-from analytics.run_span_limit import check_run_span_ns
-from provenance.event_file import FileDigests, file_digests
+from analytics.run_stream import RunStream
+from analytics.seal_chunk import SealChunk
+from provenance.event_file import EVENT_SCHEMA, FileDigests, FileDigestStream
 from storage.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
     RunFacts,
@@ -34,11 +36,24 @@ from storage.attempt_frames import (
 )
 from storage.database import raw_transaction
 from storage.runs_read import UnknownRun
+from storage.seal_reads import (
+    SealScope,
+    prepare_seal_transaction,
+    snapshot_twin,
+)
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")
 
-__all__ = ["SEAL_KEYS", "RunComputation", "StageTimer", "UnknownRun", "compute_run", "load_run"]
+__all__ = [
+    "SEAL_KEYS",
+    "ChunkConsumer",
+    "RunComputation",
+    "StageTimer",
+    "UnknownRun",
+    "compute_run",
+    "load_run",
+]
 
 
 @dataclass
@@ -64,17 +79,15 @@ class StageTimer:
 
 @dataclass(frozen=True)
 class RunComputation:
-    """One run's recomputed state; ``metrics`` is the run object (docs/metrics.md) minus seal keys.
-
-    ``events`` are the canonical columns in fetch order (``file`` is in canonical order).
-    """
+    """One run's recomputed state; ``metrics`` is the run object (docs/metrics.md) minus seal
+    keys. The events themselves are not kept: the seal reads them a chunk at a time."""
 
     facts: RunFacts
-    events: pl.DataFrame
     analysis: RunAnalysis
     file: FileDigests  # the canonical file's digests (the file itself is not kept)
     tree: MinuteTree
     metrics: dict[str, Any]
+    explicit_call_ids: bool = False  # some event's call id was set explicitly
 
     @property
     def run_id(self) -> str:
@@ -113,47 +126,99 @@ def load_run(
         return facts, attempts
 
 
-def _sealed_file(events: pl.DataFrame, timer: StageTimer) -> tuple[FileDigests, MinuteDigests]:
-    """The canonical file's digest, line count and per-minute digests, written and hashed
-    a few minutes at a time: the seal never holds the whole file (provenance.event_file)."""
-    with timer.stage("canonical_file", cpu=False):
-        file = file_digests(events)
-    return file, MinuteDigests(file.first_minute_ns, file.counts, file.digests)
+def _walk(
+    chunks: Iterator[SealChunk],
+    stream: RunStream,
+    files: FileDigestStream,
+    consumers: Sequence[ChunkConsumer],
+    timer: StageTimer,
+) -> None:
+    """Fold every chunk; a chunk's file is written and hashed in a worker thread while
+    this thread computes its figures (the next chunk is being read meanwhile)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: Future[None] | None = None
+        while True:
+            with timer.stage("fetch", cpu=False):  # waiting for the prefetched chunk
+                chunk = next(chunks, None)
+            if chunk is None:
+                break
+            if pending is not None:
+                with timer.stage("canonical_file", cpu=False):
+                    pending.result()
+            pending = pool.submit(files.add, chunk.events)
+            with timer.stage("compute", cpu=False):
+                stream.add(chunk)
+                for consumer in consumers:
+                    consumer.add(chunk)
+        if pending is not None:
+            with timer.stage("canonical_file", cpu=False):
+                pending.result()
+
+
+class ChunkConsumer(Protocol):
+    """Anything else a seal computes from the same chunks (e.g. the sealed diagnostics)."""
+
+    def add(self, chunk: SealChunk) -> None: ...
 
 
 def compute_run(
-    url: str, run_id: str, timer: StageTimer | None = None, end_before_ns: int | None = None
+    url: str,
+    run_id: str,
+    timer: StageTimer | None = None,
+    end_before_ns: int | None = None,
+    *,
+    received_by: datetime | None = None,
+    consumers: Sequence[ChunkConsumer] = (),
+    chunk_attempts: int = CHUNK_ATTEMPTS,
 ) -> RunComputation:
-    """Load ``run_id`` and compute its events, minute table, figures, file and tree
-    (over the attempts that ended before ``end_before_ns``: a checkpoint).
+    """Read ``run_id`` a chunk of minutes at a time and compute its minute table, figures,
+    canonical file digests and tree (over the attempts that ended before
+    ``end_before_ns``, a checkpoint, and were stored by ``received_by``, a rebuilt
+    version). Memory follows the chunk, not the run (docs/provenance.md#streaming-seal).
 
-    The canonical file and its hashes need no figures, so they are built in a worker
-    thread while this thread computes the figures (Polars, NumPy and hashlib release
-    the GIL); stages inside that block overlap, so only the block's CPU is recorded.
+    ``consumers`` see every chunk too. Each chunk's file is written and hashed in a worker
+    thread while this thread computes its figures (hashlib, Polars and the compiled loops
+    release the GIL); stages that overlap record wall time only.
     """
     timer = timer or StageTimer()
-    with timer.stage("fetch"):
-        facts, attempts = load_run(url, run_id, end_before_ns)
-    ends = attempts.get_column("end_ns")
-    if ends.len():
-        check_run_span_ns(run_id, int(ends.min()), int(ends.max()))  # type: ignore[arg-type]
-    with timer.stage("events"):
-        # In fetch order: the file writer puts lines in canonical order itself (docs/provenance.md).
-        events = attempts_to_events(attempts)
-        context = RunContext(
-            run_id=run_id,
-            caps=shard_caps(attempts),
-            declared_shard_count=facts.declared_shard_count,
-            concurrency_cap=facts.concurrency_cap,
-            sweep_id=facts.sweep_id,
+    scope = SealScope(end_before_ns, received_by)
+    files = FileDigestStream()
+    with raw_transaction(url) as conn:
+        begin_repeatable_read(conn)
+        prepare_seal_transaction(conn)
+        facts = fetch_run_facts(conn, run_id)
+        if facts is None:
+            raise UnknownRun(run_id)
+        with snapshot_twin(conn, url) as twin:
+            with timer.stage("plan"):
+                chunks = RunChunks(conn, twin, run_id, scope)
+                plan = chunks.plan
+            context = RunContext(
+                run_id=run_id,
+                caps=plan.caps,
+                declared_shard_count=facts.declared_shard_count,
+                concurrency_cap=facts.concurrency_cap,
+                sweep_id=facts.sweep_id,
+            )
+            stream = RunStream(plan.shard_ids, context)
+            _walk(
+                chunks.prefetched(chunk_ranges(plan, chunk_attempts)),
+                stream,
+                files,
+                consumers,
+                timer,
+            )
+    with timer.stage("compute", cpu=False):
+        analysis = (
+            stream.finish()
+            if stream.attempts
+            else analyze_events(pl.DataFrame(schema=EVENT_SCHEMA), context)
         )
-    del attempts
-    with timer.stage("figures_and_file"), ThreadPoolExecutor(max_workers=1) as pool:
-        sealed = pool.submit(_sealed_file, events, timer)
-        with timer.stage("compute", cpu=False):
-            analysis = analyze_events(events, context)
-        file, digests = sealed.result()
+    file = files.finish()
+    digests = MinuteDigests(file.first_minute_ns, file.counts, file.digests)
     with timer.stage("merkle"):
         tree = build_minute_tree(analysis.minutes, file, digests)
         metrics = {**analysis.figures, "events_sha256": file.sha256}
-    return RunComputation(facts, events, analysis, file, tree, metrics)
+    return RunComputation(
+        facts, analysis, file, tree, metrics, explicit_call_ids=stream.explicit_call_ids
+    )

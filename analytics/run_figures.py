@@ -75,11 +75,11 @@ def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
     }
 
 
-def _shard_balance(grid: EventGrid, tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
+def _shard_balance(shard_ids: tuple[str, ...], tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
     total = int(tokens.sum())
     if total == 0:
         return {"shares": None, "imbalance": None}
-    share = {s: int(t) / total for s, t in zip(grid.shard_ids, tokens.tolist(), strict=True)}
+    share = {s: int(t) / total for s, t in zip(shard_ids, tokens.tolist(), strict=True)}
     mean = 1 / len(share)
     return {"shares": share, "imbalance": max(share.values()) / mean}
 
@@ -96,18 +96,48 @@ def _run_id(events: pl.DataFrame) -> str | None:
     return run_ids[0] if run_ids.len() else None
 
 
-def _run_sums(events: pl.DataFrame, arrays: EventArrays) -> dict[str, Any]:
-    """Counts and token sums of the whole run, and its first and last end time."""
+@dataclass(frozen=True)
+class RunTotals:
+    """What the run figures are assembled from besides the minute table: sums over every
+    event, logical calls, run-level percentiles and moments, per-shard tokens and the
+    work-conserving check. A whole-run pass and the streaming seal
+    (:mod:`analytics.run_stream`) each build one; :func:`run_figures_of` is shared."""
+
+    run_id: str | None
+    attempts: int
+    first_ns: int | None
+    last_ns: int | None
+    successes: int
+    retries: int
+    prompt: int
+    completion: int
+    retries_measured: bool
+    calls: tuple[int, int, Any]  # logical calls, those that succeeded, retry causes
+    values: dict[str, float | None]  # run-level percentiles and moments (run_values)
+    shard_ids: tuple[str, ...]  # shards with events, sorted
+    shard_tokens: npt.NDArray[np.int64]  # prompt + completion per shard of shard_ids
+    work_conserving: dict[str, Any]
+
+
+def _whole_run_totals(events: pl.DataFrame, parts: _Parts, context: RunContext) -> RunTotals:
     first, last = events.select(first=pl.col("end_ns").min(), last=pl.col("end_ns").max()).row(0)
-    return {
-        "attempts": events.height,
-        "first_ns": first,
-        "last_ns": last,
-        "successes": int(arrays.ok.sum()),
-        "retries": int(arrays.retry.sum()),
-        "prompt": int(arrays.prompt.sum()),
-        "completion": int(arrays.completion.sum()),
-    }
+    arrays = parts.arrays
+    return RunTotals(
+        run_id=context.run_id or _run_id(events),
+        attempts=events.height,
+        first_ns=first,
+        last_ns=last,
+        successes=int(arrays.ok.sum()),
+        retries=int(arrays.retry.sum()),
+        prompt=int(arrays.prompt.sum()),
+        completion=int(arrays.completion.sum()),
+        retries_measured=arrays.retries_measured,
+        calls=parts.calls,
+        values=parts.run,
+        shard_ids=parts.grid.shard_ids,
+        shard_tokens=parts.cells.shard_tokens,
+        work_conserving=work_conserving(parts.series, context.caps),
+    )
 
 
 @dataclass(frozen=True)
@@ -122,50 +152,48 @@ class _Parts:
     calls: tuple[int, int, Any]
 
 
-def _figures(
-    events: pl.DataFrame, table: pl.DataFrame, parts: _Parts, context: RunContext
-) -> dict[str, Any]:
-    t = _run_sums(events, parts.arrays) | parts.run
-    calls, ok_calls, causes = parts.calls
-    measured = parts.arrays.retries_measured
+def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> dict[str, Any]:
+    """The run object (docs/metrics.md) from the minute table (``minute_ns``) and totals."""
+    calls, ok_calls, causes = t.calls
+    v = t.values
     whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     figures: dict[str, Any] = {
-        "run_id": context.run_id or _run_id(events),
-        "attempts": t["attempts"],
+        "run_id": t.run_id,
+        "attempts": t.attempts,
         "logical_calls": calls,
-        "shard_count": parts.grid.shard_count,
-        "first_event_utc": ns_to_rfc3339(t["first_ns"]),
-        "last_event_utc": ns_to_rfc3339(t["last_ns"]),
+        "shard_count": len(t.shard_ids),
+        "first_event_utc": ns_to_rfc3339(t.first_ns),
+        "last_event_utc": ns_to_rfc3339(t.last_ns),
         "active_minutes": whole.filter(pl.col("calls_in_minute") > 0).height,
         "peak_minute": _peak(whole, "tpm_total"),
         "peak_completion_minute": _peak(whole, "completion_tpm_out"),
         "sustained_tpm_total": _sustained(whole),
-        "attempt_success_rate": _ratio(t["successes"], t["attempts"]),
+        "attempt_success_rate": _ratio(t.successes, t.attempts),
         "call_success_rate": _ratio(ok_calls, calls),
-        "retry_rate": _ratio(t["retries"], t["attempts"]) if measured else None,
+        "retry_rate": _ratio(t.retries, t.attempts) if t.retries_measured else None,
         "retry_causes": causes,
         "ttft_s": {
-            "p50": t["ttft_p50"],
-            "p95": t["ttft_p95"],
-            "p99": t["ttft_p99"],
-            "mean": t["ttft_mean"],
-            "variance": t["ttft_var"],
+            "p50": v["ttft_p50"],
+            "p95": v["ttft_p95"],
+            "p99": v["ttft_p99"],
+            "mean": v["ttft_mean"],
+            "variance": v["ttft_var"],
         },
-        "shard_balance": _shard_balance(parts.grid, parts.cells.shard_tokens),
+        "shard_balance": _shard_balance(t.shard_ids, t.shard_tokens),
         "declared_shard_count": context.declared_shard_count,
         "concurrency_cap": context.concurrency_cap,
         "sweep_id": context.sweep_id,
-        "work_conserving": work_conserving(parts.series, context.caps),
+        "work_conserving": t.work_conserving,
         "tokens": {
-            "prompt": t["prompt"],
-            "completion": t["completion"],
-            "total": t["prompt"] + t["completion"],
+            "prompt": t.prompt,
+            "completion": t.completion,
+            "total": t.prompt + t.completion,
         },
         "latency_s": {
-            "p50": t["lat_p50"],
-            "p95": t["lat_p95"],
-            "p99": t["lat_p99"],
-            "mean": t["lat_mean"],
+            "p50": v["lat_p50"],
+            "p95": v["lat_p95"],
+            "p99": v["lat_p99"],
+            "mean": v["lat_mean"],
         },
     }
     cleaned: dict[str, Any] = clean(figures)
@@ -196,7 +224,9 @@ def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> R
         cells = cell_figures(grid, arrays, ttft, latency)
         table = build_minute_table(events, context.caps, series.result(), grid=grid, cells=cells)
         parts = _Parts(grid, arrays, cells, run.result(), series.result(), calls.result())
-    return RunAnalysis(table, _figures(events, table, parts, context))
+    return RunAnalysis(
+        table, run_figures_of(table, _whole_run_totals(events, parts, context), context)
+    )
 
 
 def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:

@@ -30,11 +30,13 @@ from analytics.event_plans import QUANTILE_METHOD
 from analytics.minute_log import MINUTE, changed_minutes, first_minute, leaf_list
 from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
 from analytics.run_computation import RunComputation, StageTimer, compute_run
-from analytics.sealed_figures import compute_sealed_figures, store_sealed_figures
+from analytics.sealed_figures import SealedFigures, store_sealed_figures
+from analytics.sealed_figures_stream import SealedFiguresStream
 from analytics.slo import Slo
 from provenance.event_file import EVENTS_FORMAT
 from storage.database import in_one_snapshot, transaction
 from storage.live_store import drop_sealed_live_rows
+from storage.minute_keys import WHOLE_RUN
 from storage.models import Snapshot
 from storage.retention_store import refuse_if_archived
 from storage.snapshot_store import (
@@ -175,25 +177,42 @@ def _minute_range(computation: RunComputation) -> tuple[datetime, datetime] | No
     )
 
 
+def compute_for_sealing(
+    url: str,
+    run_id: str,
+    timer: StageTimer | None = None,
+    end_before_ns: int | None = None,
+    slo: Slo | None = None,
+) -> tuple[RunComputation, SealedFigures]:
+    """The run's computation and the figures sealed beside it (diagnostics, minute
+    outcomes, goodput under ``slo``), from one streaming read of the run."""
+    extras = SealedFiguresStream(url, run_id, slo)
+    computation = compute_run(url, run_id, timer, end_before_ns, consumers=[extras])
+    whole = computation.analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
+    figures = extras.finish(
+        whole, computation.metrics.get("work_conserving"), computation.explicit_call_ids
+    )
+    return computation, figures
+
+
 def seal_computation(
     url: str,
     computation: RunComputation,
+    figures: SealedFigures,
     *,
     force: bool = False,
     now: datetime | None = None,
     final: bool = True,
-    slo: Slo | None = None,
 ) -> SealResult:
     """Store ``computation`` as the run's next version (or return the unchanged newest).
 
     ``final=False`` marks a snapshot sealed while the run was still receiving data: a
     sweep does not take it as the cap's final figures. Live minute rows the snapshot
-    covers are deleted in the same transaction (docs/metrics.md#live-figures). Diagnostics,
-    minute outcomes and goodput under ``slo`` are stored with the version (and added to an
-    unchanged newest version that lacks them; analytics/sealed_figures.py).
+    covers are deleted in the same transaction (docs/metrics.md#live-figures). ``figures``
+    (diagnostics, minute outcomes, goodput: :func:`compute_for_sealing`) are stored with
+    the version (and added to an unchanged newest version that lacks them).
     """
     run_id = computation.run_id
-    figures = compute_sealed_figures(url, computation, slo)
     with transaction(url) as session:
         lock_run_for_sealing(session, run_id)
         version, previous_seal = latest_version(session, run_id)
@@ -267,12 +286,12 @@ def seal_run(
     final).
     """
     in_one_snapshot(url, refuse_if_archived, run_id)  # its spans are gone: nothing to seal
-    computation = compute_run(url, run_id, timer, end_before_ns)
+    computation, figures = compute_for_sealing(url, run_id, timer, end_before_ns, slo)
     final = end_before_ns is None
     if quiet_s is not None and final:
         quiet_for = datetime.now(UTC) - computation.facts.updated_at
         final = quiet_for.total_seconds() >= quiet_s
     if timer is None:
-        return seal_computation(url, computation, force=force, final=final, slo=slo)
+        return seal_computation(url, computation, figures, force=force, final=final)
     with timer.stage("store"):
-        return seal_computation(url, computation, force=force, final=final, slo=slo)
+        return seal_computation(url, computation, figures, force=force, final=final)

@@ -35,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -85,8 +87,10 @@ def generate(
     prev = i - shards * cap
     prev_failed = (prev >= 0) & ((prev.hash(1) % 50) == 0)
     frame = pl.DataFrame({"i": pl.int_range(offset, offset + attempts, eager=True, dtype=pl.Int64)})
+    # Trace ids of other runs carry a prefix of their own: runs share the attempts' key.
+    prefix = "" if run_id == RUN_ID else f"r{zlib.crc32(run_id.encode()) % 10**7:07d}"
     out = frame.select(
-        trace_id=pl.lit("\\x") + _hex_id(i, 16),
+        trace_id=pl.lit("\\x") + _hex_id(i, 16, prefix=prefix),
         span_id=pl.lit("\\x") + _hex_id(i, 8),
         parent_span_id=pl.lit("\\x") + _hex_id(i, 8, prefix="p"),
         run_id=pl.lit(run_id),
@@ -117,30 +121,44 @@ def generate(
     return out.select(COPY_COLUMNS)
 
 
-def load(url: str, frame: pl.DataFrame) -> None:
-    """COPY the generated rows and the run's ``runs`` row (as ingest would leave it)."""
+def run_id_for(attempts: int) -> str:
+    """The generated run's id (the 1M run keeps the name its recorded digests carry)."""
+    return RUN_ID if attempts == 1_000_000 else f"bench_seal_{attempts}"
+
+
+def _copy_frame(conn: object, frame: pl.DataFrame) -> None:
     buffer = io.BytesIO()
     frame.write_csv(buffer, include_header=False)
     columns = ", ".join(COPY_COLUMNS)
+    with (
+        conn.cursor() as cur,  # type: ignore[attr-defined]
+        cur.copy(f"COPY attempts ({columns}) FROM STDIN (FORMAT csv)") as copy,
+    ):
+        copy.write(buffer.getvalue())
+
+
+#: Rows generated and COPYed at a time: a 10 M-attempt run loads in bounded memory.
+LOAD_PART = 1_000_000
+
+
+def load(url: str, attempts: int, shards: int, run_id: str = RUN_ID) -> None:
+    """Generate and COPY the run's attempts (a million at a time) and its ``runs`` row (as
+    ingest would leave it)."""
+    first = last = None
+    for offset in range(0, attempts, LOAD_PART):
+        frame = generate(min(LOAD_PART, attempts - offset), shards, offset=offset, run_id=run_id)
+        ends = frame.get_column("end_ns")
+        low, high = int(ends.min()), int(ends.max())  # type: ignore[arg-type]
+        first = low if first is None else min(first, low)
+        last = high if last is None else max(last, high)
+        with raw_transaction(url) as conn:
+            _copy_frame(conn, frame)
+        del frame
     with raw_transaction(url) as conn:
-        with (
-            conn.cursor() as cur,
-            cur.copy(f"COPY attempts ({columns}) FROM STDIN (FORMAT csv)") as copy,
-        ):
-            copy.write(buffer.getvalue())
-        shards = sorted(frame.get_column("shard_id").unique().to_list())
         conn.execute(
             "INSERT INTO runs (run_id, first_event_ns, last_event_ns, shard_ids, "
             "declared_shard_count, concurrency_cap, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (
-                RUN_ID,
-                frame.get_column("end_ns").min(),
-                frame.get_column("end_ns").max(),
-                shards,
-                len(shards),
-                16,
-                frame.height,
-            ),
+            (run_id, first, last, [str(s) for s in range(shards)], shards, 16, attempts),
         )
     with raw_transaction(url) as conn:
         conn.execute("ANALYZE attempts")
@@ -199,7 +217,7 @@ def _postgres_cpu(server: object | None) -> float | None:
         return None
 
 
-def _copy_floor(url: str) -> float | None:
+def _copy_floor(url: str, run_id: str) -> float | None:
     """Seconds PostgreSQL alone needs to produce the run's fetch COPY (to /dev/null)."""
     from psycopg import sql
 
@@ -207,7 +225,7 @@ def _copy_floor(url: str) -> float | None:
 
     try:
         with raw_transaction(url) as conn:
-            query = _copy_query(RUN_ID, sql.SQL("TRUE")).as_string(conn)
+            query = _copy_query(run_id, sql.SQL("TRUE")).as_string(conn)
             to_null = query.replace("TO STDOUT", "TO '/dev/null'")
             started = time.perf_counter()
             conn.execute(to_null.encode())
@@ -225,11 +243,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, time.perf_coun
 """
 
 
-def seal_peak_rss(url: str) -> tuple[int, float]:
+def seal_peak_rss(url: str, run_id: str) -> tuple[int, float]:
     """Peak RSS (MiB) and wall seconds of one seal in a new Python process: the benchmark's
     own process holds the generated run, so its RSS says nothing about a seal's."""
     done = subprocess.run(
-        [sys.executable, "-c", _SEAL_IN_A_FRESH_PROCESS, url, RUN_ID],
+        [sys.executable, "-c", _SEAL_IN_A_FRESH_PROCESS, url, run_id],
         capture_output=True,
         text=True,
         check=True,
@@ -238,10 +256,29 @@ def seal_peak_rss(url: str) -> tuple[int, float]:
     return int(rss), float(took)
 
 
-def _run_stored(url: str) -> bool:
+def _run_stored(url: str, run_id: str) -> bool:
     with raw_transaction(url) as conn:
-        row = conn.execute("SELECT attempts FROM runs WHERE run_id = %s", (RUN_ID,)).fetchone()
+        row = conn.execute("SELECT attempts FROM runs WHERE run_id = %s", (run_id,)).fetchone()
     return row is not None
+
+
+def _analytics_alone(url: str, run_id: str, repeat: int) -> tuple[int, float, float]:
+    """Attempts, best wall and best CPU seconds of ``analyze_events`` on the whole run
+    already in memory (fetched and rollups resolved before timing)."""
+    facts, attempts = load_run(url, run_id)
+    events = attempts_to_events(attempts)
+    context = RunContext(run_id, shard_caps(attempts), facts.declared_shard_count, 16)
+    timings, cpu_timings = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        analyze_events(events, context)
+        timings.append(time.perf_counter() - t0)
+        cpu_timings.append(time.process_time() - c0)
+    return events.height, min(timings), min(cpu_timings)
+
+
+#: Above this, "analytics alone" (which holds the whole run in memory) is not measured.
+ANALYTICS_ALONE_MAX = 2_000_000
 
 
 def main() -> int:
@@ -257,7 +294,17 @@ def main() -> int:
         help="keep the embedded database here and reuse a run already loaded there "
         "(for A/B runs of two source trees on the same data: PYTHONPATH=<tree>)",
     )
+    parser.add_argument(
+        "--compare-attempts",
+        type=int,
+        default=None,
+        help="also load a run of this many attempts and seal both in fresh processes, "
+        "alternating, --repeat times: prints each one's wall time and peak RSS and the "
+        "ratio of the --attempts seal to this one (e.g. --attempts 10000000 "
+        "--compare-attempts 1000000: target <= 12)",
+    )
     args = parser.parse_args()
+    run_id = run_id_for(args.attempts)
     lines: list[str] = []
 
     def say(text: str) -> None:
@@ -268,11 +315,9 @@ def main() -> int:
     try:
         migrate.upgrade(url)
         started = time.perf_counter()
-        reused = args.database_dir is not None and _run_stored(url)
+        reused = args.database_dir is not None and _run_stored(url, run_id)
         if not reused:
-            frame = generate(args.attempts, args.shards)
-            load(url, frame)
-            del frame
+            load(url, args.attempts, args.shards, run_id)
         say(f"# tpmledger seal benchmark — {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
         say(
             f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
@@ -291,7 +336,7 @@ def main() -> int:
             timer = StageTimer()
             pg0 = _postgres_cpu(server)
             t0, c0 = time.perf_counter(), time.process_time()
-            result = seal_run(url, RUN_ID, force=True, timer=timer)
+            result = seal_run(url, run_id, force=True, timer=timer)
             total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
             pg1 = _postgres_cpu(server)
             pg = None if pg0 is None or pg1 is None else pg1 - pg0
@@ -313,16 +358,6 @@ def main() -> int:
             say(digests)
             if best is None or total < best["end_to_end"]:
                 best, best_cpu, best_pg = stages, cpu, pg
-        facts, attempts = load_run(url, RUN_ID)
-        events = attempts_to_events(attempts)
-        context = RunContext(RUN_ID, shard_caps(attempts), facts.declared_shard_count, 16)
-        timings, cpu_timings = [], []
-        for _ in range(args.repeat):
-            t0, c0 = time.perf_counter(), time.process_time()
-            analyze_events(events, context)
-            timings.append(time.perf_counter() - t0)
-            cpu_timings.append(time.process_time() - c0)
-        analytics_s, analytics_cpu = min(timings), min(cpu_timings)
         assert best is not None
         say("")
         say(
@@ -332,29 +367,35 @@ def main() -> int:
         for stage in [s for s in best if s != "end_to_end"]:
             say(f"  {stage:<17} {best[stage]:.3f} s wall  {_cpu(best_cpu, stage)} s cpu")
         pg_text = "not measured" if best_pg is None else f"{best_pg:.3f} s"
-        floor = _copy_floor(url)
+        floor = _copy_floor(url, run_id)
         floor_text = "not measured" if floor is None else f"{floor:.3f} s wall"
         say(
             f"PostgreSQL CPU during that seal (all server processes): {pg_text}; "
             f"its COPY of the run alone (one backend, TO '/dev/null'): {floor_text}"
         )
-        say(
-            f"analytics alone (analyze_events on events in memory, best of {args.repeat}): "
-            f"{analytics_s:.3f} s wall = "
-            f"{events.height / analytics_s / 1e6:.2f} M attempts/s; {analytics_cpu:.3f} s CPU "
-            f"(all threads) = {events.height / analytics_cpu / 1e6:.2f} M attempts per CPU-second "
-            "(target >= 5 M/s)"
-        )
-        rss, took = seal_peak_rss(url)
+        if args.attempts <= ANALYTICS_ALONE_MAX:
+            count, analytics_s, analytics_cpu = _analytics_alone(url, run_id, args.repeat)
+            say(
+                f"analytics alone (analyze_events on events in memory, best of {args.repeat}): "
+                f"{analytics_s:.3f} s wall = {count / analytics_s / 1e6:.2f} M attempts/s; "
+                f"{analytics_cpu:.3f} s CPU (all threads) = "
+                f"{count / analytics_cpu / 1e6:.2f} M attempts per CPU-second (target >= 5 M/s)"
+            )
+        else:
+            say(f"analytics alone: not measured above {ANALYTICS_ALONE_MAX:,} attempts")
+        rss, took = seal_peak_rss(url, run_id)
         say(
             f"peak RSS of one seal in a fresh process (`seal_run`, force): {rss:,} MiB "
             f"({rss * 2**20 / args.attempts:,.0f} bytes per attempt), {took:.1f} s "
             "(targets: <= 800 MB at 2 M attempts, <= 1.5 GB at 10 M)"
         )
+        if args.compare_attempts:
+            _compare(url, args, run_id, say)
         say(f"load average after: {os.getloadavg()} (the machine is shared; wall times vary)")
         say(
             f"command: .venv/bin/python bench/seal.py --attempts {args.attempts} "
             f"--shards {args.shards} --repeat {args.repeat}"
+            + (f" --compare-attempts {args.compare_attempts}" if args.compare_attempts else "")
         )
     finally:
         if server is not None:
@@ -362,6 +403,30 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _compare(url: str, args: argparse.Namespace, run_id: str, say: Callable[[str], None]) -> None:
+    """Seal the run and a run of ``--compare-attempts`` in fresh processes, alternating."""
+    other = run_id_for(args.compare_attempts)
+    if not _run_stored(url, other):
+        load(url, args.compare_attempts, args.shards, other)
+    big: list[tuple[int, float]] = []
+    small: list[tuple[int, float]] = []
+    for _ in range(args.repeat):
+        small.append(seal_peak_rss(url, other))
+        big.append(seal_peak_rss(url, run_id))
+    (big_rss, big_s), (small_rss, small_s) = (
+        min(big, key=lambda r: r[1]),
+        min(small, key=lambda r: r[1]),
+    )
+    say(
+        f"same database, fresh processes, alternating, best of {args.repeat}: "
+        f"{args.compare_attempts:,} attempts {small_s:.1f} s ({small_rss:,} MiB peak), "
+        f"{args.attempts:,} attempts {big_s:.1f} s ({big_rss:,} MiB peak): "
+        f"ratio {big_s / small_s:.2f} for {args.attempts / args.compare_attempts:.0f}x the "
+        "attempts (target: a 10 M seal <= 12 x the 1 M seal)"
+    )
+    say("  all seals (s, MiB): " + ", ".join(f"{t:.1f}/{r:,}" for r, t in small + big))
 
 
 if __name__ == "__main__":

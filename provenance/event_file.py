@@ -42,6 +42,7 @@ __all__ = [
     "NS_COLUMNS",
     "ORDER_COLUMNS",
     "EventFile",
+    "FileDigestStream",
     "FileDigests",
     "build_event_file",
     "canonical_order",
@@ -278,16 +279,24 @@ DIGEST_CHUNK_LINES = 131_072
 MAX_DIGEST_MINUTES = 10_000_000
 
 
-def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) -> FileDigests:
+def file_digests(
+    events: pl.DataFrame,
+    chunk_lines: int = DIGEST_CHUNK_LINES,
+    whole: hashlib._Hash | None = None,
+) -> FileDigests:
     """The digests of :func:`build_event_file`'s bytes, written and hashed a few minutes
     at a time so neither the file nor its column buffers are ever whole in memory
-    (identical bytes, identical digests)."""
+    (identical bytes, identical digests).
+
+    ``whole`` (a SHA-256 object) is updated with the bytes too: the file of a run read in
+    end-time ranges is the concatenation of the ranges' files (:class:`FileDigestStream`).
+    """
     _refuse_unsafe_integers(events)
     frame, order = _line_order(_typed(events))
     if frame.height == 0:
         return FileDigests(hashlib.sha256(b"").hexdigest(), 0, 0, [], [])
     ends = frame.get_column("end_ns")
-    if ends.null_count():
+    if ends.null_count() and whole is None:
         # No minute for a line without an end time: hash the file built whole.
         file = build_event_file(events)
         return FileDigests(file.sha256, file.count, 0, [], [])
@@ -298,7 +307,7 @@ def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) ->
         raise ValueError(f"events span more than {MAX_DIGEST_MINUTES:,} minutes")
     counts = np.bincount(minutes - first)
     bounds = np.concatenate(([0], np.cumsum(counts)))  # line where each minute starts
-    whole = hashlib.sha256()
+    chunks_hash = hashlib.sha256()
     digests: list[str] = []
     minute = 0
     while minute < counts.size:
@@ -311,12 +320,63 @@ def file_digests(events: pl.DataFrame, chunk_lines: int = DIGEST_CHUNK_LINES) ->
         chunk = frame[rows[start : int(bounds[last + 1])]]
         data, offsets = write_file(_layout(chunk), np.arange(chunk.height, dtype=np.int64))
         view = data.data
-        whole.update(view)
+        chunks_hash.update(view)
+        if whole is not None:
+            whole.update(view)
         for m in range(minute, last + 1):
             a, b = int(offsets[bounds[m] - start]), int(offsets[bounds[m + 1] - start])
             digests.append(hashlib.sha256(view[a:b]).hexdigest())
         minute = last + 1
-    return FileDigests(whole.hexdigest(), frame.height, first * MINUTE_NS, counts.tolist(), digests)
+    return FileDigests(
+        chunks_hash.hexdigest(), frame.height, first * MINUTE_NS, counts.tolist(), digests
+    )
+
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+class FileDigestStream:
+    """:func:`file_digests` of a file written one end-time range at a time.
+
+    Each :meth:`add` takes the events of a later range of whole minutes (a minute is never
+    split between two calls); the file is their concatenation, so the digests equal those
+    of the whole file written at once. Minutes with no line get the SHA-256 of nothing.
+    """
+
+    def __init__(self) -> None:
+        self._whole = hashlib.sha256()
+        self._count = 0
+        self._first_minute_ns: int | None = None
+        self._counts: list[int] = []
+        self._digests: list[str] = []
+
+    def add(self, events: pl.DataFrame) -> None:
+        """Write and hash ``events`` (all ending after every event added before)."""
+        if events.height == 0:
+            return
+        if events.get_column("end_ns").null_count():
+            raise ValueError("every event of a streamed file needs an end_ns")
+        part = file_digests(events, whole=self._whole)
+        if self._first_minute_ns is None:
+            self._first_minute_ns = part.first_minute_ns
+        gap = (part.first_minute_ns - self._first_minute_ns) // MINUTE_NS - len(self._counts)
+        if gap < 0:
+            raise ValueError("events added out of end-time order")
+        if gap + len(self._counts) > MAX_DIGEST_MINUTES:
+            raise ValueError(f"events span more than {MAX_DIGEST_MINUTES:,} minutes")
+        self._counts += [0] * gap + part.counts
+        self._digests += [_EMPTY_SHA256] * gap + part.digests
+        self._count += part.count
+
+    def finish(self) -> FileDigests:
+        """The whole file's digests."""
+        return FileDigests(
+            self._whole.hexdigest(),
+            self._count,
+            self._first_minute_ns or 0,
+            self._counts,
+            self._digests,
+        )
 
 
 def read_events(source: str | Path | bytes) -> pl.DataFrame:

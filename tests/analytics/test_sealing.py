@@ -10,6 +10,7 @@ import rfc8785
 
 from analytics.minute_leaves import minute_leaves
 from analytics.run_computation import compute_run, metrics_sha256
+from analytics.run_events import load_run_events
 from analytics.run_figures import compute_run_figures
 from analytics.sealing import PARAMS, seal_run
 from analytics.verification import verify_run
@@ -90,8 +91,9 @@ def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: st
     store(database_url, _rows(4, offset_s=6 * 60))  # leaves an empty minute in between
     sealed = seal_run(database_url, "sealed")
     computation = compute_run(database_url, "sealed")
-    # The seal keeps only the file's digests; the file is the canonical form of its events.
-    data = build_event_file(computation.events).tobytes()
+    # The seal keeps only the file's digests; the file is the canonical form of its events
+    # (what an export writes: analytics/run_events.py).
+    data = build_event_file(load_run_events(database_url, "sealed")).tobytes()
     assert (
         hashlib.sha256(data).hexdigest()
         == computation.file.sha256
@@ -121,12 +123,14 @@ def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: st
 def test_concurrent_sealers_of_one_run_make_one_version(database_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from analytics.sealing import seal_computation
+    from analytics.sealing import compute_for_sealing, seal_computation
 
     store(database_url, _rows(12))
-    computation = compute_run(database_url, "sealed")
+    computation, figures = compute_for_sealing(database_url, "sealed")
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda _: seal_computation(database_url, computation), range(4)))
+        results = list(
+            pool.map(lambda _: seal_computation(database_url, computation, figures), range(4))
+        )
     assert [r.created for r in results].count(True) == 1
     assert {r.version for r in results} == {1}
     assert len(in_one_snapshot(database_url, list_snapshots, "sealed")) == 1
