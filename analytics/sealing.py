@@ -17,7 +17,7 @@ worker poll after a duplicate export makes no new version). ``force=True`` seals
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,12 +40,12 @@ from storage.minute_keys import WHOLE_RUN
 from storage.models import Snapshot
 from storage.retention_store import refuse_if_archived
 from storage.snapshot_store import (
-    count_late_attempts,
     insert_snapshot,
+    late_attempts_by_minute,
     latest_version,
     lock_run_for_sealing,
 )
-from storage.time_text import minute_text, utc_ms
+from storage.time_text import minute_text, minute_text_ns, utc_ms
 from tpmledger import __version__
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
@@ -120,10 +120,22 @@ def snapshot_document(
     return document
 
 
-def rebase_of(
-    session: Session, latest: Snapshot, computation: RunComputation
-) -> dict[str, Any] | None:
-    """``rebased`` for the version after ``latest``, or None when it extends ``latest``."""
+@dataclass(frozen=True)
+class Rebase:
+    """How late data changed the minutes of the version before: the document's ``rebased``
+    and the late attempts per minute (stored beside the version, shown on the run page)."""
+
+    rebased: dict[str, Any]
+    late_minutes: list[dict[str, Any]]
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """What the version's diagnostics keep of it (``late_attempts``)."""
+        return {"from_version": self.rebased["from_version"], "minutes": self.late_minutes}
+
+
+def rebase_of(session: Session, latest: Snapshot, computation: RunComputation) -> Rebase | None:
+    """The rebase of the version after ``latest``, or None when it extends ``latest``."""
     if latest.leaf_hashes is None:
         return None  # sealed before leaf hashes were kept: nothing to compare with
     old_first = first_minute(latest.metrics)
@@ -136,14 +148,16 @@ def rebase_of(
     if not changed or old_first is None:
         return None
     old_end = old_first + latest.tree_size * MINUTE
-    late = count_late_attempts(
+    late = late_attempts_by_minute(
         session, computation.run_id, latest.data_as_of, int(old_end.timestamp()) * 1_000_000_000
     )
-    return {
+    rebased = {
         "from_version": latest.version,
         "minutes_changed": [minute_text(m) for m in changed],
-        "late_attempts": late,
+        "late_attempts": sum(count for _, count in late),
     }
+    by_minute = [{"minute_utc": minute_text_ns(m), "late_attempts": n} for m, n in late]
+    return Rebase(rebased, by_minute)
 
 
 def minute_records(minutes: pl.DataFrame, run_id: str, version: int) -> list[dict[str, Any]]:
@@ -236,10 +250,17 @@ def seal_computation(
         # The document carries milliseconds; store exactly what was sealed.
         computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
         previous = session.get(Snapshot, (run_id, version)) if version else None
-        rebased = rebase_of(session, previous, computation) if previous is not None else None
+        rebase = rebase_of(session, previous, computation) if previous is not None else None
         document = snapshot_document(
-            computation, version + 1, previous_seal, computed_at, rebased=rebased
+            computation,
+            version + 1,
+            previous_seal,
+            computed_at,
+            rebased=rebase.rebased if rebase else None,
         )
+        if rebase is not None:
+            late = {**figures.diagnostics, "late_attempts": rebase.stored}
+            figures = replace(figures, diagnostics=late)
         seal = seal_of(document)
         metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
         row = {

@@ -80,16 +80,18 @@ def snapshot_count(session: Session, run_id: str) -> int:
     )
 
 
-def count_late_attempts(
+def late_attempts_by_minute(
     session: Session, run_id: str, received_after: datetime, end_before_ns: int
-) -> int:
-    """Attempts stored after ``received_after`` (a version's ``data_as_of``) that end
-    before ``end_before_ns`` (the end of that version's last minute): late data."""
-    found = session.execute(
+) -> list[tuple[int, int]]:
+    """(minute_ns, attempts) of every minute with attempts stored after ``received_after``
+    (a version's ``data_as_of``) that end before ``end_before_ns`` (the end of that
+    version's last minute): late data, minute by minute."""
+    rows = session.execute(
         text(
-            "SELECT count(*) FROM attempts WHERE run_id = :run AND end_ns < :end "
-            "AND received_at > :after"
+            "SELECT end_ns - end_ns % 60000000000 AS minute_ns, count(*) FROM attempts "
+            "WHERE run_id = :run AND end_ns < :end AND received_at > :after "
+            "GROUP BY 1 ORDER BY 1"
         ),
         {"run": run_id, "end": end_before_ns, "after": received_after},
-    ).scalar_one()
-    return int(found)
+    ).all()
+    return [(int(minute), int(count)) for minute, count in rows]

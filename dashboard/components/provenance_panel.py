@@ -56,14 +56,19 @@ def covers_text(snap: SnapshotInfo) -> str:
     return f"closed minutes through {through} (a checkpoint while the run is receiving data)"
 
 
-def rebase_text(rebased: dict[str, Any]) -> str:
-    """The newest version's rebase in words: late attempts and the minutes they changed."""
+def rebase_text(rebased: dict[str, Any], late_minutes: list[dict[str, Any]] | None = None) -> str:
+    """The newest version's rebase in words: late attempts (per minute, when stored) and
+    the minutes they changed."""
     minutes = ", ".join(str(m) for m in rebased.get("minutes_changed", []))
     late = int(rebased.get("late_attempts", 0))
+    per_minute = ", ".join(
+        f"{m['minute_utc']}: {int(m['late_attempts']):,}" for m in late_minutes or []
+    )
     return (
         f"{late:,} attempt{'' if late == 1 else 's'} arrived after version "
-        f"{rebased.get('from_version')} sealed their minutes; this version rebased "
-        f"{minutes} (no consistency proof across it)"
+        f"{rebased.get('from_version')} sealed their minutes"
+        + (f" ({per_minute})" if per_minute else "")
+        + f"; this version rebased {minutes} (no consistency proof across it)"
     )
 
 
@@ -93,7 +98,9 @@ def provenance_panel(run: RunRecord, api_base_url: str) -> dbc.Card:
         *_field("covers", covers_text(snap), "run-prov-covers"),
     ]
     if snap.rebased is not None:
-        rows += _field("late data", rebase_text(snap.rebased), "run-prov-rebased")
+        rows += _field(
+            "late data", rebase_text(snap.rebased, snap.late_minutes), "run-prov-rebased"
+        )
     links = [
         html.Li(html.A(label, href=url, target="_blank", rel="noopener"))
         for label, url in download_links(api_base_url, run.run_id)

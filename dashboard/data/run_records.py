@@ -27,6 +27,8 @@ SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shar
        s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
        s.tree_size, s.computed_at, s.data_as_of, s.metrics, s.final,
        s.document -> 'rebased' AS rebased, s.through AS through_minute_utc,
+       (SELECT d.diagnostics -> 'late_attempts' -> 'minutes' FROM snapshot_diagnostics d
+        WHERE d.run_id = s.run_id AND d.version = s.version) AS late_minutes,
        (s.version IS NULL OR r.updated_at > s.data_as_of OR s.partial) AS uncovered,
        (s.version IS NULL OR r.updated_at > s.data_as_of OR NOT s.final) AS live
 FROM runs r
@@ -56,8 +58,10 @@ class SnapshotInfo:
     final: bool = True
     # The last minute the version's tree holds (a checkpoint stops at the closed minutes).
     through_minute_utc: str | None = None
-    # What late data changed since the previous version (docs/provenance.md#versions).
+    # What late data changed since the previous version (docs/provenance.md#versions),
+    # and the late attempts per minute ({minute_utc, late_attempts}, stored with it).
     rebased: dict[str, Any] | None = None
+    late_minutes: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ def _record(row: Any) -> RunRecord:
             final=bool(row.final),
             through_minute_utc=row.through_minute_utc,
             rebased=dict(row.rebased) if row.rebased else None,
+            late_minutes=list(row.late_minutes) if row.late_minutes else None,
         )
     return RunRecord(
         run_id=row.run_id,
