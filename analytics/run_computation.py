@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -155,6 +155,18 @@ def _walk(
                 pending.result()
 
 
+#: Told the attempts read so far and the run's total after each chunk.
+Progress = Callable[[int, int], None]
+
+
+def _reporting(chunks: Iterator[SealChunk], progress: Progress, total: int) -> Iterator[SealChunk]:
+    done = 0
+    for chunk in chunks:
+        yield chunk
+        done += chunk.events.height
+        progress(done, total)
+
+
 class ChunkConsumer(Protocol):
     """Anything else a seal computes from the same chunks (e.g. the sealed diagnostics)."""
 
@@ -170,15 +182,18 @@ def compute_run(
     received_by: datetime | None = None,
     consumers: Sequence[ChunkConsumer] = (),
     chunk_attempts: int = CHUNK_ATTEMPTS,
+    progress: Progress | None = None,
 ) -> RunComputation:
     """Read ``run_id`` a chunk of minutes at a time and compute its minute table, figures,
     canonical file digests and tree (over the attempts that ended before
     ``end_before_ns``, a checkpoint, and were stored by ``received_by``, a rebuilt
     version). Memory follows the chunk, not the run (docs/provenance.md#streaming-seal).
 
-    ``consumers`` see every chunk too. Each chunk's file is written and hashed in a worker
-    thread while this thread computes its figures (hashlib, Polars and the compiled loops
-    release the GIL); stages that overlap record wall time only.
+    ``consumers`` see every chunk too; ``progress(done, total)`` is told the attempts read
+    so far after each chunk (total: the run's stored attempts, rollups included). Each
+    chunk's file is written and hashed in a worker thread while this thread computes its
+    figures (hashlib, Polars and the compiled loops release the GIL); stages that overlap
+    record wall time only.
     """
     timer = timer or StageTimer()
     scope = SealScope(end_before_ns, received_by)
@@ -201,13 +216,11 @@ def compute_run(
                 sweep_id=facts.sweep_id,
             )
             stream = RunStream(plan.shard_ids, context)
-            _walk(
-                chunks.prefetched(chunk_ranges(plan, chunk_attempts)),
-                stream,
-                files,
-                consumers,
-                timer,
-            )
+            ranges = chunk_ranges(plan, chunk_attempts)
+            walked = chunks.prefetched(ranges)
+            if progress is not None:
+                walked = _reporting(walked, progress, plan.attempts)
+            _walk(walked, stream, files, consumers, timer)
     with timer.stage("compute", cpu=False):
         analysis = (
             stream.finish()

@@ -29,7 +29,7 @@ from analytics.concurrency import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE
 from analytics.event_plans import QUANTILE_METHOD
 from analytics.minute_log import MINUTE, changed_minutes, first_minute, leaf_list
 from analytics.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
-from analytics.run_computation import RunComputation, StageTimer, compute_run
+from analytics.run_computation import Progress, RunComputation, StageTimer, compute_run
 from analytics.sealed_figures import SealedFigures, store_sealed_figures
 from analytics.sealed_figures_stream import SealedFiguresStream
 from analytics.slo import Slo
@@ -197,11 +197,14 @@ def compute_for_sealing(
     timer: StageTimer | None = None,
     end_before_ns: int | None = None,
     slo: Slo | None = None,
+    progress: Progress | None = None,
 ) -> tuple[RunComputation, SealedFigures]:
     """The run's computation and the figures sealed beside it (diagnostics, minute
     outcomes, goodput under ``slo``), from one streaming read of the run."""
     extras = SealedFiguresStream(url, run_id, slo)
-    computation = compute_run(url, run_id, timer, end_before_ns, consumers=[extras])
+    computation = compute_run(
+        url, run_id, timer, end_before_ns, consumers=[extras], progress=progress
+    )
     whole = computation.analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     figures = extras.finish(
         whole, computation.metrics.get("work_conserving"), computation.explicit_call_ids
@@ -298,16 +301,17 @@ def seal_run(
     quiet_s: float | None = None,
     slo: Slo | None = None,
     end_before_ns: int | None = None,
+    progress: Progress | None = None,
 ) -> SealResult:
     """Recompute ``run_id`` from the database and seal it as a new version if it changed.
 
     With ``quiet_s``, the snapshot is final only if the run received no data for that
     long before it was computed (``tpmledger analyze`` of a running run is provisional).
     With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
-    final).
+    final). ``progress`` is told the attempts read so far, after each chunk.
     """
     in_one_snapshot(url, refuse_if_archived, run_id)  # its spans are gone: nothing to seal
-    computation, figures = compute_for_sealing(url, run_id, timer, end_before_ns, slo)
+    computation, figures = compute_for_sealing(url, run_id, timer, end_before_ns, slo, progress)
     final = end_before_ns is None
     if quiet_s is not None and final:
         quiet_for = datetime.now(UTC) - computation.facts.updated_at

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import sys
 
 import psycopg
 import pytest
@@ -143,3 +145,30 @@ def test_analyze_of_a_running_run_is_provisional_and_the_sweep_says_live(
     assert "cap    8  live" in out and "cap    4  live" in out
     assert "call_success_rate not measured" in out and "None" not in out
     assert "knee (recommended cap): 8 — provisional: cap(s) 4, 8 still live" in out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_large_seal_shows_one_progress_line_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tpmledger.cli.analytics_commands import SealProgress
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = SealProgress("big", min_attempts=10)
+    progress(4, 12)
+    progress(12, 12)
+    progress.finish()
+    assert terminal.getvalue() == (
+        "\rsealing big: 4 of 12 attempts read (33%)\rsealing big: 12 of 12 attempts read (100%)\n"
+    )
+    small = _Terminal()
+    monkeypatch.setattr(sys, "stderr", small)
+    quiet = SealProgress("small", min_attempts=10)
+    quiet(3, 5)
+    quiet.finish()
+    assert small.getvalue() == ""  # a small run seals in moments: no line

@@ -103,6 +103,35 @@ def _print_object(obj: dict[str, Any], indent: str = "") -> None:
             print(f"{indent}{key}: {_shown(value)}")
 
 
+class SealProgress:
+    """A progress line on stderr while a large run is sealed (a terminal only; it is
+    rewritten in place and cleared at the end). Runs under a million attempts seal in a
+    few seconds and print nothing."""
+
+    def __init__(self, run_id: str, min_attempts: int = 1_000_000) -> None:
+        self.run_id = run_id
+        self.min_attempts = min_attempts
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.min_attempts or not sys.stderr.isatty():
+            return
+        share = min(done / total, 1.0)
+        print(
+            f"\rsealing {self.run_id}: {done:,} of {total:,} attempts read ({share:.0%})",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.shown = True
+
+    def finish(self) -> None:
+        """End the progress line (if one was shown)."""
+        if self.shown:
+            print(file=sys.stderr, flush=True)
+            self.shown = False
+
+
 def run_analyze(args: argparse.Namespace) -> int:
     from analytics.compile_notice import ensure_kernels
     from analytics.run_computation import UnknownRun
@@ -121,13 +150,21 @@ def run_analyze(args: argparse.Namespace) -> int:
         return EXIT_UNKNOWN
     ensure_kernels()  # a line on stderr if they must be compiled (first run only)
     with database(settings, migrate_to_head=True) as url:
+        progress = SealProgress(args.run_id)
         try:
             result = seal_run(
-                url, args.run_id, force=args.force, quiet_s=settings.reseal_quiet_s, slo=slo
+                url,
+                args.run_id,
+                force=args.force,
+                quiet_s=settings.reseal_quiet_s,
+                slo=slo,
+                progress=progress,
             )
         except (UnknownRun, RunTooLong, RunArchived) as exc:
+            progress.finish()
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
+        progress.finish()
         # Diagnostics and goodput are stored beside the version (docs/metrics.md#diagnostics).
         with read_view(url) as session:
             extras = run_extras(session, result.run_id, result.version, slo.text if slo else None)
