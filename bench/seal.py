@@ -1,28 +1,37 @@
-"""Seal a generated 1,000,000-attempt run end to end and time every stage (README.md#benchmarks).
+"""Seal a generated run (1,000,000 attempts by default) end to end, time every stage and
+measure the peak memory of one seal (README.md#benchmarks).
 
     .venv/bin/python bench/seal.py [--attempts 1000000] [--shards 8] [--repeat 3]
+                                   [--compare-attempts N] [--database-dir DIR]
                                    [--out bench/results/seal.txt]
 
 1. A fresh, migrated database (``TPMLEDGER_DATABASE_URL``'s server, else an embedded
-   pgserver in a temp dir).
+   pgserver in a temp dir, or ``--database-dir`` kept for the next run).
 2. A realistic run is generated with Polars (8 shards × cap 16 slots, 1.5–4 s calls,
    prompt 200–2000 / completion 50–750 tokens, 2 % rate-limit errors retried on the same
    call id with resend_count 1, 30 % of attempts reporting queue waits, TTFT on every
-   success) and COPYed into ``attempts`` (plus its ``runs`` row). Not timed.
+   success) and COPYed into ``attempts`` a million rows at a time (plus its ``runs`` row).
+   Not timed.
 3. ``seal_run`` with ``force=True`` runs ``--repeat`` times; each prints the stages its
-   ``StageTimer`` recorded with wall seconds and this process's CPU seconds (all
-   threads): fetch (COPY → Polars), events (rollups resolved), figures_and_file (the
-   block where compute — minute table, concurrency, run figures — runs in this thread
-   while canonical_file and hash — whole-file SHA-256 and per-minute slice hashes — run
-   in a worker; those three overlap, so only the block has a CPU figure), merkle (leaf
-   documents and RFC 6962 tree), store, and end to end. It also prints the seal's
-   digests (merkle root, events_sha256, metrics_sha256): any change in them between two
-   source trees is a behaviour change. The best repeat is reported.
+   ``StageTimer`` recorded (docs/provenance.md#streaming-seal) with wall seconds and, where
+   a stage does not overlap others, this process's CPU seconds: plan (the run's extent,
+   caps and shards, its rollups and the attempts of calls with several attempts), fetch
+   (waiting for the next chunk, read on a second connection while this one computes),
+   compute (minute rows, run sums, diagnostics), canonical_file (waiting for a chunk's
+   file to be written and hashed in a worker), merkle, store, and end to end, plus the
+   CPU that PostgreSQL's processes used. It also prints the seal's digests (merkle root,
+   events_sha256, metrics_sha256): any change in them between two source trees is a
+   behaviour change. The best repeat is reported.
 4. Analytics alone: ``analyze_events`` (minute table + run figures; no file, no hashing)
-   on events already in memory (fetched and rollups resolved before timing), best wall
-   time of ``--repeat`` runs → attempts/s; its CPU (all threads) → attempts per CPU-second.
+   on events already in memory, best of ``--repeat`` (up to 2 M attempts: it holds the
+   run).
+5. Peak RSS of one seal in a fresh process. With ``--compare-attempts N``, a second run of
+   N attempts is loaded into the same database and both are sealed in fresh processes,
+   alternating, ``--repeat`` times: their wall times, peak RSS and the ratio.
 
-Targets (README.md#benchmarks): end to end ≤ 5 s; analytics alone ≥ 5 M attempts/s.
+Targets (README.md#benchmarks): end to end ≤ 5 s at 1 M; analytics alone ≥ 5 M
+attempts/s; peak RSS ≤ 800 MB at 2 M attempts and ≤ 1.5 GB at 10 M; a 10 M seal ≤ 12 × the
+1 M seal measured in the same run.
 """
 
 from __future__ import annotations
@@ -177,7 +186,8 @@ def _database(keep_dir: Path | None) -> tuple[str, object | None]:
 
 # Print order of the stages compute_run and seal_run record (others follow as recorded).
 STAGE_ORDER = (
-    "fetch", "events", "figures_and_file", "compute", "canonical_file", "hash", "merkle", "store",
+    "plan", "fetch", "events", "figures_and_file", "compute", "canonical_file", "hash", "merkle",
+    "store",
 )  # fmt: skip
 
 
@@ -234,12 +244,22 @@ def _copy_floor(url: str, run_id: str) -> float | None:
         return None
 
 
+# Peak RSS from the process's own memory map (VmHWM). getrusage's ru_maxrss is not used:
+# Linux keeps the larger of it and the forking parent's RSS across fork and exec, so a
+# child of a bench process that had just sealed 10 M attempts reported that process's peak.
 _SEAL_IN_A_FRESH_PROCESS = """
 import resource, sys, time
 from analytics.sealing import seal_run
 started = time.perf_counter()
 seal_run(sys.argv[1], sys.argv[2], force=True)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, time.perf_counter() - started)
+took = time.perf_counter() - started
+try:
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("VmHWM:"))
+    peak_mib = int(line.split()[1]) // 1024
+except (OSError, StopIteration):
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+print(peak_mib, took)
 """
 
 
