@@ -20,7 +20,7 @@ import polars as pl
 import psycopg
 from psycopg import sql
 
-from storage.attempt_frames import copy_select
+from storage.attempt_frames import ATTEMPT_COPY_KINDS, copy_select
 from storage.binary_copy import Kind
 from storage.database import raw_transaction
 
@@ -150,23 +150,12 @@ def fetch_repeated_calls(conn: psycopg.Connection, run_id: str, scope: SealScope
     return copy_select(conn, query, kinds)
 
 
-# The stored columns a canonical event is made of (docs/provenance.md#canonical-event-file).
+# The stored columns a canonical event is made of (docs/provenance.md#canonical-event-file):
+# a run read's columns (storage/attempt_columns.py) but the two no event carries.
 _ATTEMPT_KINDS: dict[str, Kind] = {
-    "trace_id": "hex",
-    "span_id": "hex",
-    "shard_id": "text",
-    "call_id": "text",
-    "resend_count": "integer",
-    "start_ns": "integer",
-    "end_ns": "integer",
-    "queue_wait_s": "float",
-    "ttft_s": "float",
-    "prompt_tokens": "integer",
-    "completion_tokens": "integer",
-    "model": "text",
-    "status": "text",
-    "error_type": "text",
-    "http_status": "integer",
+    name: kind
+    for name, kind in ATTEMPT_COPY_KINDS.items()
+    if name not in ("parent_span_id", "concurrency_cap")
 }
 
 
