@@ -8,7 +8,7 @@ Every plan takes a frame with exactly the canonical event columns
 Retries (docs/metrics.md honesty rule) are *measured* iff some event carries ``resend_count`` or a
 ``call_id`` different from its ``span_id`` (an explicit ``tpmledger.call.id``). An attempt
 is a retry when its resend count is > 0; an attempt without ``resend_count`` takes its
-position within its logical call, ordered by (start_ns, end_ns, span_id), as its count
+position within its logical call, ordered by (start_ns, end_ns, span_id, trace_id), as its count
 (0 for the first attempt, which is also what an absent ``resend_count`` means alone).
 """
 
@@ -24,6 +24,8 @@ MINUTE_NS = 60 * SECOND_NS
 QUANTILE_METHOD: Literal["linear"] = "linear"
 
 OK = pl.col("status") == "ok"
+#: How a logical call's attempts are ordered (docs/metrics.md#logical-calls).
+CALL_ORDER = ("start_ns", "end_ns", "span_id", "trace_id")
 
 
 def explicit_call_ids(events: pl.DataFrame) -> bool:
@@ -49,11 +51,10 @@ def retries_measured(events: pl.DataFrame, *, explicit: bool | None = None) -> b
 
 
 def attempt_order() -> pl.Expr:
-    """0-based position of each attempt within its call by (start_ns, end_ns, span_id)."""
-    return (
-        pl.struct("start_ns", "end_ns", "span_id").rank("ordinal").over("call_id").cast(pl.Int64)
-        - 1
-    )
+    """0-based position of each attempt within its call by (start_ns, end_ns, span_id,
+    trace_id): the trace id settles attempts that share the rest (as the event file's order
+    does for an offline verifier)."""
+    return pl.struct(*CALL_ORDER).rank("ordinal").over("call_id").cast(pl.Int64) - 1
 
 
 def prepared(events: pl.LazyFrame, *, measured: bool, all_resend_known: bool) -> pl.LazyFrame:

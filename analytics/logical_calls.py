@@ -2,7 +2,7 @@
 one call.
 
 Per run: how many logical calls, how many succeeded (their *last* attempt succeeded, by
-(start_ns, end_ns, span_id)), and the retry causes (error types of failed attempts that
+(start_ns, end_ns, span_id, trace_id)), and the retry causes (error types of failed attempts that
 a later attempt of the same call retried). Only calls with several attempts need
 ordering; they are found by repeated 64-bit hashes of the call id (one sort), so the
 million single-attempt calls of a typical run are only counted.
@@ -16,9 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from analytics.event_plans import CALL_ORDER
 from analytics.group_kernels import in_set
-
-_CALL_ORDER = ("start_ns", "end_ns", "span_id")
 
 
 def repeated(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
@@ -38,7 +37,7 @@ def count_logical_calls(
     ``ok`` flags successful attempts, per row of ``events``. Without an ``explicit``
     call id every attempt is its own logical call and causes cannot be linked to a
     retry. Otherwise only the calls whose id hash repeats are grouped: the last attempt
-    of a call is the latest by (start_ns, end_ns, span_id), and the causes are the error
+    of a call is the latest by (start_ns, end_ns, span_id, trace_id), and the causes are the error
     types of the failed attempts before it (without one: ``"error"``), when retries are
     ``measured``. A hash collision only sends one-attempt calls down the exact path.
     """
@@ -47,7 +46,7 @@ def count_logical_calls(
     many = repeated(events.get_column("call_id").hash().to_numpy())
     single = ~many
     n_single, ok_single = int(single.sum()), int((ok & single).sum())
-    order = list(_CALL_ORDER)
+    order = list(CALL_ORDER)
     attempt_ok = pl.col("ok")
     failed_type = pl.when(~attempt_ok).then(pl.col("error_type").fill_null("error"))
     # Sorting the few repeated calls' attempts once, then taking each group's last and

@@ -20,13 +20,13 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from analytics.event_plans import CALL_ORDER
 from analytics.logical_calls import repeated
 from storage.time_text import minute_text_ns
 
 MINUTE_NS: Final = 60_000_000_000
 STALL_MARKERS: Final = ("timeout", "timed_out", "timedout", "deadline", "cancel")
 STALL_HTTP_TYPES: Final = ("http_408", "http_499", "http_504")
-_CALL_ORDER: Final = ("start_ns", "end_ns", "span_id")
 
 
 def is_stall() -> pl.Expr:
@@ -37,16 +37,16 @@ def is_stall() -> pl.Expr:
 
 
 def final_attempts(events: pl.DataFrame, explicit: bool) -> pl.DataFrame:
-    """(end_ns, ok as 0/1) of each logical call's last attempt (by start, end, span id);
+    """(end_ns, ok as 0/1) of each logical call's last attempt (by start, end, span id, trace id);
     without ``explicit`` call ids every attempt is its own call."""
-    base = events.select(*_CALL_ORDER, "call_id", ok=(pl.col("status") == "ok").cast(pl.Int64))
+    base = events.select(*CALL_ORDER, "call_id", ok=(pl.col("status") == "ok").cast(pl.Int64))
     if not explicit:
         return base.select("end_ns", "ok")
     many = pl.Series(repeated(events.get_column("call_id").hash().to_numpy()))
     single = base.filter(~many).select("end_ns", "ok")
     multi = (
         base.filter(many)
-        .sort(["call_id", *_CALL_ORDER])
+        .sort(["call_id", *CALL_ORDER])
         .group_by("call_id", maintain_order=True)
         .agg(pl.col("end_ns").last(), pl.col("ok").last())
         .select("end_ns", "ok")

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import polars as pl
 import psycopg
 
-from analytics.event_plans import MINUTE_NS
+from analytics.event_plans import CALL_ORDER, MINUTE_NS
 from analytics.run_span_limit import check_run_span_ns
 from analytics.seal_chunk import SealChunk
 from provenance.event_file import EVENT_SCHEMA
@@ -61,14 +61,14 @@ def canonical_events(attempts: pl.DataFrame, rollups: pl.DataFrame) -> pl.DataFr
 
 class CallOrder:
     """Each attempt's place in its logical call: 0-based position and whether it is the
-    last, by (start_ns, end_ns, span_id) among the call's non-rollup attempts
+    last, by (start_ns, end_ns, span_id, trace_id) among the call's non-rollup attempts
     (docs/metrics.md#logical-calls). Only attempts of calls with several attempts are kept;
     any other attempt is the first and last of its call."""
 
     def __init__(self, repeated: pl.DataFrame, rollups: pl.DataFrame) -> None:
         if rollups.height:
             repeated = repeated.join(rollups, on=_IDS, how="anti")
-        ordered = repeated.sort("call_id", "start_ns", "end_ns", "span_id")
+        ordered = repeated.sort("call_id", *CALL_ORDER)
         position = pl.int_range(pl.len(), dtype=pl.Int64).over("call_id")
         self._flags = ordered.select(
             *_IDS,

@@ -12,7 +12,7 @@ chunks is settled before the walk and handed over with the chunk:
   every attempt whose interval can overlap a second of the chunk (in-flight, queue depth);
 - ``call_position`` and ``call_last``, per row of ``events``: the attempt's 0-based place
   in its logical call and whether it is the call's last attempt, over the whole run, by
-  (start_ns, end_ns, span_id) among the run's non-rollup attempts with the same
+  (start_ns, end_ns, span_id, trace_id) among the run's non-rollup attempts with the same
   ``call_id`` (docs/metrics.md#logical-calls).
 """
 

@@ -21,6 +21,7 @@ def test_last_attempt_by_start_end_span_decides_and_retried_failures_are_causes(
             "start_ns": [30, 10, 20, 5, 7, 7],
             "end_ns": [40, 15, 25, 9, 9, 9],
             "span_id": ["s3", "s1", "s2", "s4", "s6", "s5"],
+            "trace_id": ["t"] * 6,
             "error_type": [None, "rate_limit", None, "timeout", "boom", None],
         }
     )
@@ -30,3 +31,22 @@ def test_last_attempt_by_start_end_span_decides_and_retried_failures_are_causes(
     assert (calls, ok_calls) == (3, 1)
     # Retried failures: c1's s1 (rate_limit) and s2 (no type -> "error"); c3's s5 was ok.
     assert causes == {"error": 1, "rate_limit": 1}
+
+
+def test_attempts_that_share_start_end_and_span_id_are_ordered_by_trace_id() -> None:
+    # Two attempts of one call, identical but for the trace: the larger trace id is last,
+    # as the event file's order (end, trace id, span id) makes it for an offline verifier.
+    attempts = pl.DataFrame(
+        {
+            "call_id": ["c", "c"],
+            "start_ns": [1, 1],
+            "end_ns": [2, 2],
+            "span_id": ["s", "s"],
+            "trace_id": ["b", "a"],
+            "error_type": [None, "boom"],
+        }
+    )
+    calls, ok_calls, causes = count_logical_calls(
+        attempts, np.array([True, False]), explicit=True, measured=True
+    )
+    assert (calls, ok_calls, causes) == (1, 1, {"boom": 1})

@@ -69,9 +69,7 @@ def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str
     assert run is not None and run.snapshot is not None and run.covered
     assert covers_text(run.snapshot) == "every minute, through 2026-02-01T03:48:00Z"
     assert run.snapshot.rebased is not None
-    assert run.snapshot.late_minutes == [
-        {"minute_utc": "2026-02-01T03:45:00Z", "late_attempts": 1}
-    ]
+    assert run.snapshot.late_minutes == [{"minute_utc": "2026-02-01T03:45:00Z", "late_attempts": 1}]
     assert rebase_text(run.snapshot.rebased, run.snapshot.late_minutes) == (
         "1 attempt arrived after version 2 sealed their minutes "
         "(2026-02-01T03:45:00Z: 1); this version rebased "
