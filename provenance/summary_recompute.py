@@ -2,7 +2,8 @@
 
 The verifier trusts nothing but the event file, and none of the code that sealed it: the
 file is read and checked for canonical form, and every figure, leaf and the tree head
-are recomputed by :mod:`provenance.reference` (standard library only). Figures are
+are recomputed by :mod:`provenance.reference` (standard library only), in one pass over
+the file a piece at a time (memory follows the run's calls, not the file). Figures are
 compared after a JSON round trip, since the signed predicate went through RFC 8785
 (``5.0`` is published as ``5``); floats agree to a relative 1e-9 (the sealer rounds them
 to 12 significant digits and sums in another order).
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from provenance.reference.event_lines import CanonicalCheck, read_lines
+from provenance.reference.event_lines import CanonicalCheck
+from provenance.reference.event_rows import read_rows
 from provenance.reference.jcs_text import object_bytes
 from provenance.reference.rfc6962 import leaf_hash, tree_head
 from provenance.reference.run_tally import RunTally
@@ -49,10 +51,16 @@ def recompute_from_events(data: bytes) -> Recomputed:
     Raises :class:`~provenance.reference.event_lines.EventFileError` (a ``ValueError``)
     when a line is not an event of the format at all.
     """
+    return recompute_from_blocks([data])
+
+
+def recompute_from_blocks(blocks: Iterable[bytes]) -> Recomputed:
+    """:func:`recompute_from_events` of the file whose bytes are ``blocks`` one after another
+    (of any sizes: a file read a block at a time)."""
     check = CanonicalCheck()
     tally = RunTally()
-    for line, event in read_lines(data, check):
-        tally.add(line, event)
+    for rows in read_rows(blocks, check):
+        tally.add_rows(rows)
     leaves = tally.leaves()
     root = tree_head([leaf_hash(object_bytes(leaf)) for leaf in leaves]).hex()
     return Recomputed(_as_json(tally.figures()), leaves, root, check.problem)

@@ -8,14 +8,16 @@ Checks, each reported pass/fail with what broke:
    ``urn:tpmledger:run-summary:v1``;
 3. ``sigstore bundle`` — ``summary.sigstore.json`` carries the same signed payload;
 4. ``events digest`` — ``events.jsonl`` hashes to the subject digest and has the signed count;
-5. ``events canonical`` — re-serialising the parsed events reproduces the file byte for byte;
+5. ``events canonical`` — every line is the RFC 8785 form of its event (by the reference's
+   line grammar, or parsed and written again) and the lines are in order;
 6. ``figures`` — every figure of the predicate, recomputed from ``events.jsonl`` alone;
 7. ``minute tree`` — the minute Merkle root and size, recomputed from ``events.jsonl``;
 8. ``minute proofs`` — every proof of ``minute-proofs.json`` leads to the signed root.
 
-Checks 5–7 use the reference recomputation (:mod:`provenance.summary_recompute`, standard
-library only), never the code that sealed the run; this module imports no database
-driver, Polars or Numba.
+Checks 4–7 take one pass over ``events.jsonl`` (read a block at a time, never whole) with
+the reference recomputation (:mod:`provenance.summary_recompute`, standard library only),
+never the code that sealed the run; this module imports no database driver, Polars or
+Numba.
 
 A single proof file from ``summary prove`` is checked against the envelope it carries.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ from provenance.in_toto_statement import (
 from provenance.minute_proofs import check_minute_proof
 from provenance.signing_keys import SigningKeyError, fingerprint, load_public_key_pem
 from provenance.sigstore_bundle import BundleError, envelope_from_bundle
-from provenance.summary_recompute import figure_mismatches, recompute_from_events
+from provenance.summary_recompute import Recomputed, figure_mismatches, recompute_from_blocks
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,16 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
     if not events_path.is_file():
         report.add("events digest", False, f"{events_path} is missing")
         return report
-    data = events_path.read_bytes()
-    if events_path.suffix == ".gz":
-        data = gzip.decompress(data)  # the digest is of the uncompressed file
-    actual = hashlib.sha256(data).hexdigest()
-    count = data.count(b"\n")
+    # One pass over the file: its digest and line count beside the recomputation.
+    reading = _EventsReading(events_path)
+    recomputed: Recomputed | None = None
+    problem: Exception | None = None
+    try:
+        recomputed = recompute_from_blocks(reading.blocks)
+    except Exception as exc:  # any parse/compute failure means the file cannot back the claim
+        problem = exc
+    reading.finish()
+    actual, count = reading.sha256.hexdigest(), reading.count
     ok = actual == statement_digest == predicate["events"]["sha256"]
     ok = ok and count == predicate["events"]["count"]
     report.add(
@@ -100,10 +108,8 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
         else f"events.jsonl does not match the signed subject: sha256 {actual} vs signed "
         f"{statement_digest}, {count} lines vs signed {predicate['events']['count']}",
     )
-    try:
-        recomputed = recompute_from_events(data)
-    except Exception as exc:  # any parse/compute failure means the file cannot back the claim
-        report.add("events canonical", False, f"events.jsonl cannot be read: {exc}")
+    if recomputed is None:
+        report.add("events canonical", False, f"events.jsonl cannot be read: {problem}")
         return report
     report.add(
         "events canonical",
@@ -129,6 +135,32 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
     if proofs is not None:
         _check_proofs(proofs, signed, recomputed.leaves, report)
     return report
+
+
+class _EventsReading:
+    """``events.jsonl`` (or its ``.gz``) read a block at a time (:attr:`blocks`), hashed and
+    counted as the recomputation consumes it: the file is read once and never held whole."""
+
+    BLOCK_BYTES = 4 << 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sha256 = hashlib.sha256()  # of the uncompressed file, as signed
+        self.count = 0
+        self.blocks = self._read()
+
+    def finish(self) -> None:
+        """Read what the recomputation left (it stops at a line that is not an event)."""
+        for _ in self.blocks:
+            pass
+
+    def _read(self) -> Iterator[bytes]:
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        with opener(self.path, "rb") as file:
+            while block := file.read(self.BLOCK_BYTES):
+                self.sha256.update(block)
+                self.count += block.count(b"\n")
+                yield block
 
 
 def verify_proof_file(

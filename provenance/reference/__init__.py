@@ -8,7 +8,11 @@ therefore shows up as a mismatch instead of being repeated by the verifier
 (docs/provenance.md#the-reference-verifier).
 
 - :mod:`~provenance.reference.jcs_text` — RFC 8785 text of flat JSON values;
-- :mod:`~provenance.reference.event_lines` — reads and checks the canonical event lines;
+- :mod:`~provenance.reference.event_lines` — the line format; reading a line by parsing it
+  and writing it again;
+- :mod:`~provenance.reference.line_grammar` — reading canonical lines by a regular grammar
+  instead (fast; it only accepts, and leaves every other line to parsing);
+- :mod:`~provenance.reference.event_rows` — the file a piece at a time, its order checked;
 - :mod:`~provenance.reference.run_tally` — one pass over the events: figures and leaves;
 - :mod:`~provenance.reference.rfc6962` — the Merkle tree head over the minute leaves.
 """

@@ -1,17 +1,23 @@
-"""Reading ``events.jsonl`` line by line and checking that it is canonical.
+"""The event line format, and reading lines by parsing them with ``json`` and writing them again.
 
 The format (docs/provenance.md#the-canonical-event-file--eventsjsonl): every line is the
 RFC 8785 text of an object with exactly the keys below, nanosecond times as decimal
 strings, absent values ``null``, ``\\n`` after every line, lines ordered by
-(``end_ns``, ``trace_id``, ``span_id``). Each line is parsed with the stdlib ``json``
-module and written again with :mod:`provenance.reference.jcs_text`; the file is canonical
-when every line comes back byte for byte and the order holds.
+(``end_ns``, ``trace_id``, ``span_id``).
+
+Lines are read as **rows**: the line's bytes (with its ``\\n``), then the RFC 8785 text of
+each field in :data:`EVENT_KEYS` order (``b'"ok"'``, ``b"512"``, ``b'"1769917440000000000"'``,
+``b"null"``). :func:`parsed_rows` gets them by parsing each line with the stdlib ``json``
+module and writing every value again with :mod:`provenance.reference.jcs_text`; a line is
+canonical when it comes back byte for byte. It reads any line of the format, names what
+is wrong with it, and is the reading the faster :mod:`~provenance.reference.line_grammar`
+is held to (it accepts only lines that this reading finds canonical, with the same row).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from provenance.reference.jcs_text import NotJcs, integer_text, number_text, string_text
@@ -40,9 +46,43 @@ EVENT_KEYS: dict[str, str] = {
 _KEY_SET = frozenset(EVENT_KEYS)
 _DECODER = json.JSONDecoder()
 
+Row = tuple[bytes, ...]
+"""A line (with its ``\\n``) followed by the RFC 8785 text of each field, in key order."""
+
+FIELD: dict[str, int] = {key: i + 1 for i, key in enumerate(EVENT_KEYS)}
+"""Where each key's text sits in a :data:`Row`."""
+
+NULL = b"null"
+
 
 class EventFileError(ValueError):
     """A line that is not an event of the format at all (figures cannot be computed)."""
+
+
+class CanonicalCheck:
+    """The first reason the file is not canonical, if any (``problem`` is None when it is).
+
+    Pieces of the file are checked in turn and each check in a piece covers all its lines,
+    so problems are not noted in line order; the one kept is the first noted for the
+    earliest line (line 0: the file as a whole).
+    """
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+        self._line: int | None = None
+
+    def note(self, problem: str, line: int) -> None:
+        if self._line is None or line < self._line:
+            self.problem, self._line = problem, line
+
+
+def text_value(text: bytes) -> str | None:
+    """The string a row's RFC 8785 text field holds (None for ``null``)."""
+    if text == NULL:
+        return None
+    if b"\\" in text:
+        return str(json.loads(text))
+    return text[1:-1].decode("utf-8")
 
 
 def _text(value: Any) -> str:
@@ -58,8 +98,10 @@ def _integer(value: Any) -> str:
 
 
 def _nanoseconds(value: Any) -> str:
-    # Checked (and turned into an int) by _parse_nanoseconds before the line is written.
-    return f'"{value}"'
+    digits = value[1:] if isinstance(value, str) and value.startswith("-") else value
+    if not (isinstance(digits, str) and digits.isascii() and digits.isdigit()):
+        raise NotJcs(f"must be a decimal string, found {value!r}")
+    return f'"{int(value)}"'
 
 
 def _number(value: Any) -> str:
@@ -79,62 +121,42 @@ _WRITERS: dict[str, Callable[[Any], str]] = {
 _LAYOUT = tuple((key, f"{string_text(key)}:", _WRITERS[kind]) for key, kind in EVENT_KEYS.items())
 
 
-def line_text(event: dict[str, Any]) -> str:
-    """The canonical text of one event (without the ``\\n``); ns values already ints."""
-    parts = []
-    for key, label, write in _LAYOUT:
+def field_texts(event: dict[str, Any]) -> list[str]:
+    """The RFC 8785 text of each field of a parsed event, in key order."""
+    texts = []
+    for key, _, write in _LAYOUT:
         value = event[key]
-        parts.append(label + ("null" if value is None else write(value)))
-    return "{" + ",".join(parts) + "}"
+        try:
+            texts.append("null" if value is None else write(value))
+        except NotJcs as exc:
+            if write is _nanoseconds:
+                raise NotJcs(f"{key} {exc}") from exc
+            raise
+    return texts
 
 
-def _parse_nanoseconds(event: dict[str, Any], key: str) -> None:
-    value = event[key]
-    if value is None:
-        return
-    digits = value[1:] if isinstance(value, str) and value.startswith("-") else value
-    if not (isinstance(digits, str) and digits.isascii() and digits.isdigit()):
-        raise NotJcs(f"{key} must be a decimal string, found {value!r}")
-    event[key] = int(value)
+def line_text(texts: list[str]) -> str:
+    """The canonical line (without the ``\\n``) of an event's field texts."""
+    members = (label + text for (_, label, _), text in zip(_LAYOUT, texts, strict=True))
+    return "{" + ",".join(members) + "}"
 
 
-def _order_key(event: dict[str, Any]) -> tuple[Any, ...]:
-    # Absent values sort first, as in the sealer's sort.
-    return tuple((0, "") if event[k] is None else (1, event[k]) for k in _ORDER)
+def _lines(piece: bytes) -> list[bytes]:
+    """The lines of ``piece``, each with its ``\\n`` (the last one may lack it)."""
+    lines = piece.split(b"\n")
+    last = lines.pop()
+    return [line + b"\n" for line in lines] + ([last] if last else [])
 
 
-_ORDER = ("end_ns", "trace_id", "span_id")
-
-
-class CanonicalCheck:
-    """The first reason the file is not canonical, if any (``problem`` is None when it is)."""
-
-    def __init__(self) -> None:
-        self.problem: str | None = None
-
-    def note(self, problem: str) -> None:
-        if self.problem is None:
-            self.problem = problem
-
-
-def read_lines(data: bytes, check: CanonicalCheck) -> Iterator[tuple[bytes, dict[str, Any]]]:
-    """Each line (with its ``\\n``) and its event, ns values as ints, in file order.
+def parsed_rows(piece: bytes, first_line: int, check: CanonicalCheck) -> list[Row]:
+    """The rows of ``piece`` (whole lines; line ``first_line`` of the file first).
 
     Raises :class:`EventFileError` for a line that is not an event object with the
-    format's keys and value kinds; records in ``check`` anything merely non-canonical.
+    format's keys and value kinds; notes in ``check`` a line that is merely not in
+    canonical form. Order is checked elsewhere, over rows however they were read.
     """
-    if data and not data.endswith(b"\n"):
-        check.note("the last line does not end with \\n")
-    previous: tuple[Any, ...] | None = None
-    start = 0
-    number = 0
-    size = len(data)
-    while start < size:
-        end = data.find(b"\n", start)
-        end = size if end < 0 else end + 1
-        line = data[start:end]
-        start = end
-        number += 1
+    rows: list[Row] = []
+    for number, line in enumerate(_lines(piece), first_line):
         try:
             event = _DECODER.decode(line.decode("utf-8"))
         except ValueError as exc:
@@ -144,15 +166,11 @@ def read_lines(data: bytes, check: CanonicalCheck) -> Iterator[tuple[bytes, dict
                 f"line {number} does not have exactly the event keys ({', '.join(EVENT_KEYS)})"
             )
         try:
-            _parse_nanoseconds(event, "end_ns")
-            _parse_nanoseconds(event, "start_ns")
-            text = line_text(event).encode("utf-8")
+            texts = field_texts(event)
+            canonical = line_text(texts).encode("utf-8")
         except (NotJcs, UnicodeEncodeError) as exc:
             raise EventFileError(f"line {number}: {exc}") from exc
-        if line.rstrip(b"\n") != text:
-            check.note(f"line {number} is not the RFC 8785 form of its event")
-        order = _order_key(event)
-        if previous is not None and order < previous:
-            check.note(f"line {number} is out of (end_ns, trace_id, span_id) order")
-        previous = order
-        yield line, event
+        if line.rstrip(b"\n") != canonical:
+            check.note(f"line {number} is not the RFC 8785 form of its event", number)
+        rows.append((line, *(text.encode("utf-8") for text in texts)))
+    return rows

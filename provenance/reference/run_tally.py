@@ -23,10 +23,16 @@ import statistics
 import time
 from array import array
 from collections import Counter
+from collections.abc import Collection, MutableSequence, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, islice, pairwise, repeat
+from operator import add, and_, eq, mul, ne, not_
 from typing import Any
 
+from provenance.reference.event_lines import FIELD, NULL, Row, text_value
+
 MINUTE_NS = 60 * 10**9
+MAX_MINUTES = 10_000_000  # the sealer's limit too (provenance.event_file.MAX_DIGEST_MINUTES)
 _NO_START = -(2**63)  # an absent start_ns sorts first, as in the sealer's ordering
 PERCENTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 
@@ -38,7 +44,7 @@ class _Minute:
     completion: int = 0
     successes: int = 0
     retries: int = 0
-    shards: set[str] = field(default_factory=set)
+    shards: set[bytes] = field(default_factory=set)
     digest: Any = field(default_factory=hashlib.sha256)
 
 
@@ -64,99 +70,142 @@ def percentile(ordered: list[float], q: float) -> float:
     return lower if upper == lower else (position - low) * (upper - lower) + lower
 
 
+_OK = b'"ok"'
+
+
 class RunTally:
-    """Feed every event with :meth:`add` (file order), then read :meth:`figures` and
-    :meth:`leaves`."""
+    """Feed every piece of rows with :meth:`add_rows` (file order), then read
+    :meth:`figures` and :meth:`leaves`.
+
+    Rows hold each field's RFC 8785 text. Text values are compared as written (a value has
+    one canonical text) and decoded only to be shown or ordered. A piece is counted column
+    by column, and a minute's sums over each run of consecutive lines in that minute (in a
+    canonical file, one or two runs a piece); a file out of order is counted all the same.
+    """
 
     def __init__(self) -> None:
         self.attempts = 0
         self.successes = 0
-        self.run_id: str | None = None
-        self.first_ns: int | None = None
-        self.last_ns: int | None = None
+        self.run_ids: set[bytes] = set()
         self.minutes: dict[int, _Minute] = {}
-        self.shard_tokens: dict[str, int] = {}
-        self.ttft: list[float] = []
+        self.shard_tokens: dict[bytes, int] = {}
+        self.ttft = array("d")
         self.explicit = False
         self.resend_known = 0
         self.known_retries = 0
-        self.failed_types: Counter[str] = Counter()
-        # Per call: the line of its only attempt, or [first line, last line].
-        self.calls: dict[str | None, int | list[int]] = {}
-        # Per line, what ordering a call's attempts needs.
-        self.starts = array("q")
-        self.ends = array("q")
-        self.spans: list[str | None] = []
+        self.failed_types: Counter[bytes] = Counter()
+        # Per call, the line it was first seen on; for calls seen more than once, also its
+        # [first, last] attempt by (start_ns, end_ns, span_id), ties by line order: the
+        # file orders them by trace_id.
+        self.calls: dict[bytes, int] = {}
+        self.attempt_order: dict[bytes, list[int]] = {}
+        # Per line, what ordering a call's attempts needs; the error of each failed line.
+        self.starts: MutableSequence[int] = array("q")
+        self.ends: MutableSequence[int] = array("q")
+        self.spans: list[bytes] = []
         self.ok = bytearray()
-        self.errors: list[str | None] = []
+        self.errors: dict[int, bytes] = {}
         self.unknown_resend: list[tuple[int, int]] = []  # (line, minute) without resend_count
 
-    def add(self, line: bytes, event: dict[str, Any]) -> None:
-        """Count one event (``end_ns``/``start_ns`` as ints) and hash its line."""
-        end, shard = event["end_ns"], event["shard_id"]
-        if end is None or shard is None:
+    def add_rows(self, rows: Sequence[Row]) -> None:
+        """Count each event of a piece and hash its line into its minute."""
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        lines = columns[0]
+        col = {key: columns[i] for key, i in FIELD.items()}
+        shards, statuses, calls, spans = (
+            col["shard_id"],
+            col["status"],
+            col["call_id"],
+            col["span_id"],
+        )
+        if NULL in col["end_ns"] or NULL in shards:
             raise ValueError("every event needs a shard_id and an end_ns")
-        index = self.attempts
-        self.attempts += 1
-        ok = event["status"] == "ok"
-        prompt = event["prompt_tokens"] or 0
-        completion = event["completion_tokens"] or 0
-        run_id = event["run_id"]
-        if run_id is not None and (self.run_id is None or run_id < self.run_id):
-            self.run_id = run_id
-        self.first_ns = end if self.first_ns is None else min(self.first_ns, end)
-        self.last_ns = end if self.last_ns is None else max(self.last_ns, end)
-        minute_number = end // MINUTE_NS
-        minute = self.minutes.get(minute_number)
-        if minute is None:
-            minute = self.minutes[minute_number] = _Minute()
-        minute.calls += 1
-        minute.prompt += prompt
-        minute.completion += completion
-        minute.shards.add(shard)
-        minute.digest.update(line)
-        self.shard_tokens[shard] = self.shard_tokens.get(shard, 0) + prompt + completion
-        if ok:
-            self.successes += 1
-            minute.successes += 1
-            if event["ttft_s"] is not None:
-                self.ttft.append(float(event["ttft_s"]))
-        else:
-            self.failed_types[event["error_type"] or "error"] += 1
-        resend = event["resend_count"]
-        if resend is None:
-            self.unknown_resend.append((index, minute_number))
-        else:
-            self.resend_known += 1
-            if resend > 0:
-                self.known_retries += 1
-                minute.retries += 1
-        call, span = event["call_id"], event["span_id"]
-        self.explicit = self.explicit or (call is not None and span is not None and call != span)
-        start = event["start_ns"]
-        self.starts.append(_NO_START if start is None else start)
-        self.ends.append(end)
-        self.spans.append(span)
-        self.ok.append(ok)
-        self.errors.append(event["error_type"])
-        self._add_to_call(call, index)
+        first, n = self.attempts, len(rows)
+        numbers = range(first, first + n)
+        ends = _nanoseconds(col["end_ns"])
+        minute_of = [end // MINUTE_NS for end in ends]
+        prompt = _counts(col["prompt_tokens"])
+        completion = _counts(col["completion_tokens"])
+        ok = list(map(eq, statuses, repeat(_OK)))
+        failed = list(map(not_, ok))
+        resend = col["resend_count"]
+        retried = _retried(resend)
+        # Runs of consecutive lines in one minute: [a, b) each.
+        cuts = [0, *compress(range(1, n), map(ne, minute_of, islice(minute_of, 1, None))), n]
+        for a, b in pairwise(cuts):
+            minute = self.minutes.get(minute_of[a])
+            if minute is None:
+                minute = self.minutes[minute_of[a]] = _Minute()
+            minute.calls += b - a
+            minute.prompt += sum(prompt[a:b])
+            minute.completion += sum(completion[a:b])
+            minute.successes += sum(ok[a:b])
+            minute.retries += sum(retried[a:b])
+            minute.shards.update(shards[a:b])
+            minute.digest.update(b"".join(lines[a:b]))
+        tokens = self.shard_tokens
+        for shard, total in zip(shards, map(add, prompt, completion), strict=True):
+            tokens[shard] = tokens.get(shard, 0) + total
+        self.attempts += n
+        self.successes += sum(ok)
+        self.run_ids.update(col["run_id"])
+        ttft = col["ttft_s"]
+        self.ttft.extend(map(float, compress(ttft, map(and_, ok, map(ne, ttft, repeat(NULL))))))
+        self.failed_types.update(compress(col["error_type"], failed))
+        self.errors.update(compress(zip(numbers, col["error_type"], strict=True), failed))
+        unknown = list(map(eq, resend, repeat(NULL)))
+        self.unknown_resend.extend(compress(zip(numbers, minute_of, strict=True), unknown))
+        self.resend_known += n - sum(unknown)
+        self.known_retries += sum(retried)
+        if not self.explicit:
+            self.explicit = any(
+                c != s and c != NULL and s != NULL for c, s in zip(calls, spans, strict=True)
+            )
+        self.starts = _extended(self.starts, _nanoseconds(col["start_ns"]))
+        self.ends = _extended(self.ends, ends)
+        self.spans += spans
+        self.ok += bytes(ok)
+        self._add_calls(calls, numbers)
+
+    def _add_calls(self, calls: Sequence[bytes], numbers: range) -> None:
+        """Record each line's call; a call seen before, or twice here, goes line by line."""
+        line_of = dict(zip(calls, numbers, strict=True))
+        repeated = self.calls.keys() & line_of.keys()
+        if len(line_of) < len(calls):
+            repeated |= {call for call, n in Counter(calls).items() if n > 1}
+        for call in repeated:
+            del line_of[call]
+        self.calls.update(line_of)
+        if repeated:
+            for call, line in compress(
+                zip(calls, numbers, strict=True), map(repeated.__contains__, calls)
+            ):
+                if call in self.calls:
+                    self._add_to_call(call, line)
+                else:
+                    self.calls[call] = line
 
     def _order(self, line: int) -> tuple[int, int, tuple[int, str]]:
-        span = self.spans[line]
+        span = text_value(self.spans[line])
         return self.starts[line], self.ends[line], (0, "") if span is None else (1, span)
 
-    def _add_to_call(self, call: str | None, line: int) -> None:
-        seen = self.calls.get(call)
-        if seen is None:
-            self.calls[call] = line
-            return
-        first, last = (seen, seen) if isinstance(seen, int) else seen
+    def _add_to_call(self, call: bytes, line: int) -> None:
+        seen = self.calls[call]
+        first, last = self.attempt_order.get(call, (seen, seen))
         order = self._order(line)
         if order < self._order(first):  # ties: the earlier line stays first
             first = line
         if order >= self._order(last):  # ties: the later line is last
             last = line
-        self.calls[call] = [first, last]
+        self.attempt_order[call] = [first, last]
+
+    def _attempt_lines(self, which: int) -> Collection[int]:
+        """Every call's first (0) or last (1) attempt's line."""
+        lines = self.calls.copy()
+        lines.update((call, pair[which]) for call, pair in self.attempt_order.items())
+        return lines.values()
 
     @property
     def retries_measured(self) -> bool:
@@ -167,7 +216,7 @@ class RunTally:
         found: Counter[int] = Counter()
         if not self.unknown_resend:
             return found
-        first_lines = {v if isinstance(v, int) else v[0] for v in self.calls.values()}
+        first_lines = set(self._attempt_lines(0))
         for line, minute in self.unknown_resend:
             if line not in first_lines:
                 found[minute] += 1
@@ -177,20 +226,22 @@ class RunTally:
         """(logical calls, calls whose last attempt succeeded, retry causes or None)."""
         if not self.explicit:
             return self.attempts, self.successes, None
-        causes = Counter(self.failed_types)
-        succeeded = 0
-        for state in self.calls.values():
-            last = state if isinstance(state, int) else state[1]
-            if self.ok[last]:
-                succeeded += 1
-            else:
-                causes[self.errors[last] or "error"] -= 1  # a call's last attempt is no cause
+        causes: Counter[str] = Counter()
+        for error, n in self.failed_types.items():
+            causes[_cause(error)] += n
+        last_lines = self._attempt_lines(1)
+        succeeded = sum(map(self.ok.__getitem__, last_lines))
+        failed_last = Counter(map(self.errors.__getitem__, self.errors.keys() & last_lines))
+        for error, n in failed_last.items():
+            causes[_cause(error)] -= n  # a call's last attempt is no cause
         return len(self.calls), succeeded, {k: n for k, n in sorted(causes.items()) if n}
 
     def _minute_rows(self) -> list[tuple[int, _Minute]]:
         if not self.minutes:
             return []
         first, last = min(self.minutes), max(self.minutes)
+        if last - first > MAX_MINUTES:  # a file no seal writes; its leaves would not fit
+            raise ValueError(f"events span more than {MAX_MINUTES:,} minutes")
         return [(m, self.minutes.get(m) or _Minute()) for m in range(first, last + 1)]
 
     def leaves(self) -> list[dict[str, Any]]:
@@ -217,13 +268,15 @@ class RunTally:
         calls, ok_calls, causes = self._calls()
         retries = self.known_retries + sum(self._positional_retries().values())
         inner = [row.prompt + row.completion for _, row in rows[1:-1]]
+        run_ids = [run_id for run_id in map(text_value, self.run_ids) if run_id is not None]
+        first_ns, last_ns = (min(self.ends), max(self.ends)) if self.ends else (None, None)
         return {
-            "run_id": self.run_id,
+            "run_id": min(run_ids, default=None),
             "attempts": self.attempts,
             "logical_calls": calls,
             "shard_count": len(self.shard_tokens),
-            "first_event_utc": None if self.first_ns is None else ns_utc(self.first_ns),
-            "last_event_utc": None if self.last_ns is None else ns_utc(self.last_ns),
+            "first_event_utc": None if first_ns is None else ns_utc(first_ns),
+            "last_event_utc": None if last_ns is None else ns_utc(last_ns),
             "active_minutes": sum(1 for _, row in rows if row.calls),
             "peak_minute": _peak(rows, lambda row: row.prompt + row.completion),
             "peak_completion_minute": _peak(rows, lambda row: row.completion),
@@ -233,8 +286,45 @@ class RunTally:
             "retry_rate": _ratio(retries, self.attempts) if self.retries_measured else None,
             "retry_causes": causes,
             "ttft_s": _distribution(self.ttft),
-            "shard_balance": _balance(self.shard_tokens),
+            "shard_balance": _balance(
+                {str(text_value(shard)): n for shard, n in self.shard_tokens.items()}
+            ),
         }
+
+
+def _nanoseconds(texts: Sequence[bytes]) -> list[int]:
+    """``"1769917440000000000"`` texts as ints (absent: before any time)."""
+    if NULL in texts:
+        return [_NO_START if text == NULL else int(text[1:-1]) for text in texts]
+    return [int(text[1:-1]) for text in texts]
+
+
+def _extended(values: MutableSequence[int], more: list[int]) -> MutableSequence[int]:
+    """``values`` (an array of 64-bit ints, until a value needs more) followed by ``more``."""
+    if isinstance(values, array):
+        try:
+            values.extend(array("q", more))
+            return values
+        except OverflowError:
+            values = values.tolist()
+    values.extend(more)
+    return values
+
+
+def _counts(texts: Sequence[bytes]) -> list[int]:
+    """Token count texts as ints (absent: 0)."""
+    return [0 if text == NULL else int(text) for text in texts]
+
+
+def _retried(texts: Sequence[bytes]) -> list[bool]:
+    """Whether each resend_count text says the attempt is a retry (> 0)."""
+    value = {text: text != NULL and int(text) > 0 for text in set(texts)}
+    return list(map(value.__getitem__, texts))
+
+
+def _cause(error: bytes) -> str:
+    """The retry cause an error type counts as (none given: "error")."""
+    return text_value(error) or "error"
 
 
 def _ratio(part: int, whole: int) -> float | None:
@@ -259,12 +349,13 @@ def _peak(rows: list[tuple[int, _Minute]], by: Any) -> dict[str, Any] | None:
     }
 
 
-def _distribution(values: list[float]) -> dict[str, float | None]:
+def _distribution(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p95": None, "p99": None, "mean": None, "variance": None}
     ordered = sorted(values)
     mean = math.fsum(ordered) / len(ordered)
-    variance = math.fsum((x - mean) ** 2 for x in ordered) / len(ordered)
+    deviations = [x - mean for x in ordered]
+    variance = math.fsum(map(mul, deviations, deviations)) / len(ordered)
     figures: dict[str, float | None] = {p: percentile(ordered, q) for p, q in PERCENTILES.items()}
     return figures | {"mean": mean, "variance": variance}
 
