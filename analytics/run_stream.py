@@ -38,7 +38,7 @@ from analytics.event_arrays import event_arrays, latency_seconds
 from analytics.event_grid import EventGrid
 from analytics.event_plans import MINUTE_NS, rate_columns
 from analytics.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
-from analytics.group_quantiles import SortedGroups
+from analytics.group_quantiles import SortedGroups, ToValues
 from analytics.minute_table import MINUTE_COLUMNS
 from analytics.run_figures import RunAnalysis, RunContext, RunTotals, run_figures_of
 from analytics.seal_chunk import SealChunk
@@ -76,13 +76,14 @@ class _Values:
             self.parts.append(groups.values)
         self.nulls += int(groups.nulls.sum())
 
-    def groups(self, dtype: type, to_values: object) -> ValueGroups:
+    def groups(self, dtype: type, to_values: ToValues | None) -> ValueGroups:
+        """Every value as one group (what the run-level figures read)."""
         values = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=dtype)
         self.parts = []  # one copy at a time
         whole = SortedGroups(
             values, np.array([0, values.size], dtype=np.int64), np.array([self.nulls])
         )
-        return ValueGroups(whole, whole, to_values)  # type: ignore[arg-type]
+        return ValueGroups(whole, whole, to_values)
 
 
 @dataclass
