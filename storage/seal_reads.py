@@ -25,7 +25,7 @@ from storage.binary_copy import Kind
 from storage.database import raw_transaction
 
 MINUTE_NS = 60_000_000_000
-# Hash aggregates of a large run's call ids spill to disk at PostgreSQL's default 4 MB.
+# Sorts and joins over a large run's ids spill to disk at PostgreSQL's default 4 MB.
 _SEAL_WORK_MEM = "128MB"
 
 
@@ -65,8 +65,11 @@ class SealScope:
 
 
 def prepare_seal_transaction(conn: psycopg.Connection) -> None:
-    """Room for the call set's hash aggregate without spilling (this transaction only)."""
+    """Planner settings for this transaction only: room for the seal's sorts and joins,
+    and page costs of a database in memory, so a run that is a small part of a large
+    table is read through the (run_id, end_ns) index instead of a scan of every run."""
     conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(_SEAL_WORK_MEM)))
+    conn.execute("SET LOCAL random_page_cost = 1.1")
 
 
 @contextmanager
@@ -123,21 +126,28 @@ def fetch_rollup_ids(conn: psycopg.Connection, run_id: str, scope: SealScope) ->
 
 
 def fetch_repeated_calls(conn: psycopg.Connection, run_id: str, scope: SealScope) -> pl.DataFrame:
-    """Every attempt whose ``call_id`` another attempt of the run shares (rollups too, to
-    be removed by the caller): ids in hex, ``call_id``, ``start_ns``, ``end_ns``.
+    """Every attempt whose ``call_id`` may be shared by another attempt of the run (rollups
+    too, to be removed by the caller): ids in hex, ``call_id``, ``start_ns``, ``end_ns``.
 
     Only these attempts need ordering within their call; every other attempt is the first
-    and last of its own call. The set is as large as the run's retried calls.
+    and last of its own call. Calls are found by a 64-bit hash of their id, grouped by
+    sorting (a hash aggregate of ten million call ids spilled to disk and took twice as
+    long); a collision only brings in a few single-attempt calls, which the caller groups
+    by the real id. The set is as large as the run's retried calls.
     """
     query = sql.SQL(
         """
+        WITH repeated AS MATERIALIZED (
+            SELECT h FROM (
+                SELECT hashtextextended(call_id, 0) AS h FROM attempts
+                WHERE run_id = {run} AND {within_all}
+            ) ids
+            GROUP BY h HAVING count(*) > 1
+        )
         SELECT a.trace_id, a.span_id, a.call_id, a.start_ns, a.end_ns
         FROM attempts a
-        WHERE a.run_id = {run} AND {within} AND a.call_id IN (
-            SELECT call_id FROM attempts
-            WHERE run_id = {run} AND {within_all}
-            GROUP BY call_id HAVING count(*) > 1
-        )
+        WHERE a.run_id = {run} AND {within}
+          AND hashtextextended(a.call_id, 0) IN (SELECT h FROM repeated)
         """
     ).format(run=sql.Literal(run_id), within=scope.on("a"), within_all=scope.on())
     kinds: dict[str, Kind] = {
@@ -147,7 +157,10 @@ def fetch_repeated_calls(conn: psycopg.Connection, run_id: str, scope: SealScope
         "start_ns": "integer",
         "end_ns": "integer",
     }
-    return copy_select(conn, query, kinds)
+    conn.execute("SET LOCAL enable_hashagg = off")  # (an error aborts the transaction)
+    frame = copy_select(conn, query, kinds)
+    conn.execute("SET LOCAL enable_hashagg = on")
+    return frame
 
 
 # The stored columns a canonical event is made of (docs/provenance.md#canonical-event-file):

@@ -14,6 +14,7 @@ import itertools
 import os
 from typing import Any
 
+import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -21,7 +22,7 @@ from polars.testing import assert_frame_equal
 from analytics.minute_leaves import minute_leaves
 from analytics.minute_tree import tree_from_leaves
 from analytics.rollups import attempts_to_events, shard_caps
-from analytics.run_chunks import chunk_ranges
+from analytics.run_chunks import CallOrder, chunk_ranges
 from analytics.run_computation import compute_run, load_run
 from analytics.run_figures import RunContext, analyze_events
 from provenance.event_file import build_event_file
@@ -119,3 +120,24 @@ def test_chunks_cover_every_minute_once(database_url: str) -> None:
         assert ranges[0][0] == BASE_NS // MINUTE * MINUTE
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert ranges[-1][1] == ((BASE_NS + 9 * MINUTE) // MINUTE + 1) * MINUTE
+
+
+def test_call_order_groups_by_the_real_call_id_whatever_the_hash_brought_in() -> None:
+    # The call set is found by a 64-bit hash of the call id: a colliding call with one
+    # attempt may come in with the repeated ones; it stays the first and last of its call.
+    repeated = pl.DataFrame(
+        {
+            "trace_id": ["t1", "t2", "t3"],
+            "span_id": ["s1", "s2", "s3"],
+            "call_id": ["a", "a", "b"],
+            "start_ns": [2, 1, 1],
+            "end_ns": [3, 2, 2],
+        }
+    )
+    order = CallOrder(repeated, pl.DataFrame(schema={"trace_id": pl.String, "span_id": pl.String}))
+    events = pl.DataFrame(
+        {"trace_id": ["t3", "t1", "t2", "t9"], "span_id": ["s3", "s1", "s2", "s9"]}
+    )
+    position, last = order.of(events)
+    assert position.tolist() == [0, 1, 0, 0]
+    assert last.tolist() == [True, True, False, True]
