@@ -38,7 +38,7 @@ from typing import Any
 
 import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from seal import RUN_ID, load  # bench/seal.py: the same generated run
+from seal_workload import RUN_ID, load, seal_peak_rss  # the seal bench's run
 
 from analytics.run_figures import RunContext, analyze_events
 from analytics.sealing import seal_run
@@ -60,16 +60,6 @@ code = main(["summary", "verify", sys.argv[1]])
 took = time.perf_counter() - started
 peak = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 print(code, took, int(peak) // 1024, file=sys.stderr)
-"""
-
-_SEAL_IN_A_FRESH_PROCESS = """
-import sys, time
-started = time.perf_counter()
-from analytics.sealing import seal_run
-seal_run(sys.argv[1], sys.argv[2], force=True)
-took = time.perf_counter() - started
-peak = next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-print(took, int(peak) // 1024, file=sys.stderr)
 """
 
 
@@ -135,7 +125,7 @@ def main() -> int:
 
         seal_s, sealed = best_of(args.repeat, lambda: seal_run(url, RUN_ID, force=True))
         say(f"seal_run, force (this process, best of {args.repeat})", f"{seal_s:8.3f} s")
-        took, peak = fresh_process(_SEAL_IN_A_FRESH_PROCESS, url, RUN_ID)
+        peak, took = seal_peak_rss(url, RUN_ID)
         say("seal_run, force (fresh process, imports included)", f"{float(took):8.3f} s")
         say("  its peak RSS", f"{int(peak):8,} MiB")
         say(
