@@ -44,11 +44,14 @@ def exclude_rollups(attempts: pl.DataFrame) -> pl.DataFrame:
     return attempts.join(rollups, on=["trace_id", "span_id"], how="anti", maintain_order="left")
 
 
+def as_events(attempts: pl.DataFrame) -> pl.DataFrame:
+    """Exactly the EVENT_SCHEMA columns of stored attempts (rollups already left out)."""
+    return attempts.select(pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items())
+
+
 def attempts_to_events(attempts: pl.DataFrame) -> pl.DataFrame:
     """Canonical events (exactly EVENT_SCHEMA columns) of stored attempts, rollups removed."""
-    return exclude_rollups(attempts).select(
-        pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items()
-    )
+    return as_events(exclude_rollups(attempts))
 
 
 def shard_caps(attempts: pl.DataFrame) -> Mapping[str, int]:

@@ -20,9 +20,9 @@ import polars as pl
 import psycopg
 
 from analytics.event_plans import CALL_ORDER, MINUTE_NS
+from analytics.rollups import as_events
 from analytics.run_span_limit import check_run_span_ns
 from analytics.seal_chunk import SealChunk
-from provenance.event_file import EVENT_SCHEMA
 from storage.seal_reads import (
     SealPlan,
     SealScope,
@@ -56,7 +56,7 @@ def canonical_events(attempts: pl.DataFrame, rollups: pl.DataFrame) -> pl.DataFr
     """The canonical events (EVENT_SCHEMA columns) of stored attempts, rollups left out."""
     if rollups.height:
         attempts = attempts.join(rollups, on=_IDS, how="anti", maintain_order="left")
-    return attempts.select(pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items())
+    return as_events(attempts)
 
 
 class CallOrder:

@@ -127,12 +127,12 @@ class RunStream:
     def add(self, chunk: SealChunk) -> None:
         """Fold one chunk (chunks come in minute order and cover the run's minutes)."""
         events = chunk.events
-        self._sums(chunk)
         # An attempt without a resend count takes its place in its call (docs/metrics.md).
         figure_events = events.with_columns(
             resend_count=pl.coalesce("resend_count", pl.Series(chunk.call_position))
         )
         arrays = event_arrays(figure_events, explicit=True)
+        self._sums(chunk, arrays.ok)
         grid = chunk_grid(events, self.shard_ids, chunk.low_ns, chunk.minute_count)
         ttft, latency = event_value_groups(grid, arrays)
         cells = cell_figures(grid, replace(arrays, retries_measured=True), ttft, latency)
@@ -148,11 +148,11 @@ class RunStream:
         self.rows.append(rows)
         self.first_chunk = False
 
-    def _sums(self, chunk: SealChunk) -> None:
+    def _sums(self, chunk: SealChunk, ok: npt.NDArray[np.bool_]) -> None:
+        """What the chunk adds to the run's counts, calls, causes and run-wide flags."""
         events = chunk.events
         if events.height == 0:
             return
-        ok = (events.get_column("status") == "ok").to_numpy()
         last = chunk.call_last
         self.attempts += events.height
         ends = events.get_column("end_ns")
