@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
         "analyze",
         help="seal a run now (if it changed) and print its figures",
         description="Recompute a run from the database, seal a new snapshot version when "
-        "its events or figures changed, and print the run object of GET /v1/runs/RUN.",
+        "its events or figures changed, and print the run object of GET /v1/runs/RUN. The "
+        "run is read a chunk of minutes at a time (docs/provenance.md#streaming-seal); for "
+        "a run of a million attempts or more a progress line shows on a terminal.",
     )
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="print the GET /v1/runs/RUN object")
