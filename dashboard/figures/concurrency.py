@@ -36,10 +36,20 @@ IN_FLIGHT_COLOR = "#4C78A8"
 QUEUE_COLOR = "#B279A2"
 
 
-def work_conserving_text(metrics: Mapping[str, Any]) -> str:
-    """One line on the work-conserving check (sag share among seconds with a queue)."""
+def work_conserving_text(metrics: Mapping[str, Any], *, live_since_seal: bool = False) -> str:
+    """One line on the work-conserving check (sag share among seconds with a queue).
+
+    ``live_since_seal``: the run received data after a version was sealed; the live figures
+    then cannot state the check (sealed versions keep no per-second counts), whatever the
+    queue data, so the line says it waits for the next seal instead of blaming the data.
+    """
     check = metrics.get("work_conserving") or {}
     if check.get("sag_share") is None:
+        if live_since_seal:
+            return (
+                f"Work-conserving check: {NOT_MEASURED} yet (while the run is live after a "
+                "sealed version; stated once it is sealed again)."
+            )
         return f"Work-conserving check: {NOT_MEASURED} (no queue wait reported)."
     verdict = "passes" if check.get("passes") else "fails"
     threshold = check.get("threshold")

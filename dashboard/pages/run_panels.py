@@ -162,7 +162,9 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
         ),
         kpis=run_kpi_cards(run),
         concurrency=concurrency_figure(minutes),
-        work_conserving=work_conserving_text(run.metrics),
+        work_conserving=work_conserving_text(
+            run.metrics, live_since_seal=run.is_live and run.snapshot is not None
+        ),
         ttft=ttft_figure(minutes),
         balance=shard_balance_figure(run.metrics.get("shard_balance")),
         provenance=provenance_panel(run, config.api_base_url)

@@ -69,6 +69,9 @@ def test_work_conserving_text_reports_the_verdict_or_not_measured() -> None:
     }
     assert work_conserving_text(passing).startswith("Work-conserving check passes")
     assert "not measured" in work_conserving_text({"work_conserving": {"sag_share": None}})
+    unsealed = {"work_conserving": {"sag_share": None}}
+    waiting = work_conserving_text(unsealed, live_since_seal=True)
+    assert "once it is sealed again" in waiting and "no queue wait" not in waiting
 
 
 def test_shard_balance_bars_in_shard_order() -> None:
