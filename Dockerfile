@@ -14,17 +14,9 @@ RUN groupadd --system --gid 10001 tpmledger \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY tpmledger/ tpmledger/
-COPY ingest/ ingest/
-COPY read_api/ read_api/
-COPY storage/ storage/
-COPY analytics/ analytics/
-COPY dashboard/ dashboard/
-COPY provenance/ provenance/
-COPY simulator/ simulator/
-COPY migrations/ migrations/
 # Compile the analytics kernels into the image (about 6 s), readable by the service user.
 RUN pip install . && rm -rf /src \
-    && python -m analytics.kernel_warmup && chmod -R a+rX /opt/tpmledger
+    && python -m tpmledger.analytics.kernel_warmup && chmod -R a+rX /opt/tpmledger
 
 USER tpmledger
 WORKDIR /data

@@ -38,14 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import seal as seal_bench  # the 1M-attempt generator shared with bench/seal.py
 
-from analytics.sealing import seal_run
-from dashboard.app import create_app
-from dashboard.config import DashboardConfig
-from dashboard.pages.run_panels import run_panels, throughput_view
-from dashboard.pages.runs import runs_table_view
-from dashboard.pages.sweep import sweep_panels
-from storage import migrate
-from storage.database import raw_transaction
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.dashboard.app import create_app
+from tpmledger.dashboard.config import DashboardConfig
+from tpmledger.dashboard.pages.run_panels import run_panels, throughput_view
+from tpmledger.dashboard.pages.runs import runs_table_view
+from tpmledger.dashboard.pages.sweep import sweep_panels
+from tpmledger.storage import migrate
+from tpmledger.storage.database import raw_transaction
 
 RUN_ID = seal_bench.RUN_ID
 WIDE_RUN_ID = "bench_dashboard_wide"
@@ -58,7 +58,7 @@ def _database() -> tuple[str, Any]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="tpmledger-bench-dashboard-")))
     return server.start(), server

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import seal as seal_bench  # bench/seal.py: the generated run and its loader
 
-from storage import migrate
-from storage.attempt_frames import ATTEMPT_FRAME_SCHEMA, fetch_run_attempts
-from storage.database import libpq_url, raw_transaction
+from tpmledger.storage import migrate
+from tpmledger.storage.attempt_frames import ATTEMPT_FRAME_SCHEMA, fetch_run_attempts
+from tpmledger.storage.database import libpq_url, raw_transaction
 
 RESULTS = Path("bench/results/fetch_adbc.txt")
 ID_COLUMNS = ("trace_id", "span_id", "parent_span_id")

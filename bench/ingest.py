@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_workload as workload
 
-from storage.database import libpq_url
+from tpmledger.storage.database import libpq_url
 
 RESULTS = workload.REPO / "bench" / "results" / "ingest.txt"
 
@@ -57,8 +57,8 @@ class RawCopy:
 
 def raw_copy(url: str, bodies: list[bytes]) -> RawCopy:
     """Normalize and encode every body (untimed), then time one COPY (+ commit) of all rows."""
-    from ingest.request_encoding import encode_request
-    from storage.bulk_writer import copy_blocks
+    from tpmledger.ingest.request_encoding import encode_request
+    from tpmledger.storage.bulk_writer import copy_blocks
 
     t0 = time.perf_counter()
     blocks = [encode_request(body).block for body in bodies]

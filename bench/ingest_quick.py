@@ -33,8 +33,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy.engine import make_url
 
-from storage import migrate
-from storage.database import get_engine, libpq_url
+from tpmledger.storage import migrate
+from tpmledger.storage.database import get_engine, libpq_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 

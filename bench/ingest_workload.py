@@ -34,9 +34,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from storage import migrate  # noqa: E402 - after the sys.path fix for `python bench/x.py`
-from storage.database import get_engine, libpq_url  # noqa: E402
 from tests.otlp_values import key_value  # noqa: E402
+from tpmledger.storage import migrate  # noqa: E402 - after the sys.path fix for `python bench/x.py`
+from tpmledger.storage.database import get_engine, libpq_url  # noqa: E402
 
 SHARDS = 8
 MODELS = ("llama-3.1-70b-instruct", "qwen2.5-72b-instruct")

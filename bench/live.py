@@ -45,12 +45,12 @@ from ingest_workload import RssSampler, _kv, build_bodies, percentile, start_ing
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from seal import _postgres_cpu, generate
 
-from analytics.live_updater import LiveUpdater
-from storage import migrate
-from storage.bulk_writer import write_attempts
-from storage.database import get_engine, libpq_url, raw_transaction
-from storage.embedded_postgres import EmbeddedPostgres
-from storage.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.storage import migrate
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import get_engine, libpq_url, raw_transaction
+from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS
 
 SECOND = 1_000_000_000
 SIMULATOR_RATE = 64  # 8 shards x 16 in flight / ~2 s per call

@@ -24,8 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
 
-from ingest.normalize import normalize_payload, normalize_request  # noqa: E402
 from tests.otlp_values import key_value  # noqa: E402
+from tpmledger.ingest.normalize import normalize_payload, normalize_request  # noqa: E402
 
 BASE_NS = 1_769_917_440 * 1_000_000_000
 

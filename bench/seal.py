@@ -48,19 +48,19 @@ from pathlib import Path
 import polars as pl
 from seal_workload import load, run_id_for, run_stored, seal_peak_rss  # the generated run
 
-from analytics.rollups import attempts_to_events, shard_caps
-from analytics.run_computation import StageTimer, load_run
-from analytics.run_figures import RunContext, analyze_events
-from analytics.sealing import seal_run
-from storage import migrate
-from storage.database import raw_transaction
+from tpmledger.analytics.rollups import attempts_to_events, shard_caps
+from tpmledger.analytics.run_computation import StageTimer, load_run
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.storage import migrate
+from tpmledger.storage.database import raw_transaction
 
 
 def _database(keep_dir: Path | None) -> tuple[str, object | None]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
     data_dir = keep_dir or Path(tempfile.mkdtemp(prefix="tpmledger-bench-seal-"))
     server = EmbeddedPostgres(data_dir)
@@ -114,7 +114,7 @@ def _copy_floor(url: str, run_id: str) -> float | None:
     """Seconds PostgreSQL alone needs to produce the run's fetch COPY (to /dev/null)."""
     from psycopg import sql
 
-    from storage.attempt_frames import _copy_query
+    from tpmledger.storage.attempt_frames import _copy_query
 
     try:
         with raw_transaction(url) as conn:

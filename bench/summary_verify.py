@@ -40,14 +40,14 @@ import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from seal_workload import RUN_ID, load, seal_peak_rss  # the seal bench's run
 
-from analytics.run_figures import RunContext, analyze_events
-from analytics.sealing import seal_run
-from analytics.summary_export import build_summary, write_export
-from provenance.event_file import read_events
-from provenance.signing_keys import SigningKey
-from provenance.summary_recompute import recompute_from_events
-from provenance.summary_verify import verify_export
-from storage import migrate
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.summary_export import build_summary, write_export
+from tpmledger.provenance.event_file import read_events
+from tpmledger.provenance.signing_keys import SigningKey
+from tpmledger.provenance.summary_recompute import recompute_from_events
+from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.storage import migrate
 
 TARGET_RATIO = 3.0
 
@@ -90,7 +90,7 @@ def _database() -> tuple[str, Any, Path | None]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None, None
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="tpmledger-bench-verify-"))
     server = EmbeddedPostgres(data_dir)

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from storage import migrate
-from storage.database import get_engine, libpq_url
+from tpmledger.storage import migrate
+from tpmledger.storage.database import get_engine, libpq_url
 
 pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.fault_servers"]
 

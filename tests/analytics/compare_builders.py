@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from analytics.sealing import seal_run
-from analytics.slo import Slo
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.slo import Slo
 
 SECOND_NS = 1_000_000_000
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from provenance.event_file import EVENT_SCHEMA
+from tpmledger.provenance.event_file import EVENT_SCHEMA
 
 MINUTE0_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z
 S = 1_000_000_000

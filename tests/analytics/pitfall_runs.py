@@ -6,10 +6,10 @@ import json
 import os
 from typing import Any
 
-from storage.database import raw_transaction
-from storage.tool_span_store import write_tool_spans
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.tool_span_store import write_tool_spans
 
 SECOND_NS = 1_000_000_000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 
 def store(url: str, rows: Iterable[Sequence[Any]]) -> int:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from analytics.cap_sweep import SweepPoint, SweepThresholds, load_sweep, walk_caps
-from analytics.live_updater import LiveUpdater
-from analytics.sealing import seal_run
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.cap_sweep import SweepPoint, SweepThresholds, load_sweep, walk_caps
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.sealing import seal_run
 
 RULE = SweepThresholds()
 

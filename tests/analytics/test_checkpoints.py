@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from analytics.checkpoints import Checkpointer, closed_before
-from analytics.sealing import seal_run
 from tests.analytics.seeding import store
 from tests.analytics.test_version_consistency import _calls
+from tpmledger.analytics.checkpoints import Checkpointer, closed_before
+from tpmledger.analytics.sealing import seal_run
 
 # The calls of _calls end in minutes 03:44 .. 03:48 of 2026-02-01.
 NOW = datetime(2026, 2, 1, 3, 50, 30, tzinfo=UTC)  # 03:48 ended 90 s ago: still open
@@ -47,8 +47,8 @@ def test_a_run_that_stopped_receiving_data_gets_no_checkpoint(database_url: str)
 def test_a_checkpoint_exports_and_verifies_after_the_run_grew(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from provenance.summary_verify import verify_export
     from tpmledger.cli.main import main
+    from tpmledger.provenance.summary_verify import verify_export
 
     monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
     monkeypatch.setenv("TPMLEDGER_DATA_DIR", str(tmp_path / "data"))

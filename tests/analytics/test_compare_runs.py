@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from analytics.compare_runs import CompareParams, NotComparable, compare_runs
-from analytics.slo import parse_slo
-from storage.runs_read import UnknownRun
 from tests.analytics.compare_builders import seed_profile
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
+from tpmledger.analytics.compare_runs import CompareParams, NotComparable, compare_runs
+from tpmledger.analytics.slo import parse_slo
+from tpmledger.storage.runs_read import UnknownRun
 
 BASE = {"calls": 20, "tokens": 100, "retried": 2}
 

@@ -15,16 +15,16 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics import concurrency
-from analytics.concurrency import (
+from tests.analytics.golden_events import MINUTE0_NS, S
+from tpmledger.analytics import concurrency
+from tpmledger.analytics.concurrency import (
     SecondSeries,
     minute_concurrency,
     minute_samples,
     second_series,
     work_conserving,
 )
-from provenance.event_file import EVENT_SCHEMA
-from tests.analytics.golden_events import MINUTE0_NS, S
+from tpmledger.provenance.event_file import EVENT_SCHEMA
 
 SPANS = st.lists(
     st.tuples(
@@ -193,9 +193,9 @@ import resource
 limit = 1024 * 2**20  # private memory of this process, Python and the kernels included
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 import polars as pl
-from analytics.live_minutes import live_minute_rows
-from analytics.run_figures import RunContext, analyze_events
-from provenance.event_file import EVENT_SCHEMA
+from tpmledger.analytics.live_minutes import live_minute_rows
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.provenance.event_file import EVENT_SCHEMA
 base = {name: None for name in EVENT_SCHEMA}
 start, end = 946_684_800 * 10**9, 1_769_917_470 * 10**9  # 2000-01-01 .. 2026-02-01
 rows = [

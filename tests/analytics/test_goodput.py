@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from analytics.run_extras import run_extras
-from analytics.sealing import seal_run
-from analytics.slo import Slo, SloError, parse_slo
-from storage.database import in_one_snapshot
-from storage.sealed_figures_store import read_goodput
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.run_extras import run_extras
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.slo import Slo, SloError, parse_slo
+from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.sealed_figures_store import read_goodput
 
 SECOND_NS = 1_000_000_000
 SLO = parse_slo("ttft=0.5,latency=10")

@@ -10,9 +10,9 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.event_arrays import latency_seconds
-from analytics.event_plans import prepared
-from analytics.group_quantiles import (
+from tpmledger.analytics.event_arrays import latency_seconds
+from tpmledger.analytics.event_plans import prepared
+from tpmledger.analytics.group_quantiles import (
     concatenated,
     group_moments,
     group_quantiles,

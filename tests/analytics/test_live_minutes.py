@@ -18,15 +18,15 @@ import polars as pl
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from analytics.live_updater import LiveUpdater
-from analytics.live_view import current_table, live_figures
-from analytics.minute_table import MINUTE_COLUMNS, with_minute_utc
-from analytics.run_computation import compute_run
-from analytics.sealing import seal_run
-from storage import live_window
-from storage.database import in_one_snapshot
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.live_view import current_table, live_figures
+from tpmledger.analytics.minute_table import MINUTE_COLUMNS, with_minute_utc
+from tpmledger.analytics.run_computation import compute_run
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.storage import live_window
+from tpmledger.storage.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 # Columns compared (the minute table's; state and extras are the live view's own).

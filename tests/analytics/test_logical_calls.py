@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from analytics.logical_calls import count_logical_calls, repeated
+from tpmledger.analytics.logical_calls import count_logical_calls, repeated
 
 
 def test_repeated_flags_every_occurrence_of_a_value_seen_twice() -> None:

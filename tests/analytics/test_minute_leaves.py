@@ -7,10 +7,10 @@ import hashlib
 import polars as pl
 import pytest
 
-from analytics.minute_leaves import leaves_from_minutes, minute_digests
-from analytics.minute_table import build_minute_table
-from provenance.event_file import build_event_file
 from tests.analytics.golden_events import golden_events
+from tpmledger.analytics.minute_leaves import leaves_from_minutes, minute_digests
+from tpmledger.analytics.minute_table import build_minute_table
+from tpmledger.provenance.event_file import build_event_file
 
 
 def test_digests_hash_each_minutes_lines_including_empty_minutes() -> None:

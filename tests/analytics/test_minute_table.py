@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from analytics.minute_table import MINUTE_COLUMNS, compute_minutes
 from tests.analytics.golden_events import CAPS, golden_events
+from tpmledger.analytics.minute_table import MINUTE_COLUMNS, compute_minutes
 
 MINUTES = [datetime(2026, 2, 1, 3, m, tzinfo=UTC) for m in range(44, 49)]
 COUNTS = [

@@ -6,12 +6,12 @@ from typing import Any
 
 import polars as pl
 
-from analytics.rollups import attempts_to_events, shard_caps
-from analytics.sealing import seal_run
-from provenance.event_file import EVENT_COLUMNS
-from storage.attempt_frames import ATTEMPT_FRAME_SCHEMA
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.rollups import attempts_to_events, shard_caps
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.provenance.event_file import EVENT_COLUMNS
+from tpmledger.storage.attempt_frames import ATTEMPT_FRAME_SCHEMA
 
 
 def _attempt(trace: str, span: str, parent: str | None, **extra: Any) -> dict[str, Any]:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from analytics.verification import verify_run
-from provenance.summary_verify import verify_export
-from storage.database import in_one_snapshot, raw_transaction
-from storage.snapshots_read import latest_snapshot
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.verification import verify_run
 from tpmledger.cli.main import main
+from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.storage.database import in_one_snapshot, raw_transaction
+from tpmledger.storage.snapshots_read import latest_snapshot
 
 SECOND = 1_000_000_000
 
@@ -95,7 +95,7 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
 
 
 def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Path) -> None:
-    from analytics.run_archive import archive_path
+    from tpmledger.analytics.run_archive import archive_path
 
     assert archive_path(tmp_path, "run-1") == tmp_path / "run-1"
     for hostile in ("..", "../../etc", "a/b", "."):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analytics.run_figures import RunContext, clean, compute_run_figures
 from tests.analytics.golden_events import CAPS, golden_events
+from tpmledger.analytics.run_figures import RunContext, clean, compute_run_figures
 
 
 @pytest.fixture(scope="module")

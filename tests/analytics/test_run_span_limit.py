@@ -6,15 +6,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import read_api
-from analytics.live_updater import LiveUpdater
-from analytics.run_span_limit import RunTooLong, check_run_minutes
-from analytics.sealing import seal_run
-from analytics.worker import ResealLoop
-from dashboard.data.run_records import load_runs
-from storage.database import in_one_snapshot
+import tpmledger.read_api as read_api
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.run_span_limit import RunTooLong, check_run_minutes
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.worker import ResealLoop
+from tpmledger.dashboard.data.run_records import load_runs
+from tpmledger.storage.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 Y2000 = 946_684_800 * SECOND + SECOND

@@ -19,18 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from analytics.minute_leaves import minute_leaves
-from analytics.minute_tree import tree_from_leaves
-from analytics.rollups import attempts_to_events, shard_caps
-from analytics.run_chunks import CallOrder, chunk_ranges
-from analytics.run_computation import compute_run, load_run
-from analytics.run_figures import RunContext, analyze_events
-from provenance.event_file import build_event_file
-from storage.database import raw_transaction
-from storage.seal_reads import SealScope, fetch_seal_plan
 from tests.analytics.seeding import store
 from tests.analytics.test_live_minutes import _rows, attempt_specs
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.minute_leaves import minute_leaves
+from tpmledger.analytics.minute_tree import tree_from_leaves
+from tpmledger.analytics.rollups import attempts_to_events, shard_caps
+from tpmledger.analytics.run_chunks import CallOrder, chunk_ranges
+from tpmledger.analytics.run_computation import compute_run, load_run
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.seal_reads import SealScope, fetch_seal_plan
 
 MINUTE = 60_000_000_000
 

@@ -20,24 +20,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics import run_diagnostics
-from analytics.event_plans import explicit_call_ids
-from analytics.goodput import compute_goodput
-from analytics.minute_outcomes import minute_outcomes
-from analytics.run_diagnostics import (
+from tests.analytics.golden_events import MINUTE0_NS
+from tpmledger.analytics import run_diagnostics
+from tpmledger.analytics.event_plans import explicit_call_ids
+from tpmledger.analytics.goodput import compute_goodput
+from tpmledger.analytics.minute_outcomes import minute_outcomes
+from tpmledger.analytics.run_diagnostics import (
     AttemptLookup,
     deadline_overrun,
     retry_storm,
     slot_held_by_tool,
     target_saturation,
 )
-from analytics.seal_chunk import SealChunk
-from analytics.sealed_figures import SealedFigures
-from analytics.sealed_figures_stream import SealedFiguresStream, sealed_params
-from analytics.slo import Slo
-from provenance.event_schema import EVENT_COLUMNS, EVENT_SCHEMA, ORDER_COLUMNS
-from storage.pitfall_attributes import Declarations, Target
-from tests.analytics.golden_events import MINUTE0_NS
+from tpmledger.analytics.seal_chunk import SealChunk
+from tpmledger.analytics.sealed_figures import SealedFigures
+from tpmledger.analytics.sealed_figures_stream import SealedFiguresStream, sealed_params
+from tpmledger.analytics.slo import Slo
+from tpmledger.provenance.event_schema import EVENT_COLUMNS, EVENT_SCHEMA, ORDER_COLUMNS
+from tpmledger.storage.pitfall_attributes import Declarations, Target
 
 QUARTER_NS = 250_000_000
 MINUTE_NS = 60_000_000_000

@@ -8,18 +8,18 @@ import psycopg
 import pytest
 import rfc8785
 
-from analytics.minute_leaves import minute_leaves
-from analytics.run_computation import compute_run, metrics_sha256
-from analytics.run_events import load_run_events
-from analytics.run_figures import compute_run_figures
-from analytics.sealing import PARAMS, seal_run
-from analytics.verification import verify_run
-from provenance.event_file import build_event_file, read_events
-from provenance.merkle import leaf_hash, verify_inclusion
-from storage.database import in_one_snapshot, libpq_url
-from storage.snapshots_read import latest_snapshot, list_snapshots, minute_rows
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.minute_leaves import minute_leaves
+from tpmledger.analytics.run_computation import compute_run, metrics_sha256
+from tpmledger.analytics.run_events import load_run_events
+from tpmledger.analytics.run_figures import compute_run_figures
+from tpmledger.analytics.sealing import PARAMS, seal_run
+from tpmledger.analytics.verification import verify_run
+from tpmledger.provenance.event_file import build_event_file, read_events
+from tpmledger.provenance.merkle import leaf_hash, verify_inclusion
+from tpmledger.storage.database import in_one_snapshot, libpq_url
+from tpmledger.storage.snapshots_read import latest_snapshot, list_snapshots, minute_rows
 
 SECOND = 1_000_000_000
 
@@ -123,7 +123,7 @@ def test_events_file_alone_reproduces_figures_leaves_and_proofs(database_url: st
 def test_concurrent_sealers_of_one_run_make_one_version(database_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from analytics.sealing import compute_for_sealing, seal_computation
+    from tpmledger.analytics.sealing import compute_for_sealing, seal_computation
 
     store(database_url, _rows(12))
     computation, figures = compute_for_sealing(database_url, "sealed")

@@ -10,14 +10,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import read_api
-from analytics.sealing import seal_run
-from analytics.version_consistency import ConsistencyRefused, prove_consistency
-from provenance.consistency_document import check_consistency
-from storage.database import in_one_snapshot
+import tpmledger.read_api as read_api
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.version_consistency import ConsistencyRefused, prove_consistency
 from tpmledger.cli.main import main
+from tpmledger.provenance.consistency_document import check_consistency
+from tpmledger.storage.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 
@@ -96,7 +96,7 @@ def test_cli_and_api(
 def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
     versions: str,
 ) -> None:
-    from storage.snapshots_read import snapshot_at
+    from tpmledger.storage.snapshots_read import snapshot_at
 
     documents = {v: in_one_snapshot(versions, snapshot_at, "grow", v).document for v in (1, 2, 3)}  # type: ignore[union-attr]
     assert documents[1]["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
@@ -112,7 +112,7 @@ def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
 def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
     database_url: str,
 ) -> None:
-    from storage.live_read import run_state
+    from tpmledger.storage.live_read import run_state
 
     store(database_url, _calls(range(5)))
     checkpoint = seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)

@@ -9,12 +9,12 @@ import sys
 import threading
 import time
 
-from analytics.worker import ResealLoop, run
-from storage.database import in_one_snapshot
-from storage.snapshots_read import list_snapshots
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.worker import ResealLoop, run
 from tpmledger.settings import Settings
+from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.snapshots_read import list_snapshots
 
 SECOND = 1_000_000_000
 
@@ -96,7 +96,7 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
 
 
 def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url: str) -> None:
-    from analytics.sealing import seal_run
+    from tpmledger.analytics.sealing import seal_run
 
     store(database_url, _rows("w9", 5))
     provisional = seal_run(database_url, "w9", quiet_s=3600)  # `analyze` while running

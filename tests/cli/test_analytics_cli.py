@@ -10,10 +10,10 @@ import sys
 import psycopg
 import pytest
 
-from storage.database import libpq_url
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.cli.main import main
+from tpmledger.storage.database import libpq_url
 
 SECOND = 1_000_000_000
 
@@ -121,7 +121,7 @@ def test_sweep_prints_thresholds_and_knee(
 def test_analyze_of_a_running_run_is_provisional_and_the_sweep_says_live(
     database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from analytics.live_updater import LiveUpdater
+    from tpmledger.analytics.live_updater import LiveUpdater
 
     monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
     for cap, per_minute in ((4, 2), (8, 4)):

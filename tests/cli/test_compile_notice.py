@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from analytics.compile_notice import NOTICE
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
+from tpmledger.analytics.compile_notice import NOTICE
 from tpmledger.cli.main import numba_cache_dir
 
 pytestmark = pytest.mark.slow

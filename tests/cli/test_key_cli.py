@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from provenance.signing_keys import load_public_key_pem
 from tpmledger.cli.main import main
+from tpmledger.provenance.signing_keys import load_public_key_pem
 
 
 def test_keys_show_creates_key_and_prints_pem_and_fingerprint(

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from storage.ingest_tokens import active_token_hashes, hash_token
 from tpmledger.cli.main import main
+from tpmledger.storage.ingest_tokens import active_token_hashes, hash_token
 
 
 @pytest.fixture

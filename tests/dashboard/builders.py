@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from storage.database import transaction
-from storage.models import MinuteMetric, Run, Snapshot
+from tpmledger.storage.database import transaction
+from tpmledger.storage.models import MinuteMetric, Run, Snapshot
 
 START = datetime(2026, 2, 1, 3, 44, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from storage.database import transaction
-from storage.models import MinuteMetric, Run, Snapshot
 from tests.dashboard.builders import START, SeededRun, epoch_ns, fake_digest, seed_sealed_run
+from tpmledger.storage.database import transaction
+from tpmledger.storage.models import MinuteMetric, Run, Snapshot
 
 
 def seed_unsealed_run(url: str, run_id: str = "run-unsealed", attempts: int = 42) -> None:

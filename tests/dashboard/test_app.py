@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dash
 
-from dashboard.app import create_app
+from tpmledger.dashboard.app import create_app
 
 
 def test_app_serves_health_pages_and_local_assets(database_url: str) -> None:

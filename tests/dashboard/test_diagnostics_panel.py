@@ -1,6 +1,6 @@
 """Diagnostics lines: figures when measured, the reason when not, never a false 0."""
 
-from dashboard.components.diagnostics_panel import diagnostics_lines
+from tpmledger.dashboard.components.diagnostics_panel import diagnostics_lines
 
 
 def test_each_null_diagnostic_says_why() -> None:

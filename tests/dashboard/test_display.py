@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from dashboard.display import fmt_int, fmt_rate, fmt_seconds, fmt_utc, plot_minute
+from tpmledger.dashboard.display import fmt_int, fmt_rate, fmt_seconds, fmt_utc, plot_minute
 
 
 def test_missing_figures_read_not_measured_never_zero() -> None:
@@ -29,7 +29,7 @@ def test_times_are_converted_to_utc_and_labelled() -> None:
 def test_verify_commands_quote_hostile_run_ids() -> None:
     import shlex
 
-    from dashboard.components.provenance_panel import verify_commands
+    from tpmledger.dashboard.components.provenance_panel import verify_commands
 
     hostile = "x; touch /tmp/PWNED #"
     for line in verify_commands(hostile, "ab" * 32).splitlines():

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.data.minute_series import load_run_minutes, load_shard_minutes, shard_sort_key
-from storage.database import in_one_snapshot
 from tests.dashboard.builders import seed_sealed_run
+from tpmledger.dashboard.data.minute_series import (
+    load_run_minutes,
+    load_shard_minutes,
+    shard_sort_key,
+)
+from tpmledger.storage.database import in_one_snapshot
 
 
 def test_whole_run_and_per_shard_minutes(database_url: str) -> None:

@@ -1,6 +1,6 @@
 """The run page's reconciliation line says what each side counted, or that it was not."""
 
-from dashboard.components.reconciliation_line import reconciliation_text
+from tpmledger.dashboard.components.reconciliation_line import reconciliation_text
 
 
 def test_missing_metrics_read_not_measured_never_zero() -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from dashboard.data.run_records import list_sweep_ids, load_run, load_runs, load_sweep_runs
-from storage.database import in_one_snapshot
 from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.lifecycle_builders import seed_unsealed_run
+from tpmledger.dashboard.data.run_records import (
+    list_sweep_ids,
+    load_run,
+    load_runs,
+    load_sweep_runs,
+)
+from tpmledger.storage.database import in_one_snapshot
 
 
 def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> None:
@@ -48,11 +53,11 @@ def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
 
 
 def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str) -> None:
-    from analytics.sealing import seal_run
-    from dashboard.components.provenance_panel import covers_text, rebase_text
     from tests.analytics.seeding import store
     from tests.analytics.test_version_consistency import _calls
     from tests.storage.builders import BASE_NS, MINUTE_NS
+    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.dashboard.components.provenance_panel import covers_text, rebase_text
 
     store(database_url, _calls(range(5)))
     seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)

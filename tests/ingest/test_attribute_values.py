@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from ingest.attribute_values import (
+from tests.otlp_values import any_value
+from tpmledger.ingest.attribute_values import (
     any_value_to_python,
     as_int,
     as_seconds,
@@ -16,7 +17,6 @@ from ingest.attribute_values import (
     as_text,
     strip_nul,
 )
-from tests.otlp_values import any_value
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,13 @@ import psycopg
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from ingest.auth import TokenVerifier, bearer_token
-from ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
-from storage.database import libpq_url
-from storage.ingest_tokens import create_token, revoke_token
 from tests.fixtures.servers import RunningIngest, start_ingest, wait_for
 from tests.ingest.otlp_builders import export_request, llm_span
+from tpmledger.ingest.auth import TokenVerifier, bearer_token
+from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
 from tpmledger.settings import Settings, UnsafeConfiguration
+from tpmledger.storage.database import libpq_url
+from tpmledger.storage.ingest_tokens import create_token, revoke_token
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 

@@ -9,10 +9,10 @@ import socket
 import httpx
 import pytest
 
-from ingest.body_budget import FIRST_CHARGE, BodyBudget
-from ingest.error_taxonomy import Overloaded, PayloadTooLarge
-from ingest.otlp_http_codec import PROTOBUF, BodyReader
 from tests.fixtures.servers import RunningIngest, start_ingest, wait_for
+from tpmledger.ingest.body_budget import FIRST_CHARGE, BodyBudget
+from tpmledger.ingest.error_taxonomy import Overloaded, PayloadTooLarge
+from tpmledger.ingest.otlp_http_codec import PROTOBUF, BodyReader
 
 MIB = 1024 * 1024
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest import conventions as conv
-from ingest.span_plan import FIELD_READERS, plan_for
+from tpmledger.ingest import conventions as conv
+from tpmledger.ingest.span_plan import FIELD_READERS, plan_for
 
 # docs/conventions.md, "read from, first present wins", transcribed by hand: the registry must
 # derive

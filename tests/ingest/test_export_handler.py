@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from ingest.error_taxonomy import UndecodableBody
-from ingest.export_handler import TraceExportHandler, rejection_message
-from ingest.metrics import IngestMetrics
-from ingest.request_encoding import EncodedRequest
-from storage.attempt_encoding import AttemptBlock
 from tests.ingest.otlp_builders import export_request, llm_span
+from tpmledger.ingest.error_taxonomy import UndecodableBody
+from tpmledger.ingest.export_handler import TraceExportHandler, rejection_message
+from tpmledger.ingest.metrics import IngestMetrics
+from tpmledger.ingest.request_encoding import EncodedRequest
+from tpmledger.storage.attempt_encoding import AttemptBlock
 
 
 class RecordingWriter:

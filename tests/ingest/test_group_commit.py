@@ -11,18 +11,18 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from ingest.error_taxonomy import (
+from tests.storage.builders import attempt_row
+from tpmledger.ingest.error_taxonomy import (
     DatabaseUnavailable,
     Overloaded,
     PoisonRequest,
     ShuttingDown,
     is_unavailable,
 )
-from ingest.group_commit import GroupCommitWriter
-from ingest.metrics import IngestMetrics
-from storage.attempt_encoding import encode_attempts
-from storage.database import connect_raw, libpq_url
-from tests.storage.builders import attempt_row
+from tpmledger.ingest.group_commit import GroupCommitWriter
+from tpmledger.ingest.metrics import IngestMetrics
+from tpmledger.storage.attempt_encoding import encode_attempts
+from tpmledger.storage.database import connect_raw, libpq_url
 
 
 def stored_count(url: str) -> int:

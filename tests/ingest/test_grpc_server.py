@@ -9,10 +9,10 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from ingest.auth import TokenVerifier
-from ingest.body_budget import BodyBudget
-from ingest.grpc_server import TraceService
-from ingest.metrics import IngestMetrics
+from tpmledger.ingest.auth import TokenVerifier
+from tpmledger.ingest.body_budget import BodyBudget
+from tpmledger.ingest.grpc_server import TraceService
+from tpmledger.ingest.metrics import IngestMetrics
 
 
 class Aborted(Exception):

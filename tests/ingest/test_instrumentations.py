@@ -26,13 +26,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from psycopg.rows import dict_row
 
-from storage.database import libpq_url
 from tests.fixtures.servers import RunningIngest, free_port
 from tests.ingest.openai_compatible_server import (
     FIRST_CHUNK_DELAY_S,
     serve_openai_compatible,
     usage_for,
 )
+from tpmledger.storage.database import libpq_url
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 USAGE = usage_for(MESSAGES)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
-from ingest.attribute_values import any_value_to_python
-from ingest.key_value_wire import read_key_value
+from tpmledger.ingest.attribute_values import any_value_to_python
+from tpmledger.ingest.key_value_wire import read_key_value
 
 _SCALARS = st.one_of(
     st.text(max_size=140).map(lambda s: AnyValue(string_value=s)),

@@ -10,10 +10,6 @@ from typing import Any
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from ingest import conventions as conv
-from ingest.normalize import normalize_payload
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
 from tests.ingest.span_builders import (
     BASE_NS,
     LLM,
@@ -24,6 +20,10 @@ from tests.ingest.span_builders import (
     request,
     span,
 )
+from tpmledger.ingest import conventions as conv
+from tpmledger.ingest.normalize import normalize_payload
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 # (key, attribute value, column, stored value): every key of the docs/conventions.md table.
 KEY_CASES: list[tuple[str, Any, str, Any]] = [

@@ -9,11 +9,11 @@ import signal
 import pytest
 from google.protobuf.message import DecodeError
 
-from ingest.error_taxonomy import NormalizerLost
-from ingest.normalize_pool import NormalizePool
-from ingest.request_encoding import encode_request
 from tests.fixtures.servers import start_ingest, wait_for
 from tests.ingest.otlp_builders import export_request, llm_span
+from tpmledger.ingest.error_taxonomy import NormalizerLost
+from tpmledger.ingest.normalize_pool import NormalizePool
+from tpmledger.ingest.request_encoding import encode_request
 
 
 def _payload() -> bytes:

@@ -24,10 +24,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from analytics.live_updater import LiveUpdater
-from storage.database import in_one_snapshot
-from storage.genai_metric_store import metric_tokens
 from tests.fixtures.servers import RunningIngest, start_ingest
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.genai_metric_store import metric_tokens
 
 
 @pytest.fixture

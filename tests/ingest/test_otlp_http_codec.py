@@ -9,8 +9,9 @@ import zlib
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from ingest.error_taxonomy import PayloadTooLarge, UndecodableBody, UnsupportedMediaType
-from ingest.otlp_http_codec import (
+from tests.ingest.otlp_builders import export_request, json_request, json_span, llm_span
+from tpmledger.ingest.error_taxonomy import PayloadTooLarge, UndecodableBody, UnsupportedMediaType
+from tpmledger.ingest.otlp_http_codec import (
     JSON,
     MAX_DECOMPRESSED_BYTES,
     PROTOBUF,
@@ -19,7 +20,6 @@ from ingest.otlp_http_codec import (
     encode_message,
     media_type,
 )
-from tests.ingest.otlp_builders import export_request, json_request, json_span, llm_span
 
 TRACE_HEX = "5b8efff798038103d269b633813fc60c"
 SPAN_HEX = "eee19b7ec3c1b174"

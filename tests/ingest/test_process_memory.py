@@ -7,8 +7,8 @@ import platform
 import subprocess
 import sys
 
-from ingest.http_protocol import READ_BYTES, bounded_read_protocol
-from ingest.process_memory import limit_heap_retention
+from tpmledger.ingest.http_protocol import READ_BYTES, bounded_read_protocol
+from tpmledger.ingest.process_memory import limit_heap_retention
 
 
 def test_http_connections_read_at_most_read_bytes_at_a_time() -> None:
@@ -52,7 +52,7 @@ def test_heap_tuning_applies_exactly_on_glibc() -> None:
 
 _WORKER_PROBE = """
 import sys
-import ingest.normalize_worker
+import tpmledger.ingest.normalize_worker
 heavy = ("grpc", "psycopg", "sqlalchemy", "fastapi", "polars")
 print(",".join(m for m in heavy if m in sys.modules))
 """
@@ -71,7 +71,7 @@ def test_a_normalizer_worker_imports_only_the_normalizer() -> None:
 
 _GC_PROBE = """
 import gc
-from ingest.process_memory import GC_THRESHOLDS, relax_garbage_collector
+from tpmledger.ingest.process_memory import GC_THRESHOLDS, relax_garbage_collector
 relax_garbage_collector()
 assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
 print("ok")

@@ -7,10 +7,10 @@ _PROBE = """
 import sys
 from tpmledger.cli.main import build_parser
 build_parser()
-import ingest.service
-from read_api import build_router
+import tpmledger.ingest.service
+from tpmledger.read_api import build_router
 build_router("postgresql://unused/db")
-print(",".join(m for m in ("polars", "pyarrow", "analytics", "dash") if m in sys.modules))
+print(",".join(m for m in ("polars", "pyarrow", "tpmledger.analytics", "dash") if m in sys.modules))
 """
 
 
@@ -25,7 +25,7 @@ _REQUEST_PROBE = """
 import sys
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from read_api import build_router
+from tpmledger.read_api import build_router
 app = FastAPI()
 app.include_router(build_router(sys.argv[1]))
 client = TestClient(app)
@@ -40,10 +40,10 @@ def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> Non
     # Request time, not only start-up: the run object, minutes and the run list of a live
     # and of a sealed run are read from minute rows (analytics/live_view.py), so the
     # ingest process (300 MB target) never loads Polars, Arrow or Numba to answer them.
-    from analytics.live_updater import LiveUpdater
-    from analytics.sealing import seal_run
     from tests.analytics.seeding import store
     from tests.storage.builders import attempt_row
+    from tpmledger.analytics.live_updater import LiveUpdater
+    from tpmledger.analytics.sealing import seal_run
 
     store(database_url, [attempt_row(run_id="sealed-run")])
     seal_run(database_url, "sealed-run")

@@ -7,9 +7,6 @@ from typing import Any
 
 import pytest
 
-from ingest import span_validation as check
-from ingest.conventions import TOKEN_KEYS
-from ingest.normalize import MAX_REASONS, normalize_payload
 from tests.ingest.span_builders import (
     BASE_NS,
     LLM,
@@ -19,6 +16,9 @@ from tests.ingest.span_builders import (
     request,
     span,
 )
+from tpmledger.ingest import span_validation as check
+from tpmledger.ingest.conventions import TOKEN_KEYS
+from tpmledger.ingest.normalize import MAX_REASONS, normalize_payload
 
 DAY_NS = 86_400 * 1_000_000_000
 Y2000_NS = 946_684_800 * 1_000_000_000

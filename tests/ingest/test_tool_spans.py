@@ -10,10 +10,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-from storage.database import libpq_url
 from tests.fixtures.servers import RunningIngest
 from tests.ingest.span_builders import normalize, span
 from tests.ingest.stored_rows import stored_attempts
+from tpmledger.storage.database import libpq_url
 
 RUN = "agent-run"
 

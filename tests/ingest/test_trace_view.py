@@ -7,10 +7,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from ingest.attribute_values import key_values_to_dict
-from ingest.trace_view import AttributeDecoder, parse_request_view
 from tests.ingest.span_builders import request, span
 from tests.otlp_values import key_values
+from tpmledger.ingest.attribute_values import key_values_to_dict
+from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
 
 
 def test_view_reads_the_same_fields_as_the_real_message() -> None:

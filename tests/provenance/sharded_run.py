@@ -7,11 +7,11 @@ from typing import Any
 
 import polars as pl
 
-from provenance.event_schema import EVENT_SCHEMA
-from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+from tpmledger.storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 RUN_ID = "newgen_full_20260201_030151_sharded"
 SHARDS = 8

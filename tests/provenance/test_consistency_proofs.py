@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provenance.merkle import (
+from tpmledger.provenance.merkle import (
     consistency_proof,
     leaf_hash,
     root_from_leaf_hashes,

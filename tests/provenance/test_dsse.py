@@ -8,8 +8,8 @@ import copy
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from provenance.dsse import EnvelopeError, pae, sign_envelope, verify_envelope
-from provenance.signing_keys import fingerprint
+from tpmledger.provenance.dsse import EnvelopeError, pae, sign_envelope, verify_envelope
+from tpmledger.provenance.signing_keys import fingerprint
 
 
 def test_pae_matches_the_dsse_spec_example() -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from provenance.event_file import (
+from tpmledger.provenance.event_file import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
     ORDER_COLUMNS,

@@ -18,16 +18,16 @@ from typing import Any
 import polars as pl
 import rfc8785
 
-from analytics.minute_leaves import leaves_from_minutes
-from analytics.run_figures import RunContext, analyze_events
-from analytics.sealing import seal_run
-from provenance.event_file import build_event_file
-from provenance.event_schema import EVENT_SCHEMA
-from provenance.minute_proofs import minute_tree_root
-from provenance.summary_recompute import recompute_from_events
 from tests.analytics.golden_events import CAPS, golden_records
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
+from tpmledger.analytics.minute_leaves import leaves_from_minutes
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+from tpmledger.provenance.minute_proofs import minute_tree_root
+from tpmledger.provenance.summary_recompute import recompute_from_events
 
 EVENTS_SHA256 = "281faeae2502ef42b69f7fafa3e00e168243d658876e3b2397a15f7641ae8cd1"
 MERKLE_ROOT = "6a3be68b772f3e325094ba3faddac450a3dbee61dff018cf0d4f33dbf7f175b9"

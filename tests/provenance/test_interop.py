@@ -15,10 +15,14 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
-from provenance.dsse import sign_envelope
-from provenance.in_toto_statement import build_predicate, build_statement, statement_payload
-from provenance.signing_keys import fingerprint, public_key_pem
-from provenance.sigstore_bundle import bundle_from_envelope
+from tpmledger.provenance.dsse import sign_envelope
+from tpmledger.provenance.in_toto_statement import (
+    build_predicate,
+    build_statement,
+    statement_payload,
+)
+from tpmledger.provenance.signing_keys import fingerprint, public_key_pem
+from tpmledger.provenance.sigstore_bundle import bundle_from_envelope
 
 NODE_DIR = Path(__file__).parent / "node"
 PEAK = {
@@ -157,10 +161,10 @@ def test_sigstore_js_rejects_a_wrong_key(sigstore_js: Path) -> None:
 def test_a_real_export_verifies_with_securesystemslib_and_sigstore_js(
     database_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    from analytics.sealing import seal_run
-    from analytics.summary_export import build_summary, write_export
-    from provenance.signing_keys import load_or_create_signing_key
     from tests.provenance.sharded_run import RUN_ID, store_sharded_run
+    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.summary_export import build_summary, write_export
+    from tpmledger.provenance.signing_keys import load_or_create_signing_key
     from tpmledger.settings import Settings
 
     store_sharded_run(database_url)

@@ -1,4 +1,4 @@
-"""provenance/ is a leaf library: it imports no other package of the project, and it (with
+"""tpmledger.provenance is a leaf library: it imports no other package of the project, and it (with
 the offline verifier) loads and runs where the server's dependencies are missing."""
 
 from __future__ import annotations
@@ -12,18 +12,19 @@ from pathlib import Path
 import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from analytics.summary_export import summary_from_events, write_export
-from provenance.event_schema import EVENT_SCHEMA
-from provenance.signing_keys import SigningKey
 from tests.analytics.golden_events import golden_records
+from tpmledger.analytics.summary_export import summary_from_events, write_export
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+from tpmledger.provenance.signing_keys import SigningKey
 
 ROOT = Path(__file__).resolve().parents[2]
-PROVENANCE = ROOT / "provenance"
-# Every top-level package of the project but provenance itself.
+PACKAGE = ROOT / "tpmledger"
+PROVENANCE = PACKAGE / "provenance"
+# Every package of the project but provenance itself, by its full import name.
 SIBLINGS = sorted(
-    p.name
-    for p in ROOT.iterdir()
-    if (p / "__init__.py").is_file() and p.name not in ("provenance", "tests")
+    f"tpmledger.{p.name}"
+    for p in PACKAGE.iterdir()
+    if (p / "__init__.py").is_file() and p.name != "provenance"
 )
 # What the verifier must run without (server and fast-path dependencies).
 SERVER_ONLY = ("sqlalchemy", "psycopg", "numba", "alembic", "fastapi", "pgserver")
@@ -33,7 +34,7 @@ import importlib.abc, importlib, json, sys
 blocked = set(json.loads(sys.argv[1]))
 class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in blocked:
+        if any(name == b or name.startswith(b + ".") for b in blocked):
             raise ImportError(f"{name} is blocked in this test")
         return None
 sys.meta_path.insert(0, Blocked())
@@ -48,14 +49,23 @@ def provenance_modules() -> list[str]:
 
 
 def imported_names(path: Path) -> set[str]:
-    """Top-level names of every module ``path`` imports, at any depth of the file."""
+    """Every module ``path`` imports, at any depth of the file, by its full name."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
     return names
+
+
+def sibling_imports(path: Path) -> list[str]:
+    """The project packages other than provenance that ``path`` imports."""
+    return sorted(
+        name
+        for name in imported_names(path)
+        if any(name == s or name.startswith(s + ".") for s in SIBLINGS)
+    )
 
 
 def run_blocked(blocked: list[str], code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,13 +79,14 @@ def run_blocked(blocked: list[str], code: str, *args: str) -> subprocess.Complet
 
 
 def test_the_scan_sees_every_sibling_package() -> None:
-    assert {"analytics", "storage", "tpmledger", "ingest", "read_api", "dashboard"} <= set(SIBLINGS)
-    assert "provenance.reference.run_tally" in provenance_modules()
+    expected = {"analytics", "storage", "cli", "ingest", "read_api", "dashboard"}
+    assert {f"tpmledger.{name}" for name in expected} <= set(SIBLINGS)
+    assert "tpmledger.provenance.reference.run_tally" in provenance_modules()
 
 
 def test_no_provenance_module_imports_a_sibling_package() -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_names(path) & set(SIBLINGS))
+        str(path.relative_to(ROOT)): sibling_imports(path)
         for path in PROVENANCE.rglob("*.py")
     }
     assert {path: names for path, names in offenders.items() if names} == {}
@@ -86,7 +97,7 @@ def test_every_provenance_module_imports_with_siblings_and_server_packages_block
 import importlib
 for name in sys.argv[2:]:
     importlib.import_module(name)
-print(sorted(m for m in sys.modules if m.split(".")[0] == "provenance"))
+print(sorted(m for m in sys.modules if m.startswith("tpmledger.provenance")))
 """
     modules = provenance_modules()
     result = run_blocked([*SIBLINGS, *SERVER_ONLY], code, *modules)
@@ -95,7 +106,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "provenance"))
 
 
 def test_the_blocker_really_blocks() -> None:
-    result = run_blocked(["numba"], "import provenance.line_writer as w; w._compiled()")
+    result = run_blocked(["numba"], "import tpmledger.provenance.line_writer as w; w._compiled()")
     assert result.returncode != 0
     assert "numba is blocked in this test" in result.stderr
 
@@ -116,7 +127,7 @@ def test_an_export_verifies_with_numba_sqlalchemy_psycopg_and_polars_unavailable
     _golden_export(tmp_path / "export")
     code = """
 from pathlib import Path
-from provenance.summary_verify import verify_export
+from tpmledger.provenance.summary_verify import verify_export
 report = verify_export(Path(sys.argv[2]))
 print(json.dumps(report.as_dict()))
 print(",".join(m for m in ("polars", "numpy", "pyarrow", "numba") if m in sys.modules))

@@ -21,11 +21,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.summary_export import summary_from_events, write_export
-from provenance.event_file import build_event_file
-from provenance.event_schema import EVENT_SCHEMA
-from provenance.reference import event_rows
-from provenance.reference.event_lines import (
+from tests.analytics.golden_events import golden_records
+from tests.provenance.sharded_run import RUN_ID, sharded_events
+from tpmledger.analytics.summary_export import summary_from_events, write_export
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+from tpmledger.provenance.reference import event_rows
+from tpmledger.provenance.reference.event_lines import (
     EVENT_KEYS,
     INTEGER,
     NANOSECONDS,
@@ -37,12 +39,14 @@ from provenance.reference.event_lines import (
     line_text,
     parsed_rows,
 )
-from provenance.reference.line_grammar import LineGrammar
-from provenance.signing_keys import SigningKey
-from provenance.summary_recompute import Recomputed, recompute_from_blocks, recompute_from_events
-from provenance.summary_verify import verify_export
-from tests.analytics.golden_events import golden_records
-from tests.provenance.sharded_run import RUN_ID, sharded_events
+from tpmledger.provenance.reference.line_grammar import LineGrammar
+from tpmledger.provenance.signing_keys import SigningKey
+from tpmledger.provenance.summary_recompute import (
+    Recomputed,
+    recompute_from_blocks,
+    recompute_from_events,
+)
+from tpmledger.provenance.summary_verify import verify_export
 
 GRAMMAR_INTEGER = 10**15 - 1  # wider integers (16 digits) are left to parsing
 VALUES = {

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provenance.merkle import (
+from tpmledger.provenance.merkle import (
     EMPTY_ROOT,
     inclusion_proof,
     leaf_hash,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provenance.minute_proofs import (
+from tpmledger.provenance.minute_proofs import (
     ProofError,
     build_minute_proofs,
     check_minute_proof,

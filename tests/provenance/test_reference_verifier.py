@@ -17,14 +17,15 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analytics.minute_leaves import leaves_from_minutes
-from analytics.run_figures import RunContext, analyze_events
-from provenance.event_file import build_event_file
-from provenance.event_schema import EVENT_SCHEMA, NS_COLUMNS
-from provenance.in_toto_statement import RUN_FIGURE_KEYS
-from provenance.merkle import root_from_leaf_hashes
-from provenance.minute_proofs import minute_tree_root
-from provenance.reference.event_lines import (
+from tests.analytics.golden_events import MINUTE0_NS, golden_records
+from tpmledger.analytics.minute_leaves import leaves_from_minutes
+from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.event_schema import EVENT_SCHEMA, NS_COLUMNS
+from tpmledger.provenance.in_toto_statement import RUN_FIGURE_KEYS
+from tpmledger.provenance.merkle import root_from_leaf_hashes
+from tpmledger.provenance.minute_proofs import minute_tree_root
+from tpmledger.provenance.reference.event_lines import (
     EVENT_KEYS,
     INTEGER,
     NANOSECONDS,
@@ -32,10 +33,13 @@ from provenance.reference.event_lines import (
     TEXT,
     EventFileError,
 )
-from provenance.reference.jcs_text import NotJcs, number_text, object_bytes, string_text
-from provenance.reference.rfc6962 import leaf_hash, tree_head
-from provenance.summary_recompute import Recomputed, figure_mismatches, recompute_from_events
-from tests.analytics.golden_events import MINUTE0_NS, golden_records
+from tpmledger.provenance.reference.jcs_text import NotJcs, number_text, object_bytes, string_text
+from tpmledger.provenance.reference.rfc6962 import leaf_hash, tree_head
+from tpmledger.provenance.summary_recompute import (
+    Recomputed,
+    figure_mismatches,
+    recompute_from_events,
+)
 
 S = 1_000_000_000
 

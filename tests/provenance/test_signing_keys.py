@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from provenance.signing_keys import (
+from tpmledger.provenance.signing_keys import (
     SigningKeyError,
     load_or_create_signing_key,
     public_keys,

@@ -13,17 +13,22 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from analytics.sealing import seal_run
-from analytics.summary_export import EXPORT_FILES, build_summary, write_export
-from provenance.in_toto_statement import RUN_FIGURE_KEYS
-from provenance.minute_proofs import single_proof
-from provenance.signing_keys import SigningKey, load_or_create_signing_key, public_key_pem
-from provenance.summary_recompute import figure_mismatches, recompute_from_events
-from provenance.summary_verify import VerifyReport, verify_export, verify_path, verify_proof_file
-from storage.database import read_session
-from storage.models import Snapshot
 from tests.provenance.sharded_run import PEAK_MINUTE, RUN_ID, SHARDS, store_sharded_run
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.summary_export import EXPORT_FILES, build_summary, write_export
+from tpmledger.provenance.in_toto_statement import RUN_FIGURE_KEYS
+from tpmledger.provenance.minute_proofs import single_proof
+from tpmledger.provenance.signing_keys import SigningKey, load_or_create_signing_key, public_key_pem
+from tpmledger.provenance.summary_recompute import figure_mismatches, recompute_from_events
+from tpmledger.provenance.summary_verify import (
+    VerifyReport,
+    verify_export,
+    verify_path,
+    verify_proof_file,
+)
 from tpmledger.settings import Settings
+from tpmledger.storage.database import read_session
+from tpmledger.storage.models import Snapshot
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "provenance.md"
 
@@ -82,8 +87,8 @@ def test_recomputed_figures_equal_the_database_snapshot(database_url: str) -> No
     with read_session(database_url) as session:
         snapshot = session.get(Snapshot, (RUN_ID, result.version))
         assert snapshot is not None
-    from analytics.run_events import load_run_events
-    from provenance.event_file import build_event_file
+    from tpmledger.analytics.run_events import load_run_events
+    from tpmledger.provenance.event_file import build_event_file
 
     data = build_event_file(load_run_events(database_url, RUN_ID)).tobytes()
     assert hashlib.sha256(data).hexdigest() == snapshot.events_sha256

@@ -10,11 +10,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import read_api
-from analytics.live_updater import LiveUpdater
-from analytics.sealing import seal_run
+import tpmledger.read_api as read_api
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.sealing import seal_run
 
 SECOND = 1_000_000_000
 RUN_KEYS = {

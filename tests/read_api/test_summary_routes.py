@@ -10,15 +10,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import read_api
-from analytics.sealing import seal_run
-from provenance.dsse import verify_envelope
-from provenance.in_toto_statement import PREDICATE_TYPE
-from provenance.signing_keys import load_public_key_pem, rotate_signing_key
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
+import tpmledger.read_api as read_api
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.provenance.dsse import verify_envelope
+from tpmledger.provenance.in_toto_statement import PREDICATE_TYPE
+from tpmledger.provenance.signing_keys import load_public_key_pem, rotate_signing_key
 from tpmledger.settings import Settings
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from simulator.capacity import BatchSlots, QueueFull, TokenBudget
-from simulator.config import ServerConfig
+from tpmledger.simulator.capacity import BatchSlots, QueueFull, TokenBudget
+from tpmledger.simulator.config import ServerConfig
 
 
 def test_budget_charges_until_empty_then_names_the_wait() -> None:

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from simulator.chat_client import AttemptOutcome, chat_once, retry_after
-from simulator.workload import CallSpec
+from tpmledger.simulator.chat_client import AttemptOutcome, chat_once, retry_after
+from tpmledger.simulator.workload import CallSpec
 
 
 def test_retry_after_prefers_milliseconds_and_ignores_dates() -> None:

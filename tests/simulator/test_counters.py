@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.counters import ShardCounters, derived_figures, fleet_totals
+from tpmledger.simulator.counters import ShardCounters, derived_figures, fleet_totals
 
 
 def test_totals_sum_shards_and_merge_error_types() -> None:

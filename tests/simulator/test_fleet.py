@@ -13,11 +13,11 @@ import httpx
 import psycopg
 import pytest
 
-from simulator.config import ServerConfig
-from simulator.fleet import FleetConfig, run_fleet
-from storage.database import libpq_url
 from tests.conftest import create_test_database, drop_test_database
 from tests.fixtures.servers import RunningIngest, start_ingest
+from tpmledger.simulator.config import ServerConfig
+from tpmledger.simulator.fleet import FleetConfig, run_fleet
+from tpmledger.storage.database import libpq_url
 
 RUN_ID = "sim_fleet_test_sharded"
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 
-from simulator.config import ServerConfig
-from simulator.llm_server import build_app, reply_length
-from simulator.server_process import running_llm_server
-from simulator.workload import prompt_text
 from tests.fixtures.servers import wait_for
+from tpmledger.simulator.config import ServerConfig
+from tpmledger.simulator.llm_server import build_app, reply_length
+from tpmledger.simulator.server_process import running_llm_server
+from tpmledger.simulator.workload import prompt_text
 
 FAST = {"speed": 50.0, "error_rate": 0.0, "timeout_rate": 0.0}
 

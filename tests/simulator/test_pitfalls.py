@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from analytics.run_extras import run_extras
-from analytics.sealing import seal_run
-from simulator.config import ServerConfig
-from simulator.fleet import FleetConfig, run_fleet
-from storage.database import in_one_snapshot
 from tests.fixtures.servers import start_ingest
+from tpmledger.analytics.run_extras import run_extras
+from tpmledger.analytics.sealing import seal_run
 from tpmledger.cli.main import build_parser
 from tpmledger.cli.simulate_command import fleet_config
+from tpmledger.simulator.config import ServerConfig
+from tpmledger.simulator.fleet import FleetConfig, run_fleet
+from tpmledger.storage.database import in_one_snapshot
 
 RUN_ID = "sim_pitfalls"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.counters import ShardCounters
-from simulator.fleet import FleetConfig, FleetResult
-from simulator.progress import compact, progress_line, summary_text, sweep_table
+from tpmledger.simulator.counters import ShardCounters
+from tpmledger.simulator.fleet import FleetConfig, FleetResult
+from tpmledger.simulator.progress import compact, progress_line, summary_text, sweep_table
 
 
 def _result(cap: int, **counters: object) -> FleetResult:

@@ -16,12 +16,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from simulator.config import ServerConfig, ShardConfig
-from simulator.counters import ShardCounters
-from simulator.server_process import running_llm_server
-from simulator.shard_process import run_shard
-from simulator.shard_worker import ShardWorker
-from simulator.telemetry import build_tracer_provider
+from tpmledger.simulator.config import ServerConfig, ShardConfig
+from tpmledger.simulator.counters import ShardCounters
+from tpmledger.simulator.server_process import running_llm_server
+from tpmledger.simulator.shard_process import run_shard
+from tpmledger.simulator.shard_worker import ShardWorker
+from tpmledger.simulator.telemetry import build_tracer_provider
 
 
 @pytest.fixture(scope="module")

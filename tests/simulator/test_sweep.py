@@ -11,10 +11,10 @@ from collections import defaultdict
 
 import pytest
 
-from simulator.config import ServerConfig
-from simulator.fleet import FleetConfig
-from simulator.sweep import parse_caps, run_sweep, sweep_configs
 from tests.simulator.otlp_recorder import recording_otlp_receiver
+from tpmledger.simulator.config import ServerConfig
+from tpmledger.simulator.fleet import FleetConfig
+from tpmledger.simulator.sweep import parse_caps, run_sweep, sweep_configs
 
 
 def _base(endpoint: str) -> FleetConfig:

@@ -8,8 +8,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from simulator.config import ShardConfig
-from simulator.telemetry import build_tracer_provider, otlp_exporter, shard_resource
+from tpmledger.simulator.config import ShardConfig
+from tpmledger.simulator.telemetry import build_tracer_provider, otlp_exporter, shard_resource
 
 
 class FlakyExporter(SpanExporter):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from simulator.config import LengthDistribution, WorkloadConfig
-from simulator.workload import count_prompt_tokens, draw_length, prompt_text, request_mix
+from tpmledger.simulator.config import LengthDistribution, WorkloadConfig
+from tpmledger.simulator.workload import count_prompt_tokens, draw_length, prompt_text, request_mix
 
 
 def test_same_seed_and_shard_give_the_same_calls() -> None:

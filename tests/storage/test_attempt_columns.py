@@ -6,10 +6,10 @@ import polars as pl
 from sqlalchemy import inspect
 from sqlalchemy.dialects import postgresql
 
-from provenance.event_schema import EVENT_SCHEMA
-from storage.attempt_columns import ATTEMPT_COLUMNS, ATTEMPT_COPY_COLUMNS
-from storage.attempt_frames import ATTEMPT_FRAME_SCHEMA
-from storage.database import get_engine
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+from tpmledger.storage.attempt_columns import ATTEMPT_COLUMNS, ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.attempt_frames import ATTEMPT_FRAME_SCHEMA
+from tpmledger.storage.database import get_engine
 
 
 def test_the_migrated_table_has_every_declared_column_with_its_type(database_url: str) -> None:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.attempt_columns import ATTEMPT_COPY_COLUMNS
-from storage.attempt_encoding import AttemptBlock, encode_attempts, merge_runs
-from storage.bulk_writer import copy_blocks
-from storage.database import libpq_url
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.attempt_columns import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.attempt_encoding import AttemptBlock, encode_attempts, merge_runs
+from tpmledger.storage.bulk_writer import copy_blocks
+from tpmledger.storage.database import libpq_url
 
 _COLUMNS = ", ".join(ATTEMPT_COPY_COLUMNS)
 # Everything PostgreSQL text accepts (no NUL), with COPY's special characters made likely.

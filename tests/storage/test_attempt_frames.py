@@ -6,16 +6,16 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from storage.attempt_frames import (
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.attempt_frames import (
     ATTEMPT_FRAME_SCHEMA,
     _copy_out,
     begin_repeatable_read,
     fetch_run_attempts,
     fetch_run_facts,
 )
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
-from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 AWKWARD = ['say "hi", then\nleave', "", "back\\slash\tand ,comma", "naïve ☃"]
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.binary_copy import SIGNATURE, BinaryCopyError, parse_binary_copy
+from tpmledger.storage.binary_copy import SIGNATURE, BinaryCopyError, parse_binary_copy
 
 COLUMNS: dict[str, Any] = {"i8": "integer", "i4": "integer", "f": "float", "t": "text", "h": "hex"}
 

@@ -1,9 +1,9 @@
 from sqlalchemy import select
 
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction, read_session
-from storage.models import Attempt, Run
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction, read_session
+from tpmledger.storage.models import Attempt, Run
 
 
 def test_write_is_idempotent_and_keeps_runs_current(database_url: str) -> None:

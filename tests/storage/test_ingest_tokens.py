@@ -7,8 +7,8 @@ import hashlib
 import psycopg
 import pytest
 
-from storage.database import libpq_url
-from storage.ingest_tokens import (
+from tpmledger.storage.database import libpq_url
+from tpmledger.storage.ingest_tokens import (
     TokenNameTaken,
     active_token_hashes,
     create_token,

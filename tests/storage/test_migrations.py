@@ -1,7 +1,7 @@
 from sqlalchemy import inspect
 
-from storage import migrate
-from storage.database import get_engine
+from tpmledger.storage import migrate
+from tpmledger.storage.database import get_engine
 
 
 def test_upgrade_creates_every_table_and_downgrade_removes_them(empty_database_url: str) -> None:
@@ -24,7 +24,7 @@ def test_models_and_migrations_agree(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from storage.models import Base
+    from tpmledger.storage.models import Base
 
     with get_engine(database_url).connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from analytics.run_computation import compute_run
-from analytics.sealing import minute_records, seal_run
-from analytics.verification import verify_run
-from storage.database import in_one_snapshot, read_session
-from storage.minute_versions import MINUTE_ROW_COLUMNS, changed_rows
-from storage.snapshots_read import minute_rows
 from tests.analytics.seeding import store
 from tests.analytics.test_version_consistency import _calls
+from tpmledger.analytics.run_computation import compute_run
+from tpmledger.analytics.sealing import minute_records, seal_run
+from tpmledger.analytics.verification import verify_run
+from tpmledger.storage.database import in_one_snapshot, read_session
+from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, changed_rows
+from tpmledger.storage.snapshots_read import minute_rows
 
 
 def _stored(url: str, version: int) -> int:

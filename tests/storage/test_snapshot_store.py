@@ -9,10 +9,10 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from analytics.minute_table import MINUTE_COLUMNS
-from storage.database import transaction
-from storage.models import MinuteMetric, Snapshot
-from storage.snapshot_store import insert_snapshot
+from tpmledger.analytics.minute_table import MINUTE_COLUMNS
+from tpmledger.storage.database import transaction
+from tpmledger.storage.models import MinuteMetric, Snapshot
+from tpmledger.storage.snapshot_store import insert_snapshot
 
 MINUTE0 = datetime(2026, 2, 1, 3, 44, tzinfo=UTC)
 

@@ -135,14 +135,14 @@ class SealProgress:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from analytics.compile_notice import ensure_kernels
-    from analytics.run_computation import UnknownRun
-    from analytics.run_extras import reconciliation, run_extras
-    from analytics.run_span_limit import RunTooLong
-    from analytics.sealing import seal_run
-    from analytics.slo import SloError, optional_slo
-    from storage.database import read_view
-    from storage.retention_store import RunArchived
+    from tpmledger.analytics.compile_notice import ensure_kernels
+    from tpmledger.analytics.run_computation import UnknownRun
+    from tpmledger.analytics.run_extras import reconciliation, run_extras
+    from tpmledger.analytics.run_span_limit import RunTooLong
+    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.slo import SloError, optional_slo
+    from tpmledger.storage.database import read_view
+    from tpmledger.storage.retention_store import RunArchived
 
     settings = settings_from_args(args)
     try:
@@ -189,9 +189,9 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 
 def run_snapshots(args: argparse.Namespace) -> int:
-    from storage.database import read_view
-    from storage.snapshots_read import list_snapshots
-    from storage.time_text import minute_text
+    from tpmledger.storage.database import read_view
+    from tpmledger.storage.snapshots_read import list_snapshots
+    from tpmledger.storage.time_text import minute_text
 
     with database(settings_from_args(args), migrate_to_head=True) as url, read_view(url) as session:
         rows = list_snapshots(session, args.run_id)
@@ -214,8 +214,8 @@ def run_snapshots(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from analytics.run_computation import UnknownRun
-    from analytics.verification import NotSealed, verify_run
+    from tpmledger.analytics.run_computation import UnknownRun
+    from tpmledger.analytics.verification import NotSealed, verify_run
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -244,9 +244,9 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    from analytics.run_computation import UnknownRun
-    from analytics.run_events import load_run_events
-    from provenance.event_file import build_event_file
+    from tpmledger.analytics.run_computation import UnknownRun
+    from tpmledger.analytics.run_events import load_run_events
+    from tpmledger.provenance.event_file import build_event_file
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -260,7 +260,7 @@ def run_events(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from analytics.cap_sweep import SweepThresholds, load_sweep
+    from tpmledger.analytics.cap_sweep import SweepThresholds, load_sweep
 
     rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
     with database(settings_from_args(args), migrate_to_head=True) as url:

@@ -51,7 +51,7 @@ def register(actions: Any) -> None:
 
 
 def prove_consistency(args: argparse.Namespace) -> int:
-    from analytics.version_consistency import ConsistencyRefused, prove_consistency
+    from tpmledger.analytics.version_consistency import ConsistencyRefused, prove_consistency
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -71,14 +71,14 @@ def prove_consistency(args: argparse.Namespace) -> int:
 def _predicate(path: Path) -> dict[str, Any]:
     import base64
 
-    from provenance.in_toto_statement import parse_statement
+    from tpmledger.provenance.in_toto_statement import parse_statement
 
     envelope = json.loads(path.read_text())
     return dict(parse_statement(base64.b64decode(envelope["payload"]))["predicate"])
 
 
 def verify_consistency_file(args: argparse.Namespace) -> int:
-    from provenance.consistency_document import check_against_summary, check_consistency
+    from tpmledger.provenance.consistency_document import check_against_summary, check_consistency
 
     try:
         document = json.loads(args.path.read_text())

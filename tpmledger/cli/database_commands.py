@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from storage import migrate
+    from tpmledger.storage import migrate
 
     settings = settings_from_args(args)
     with database(settings) as url:
@@ -41,9 +41,9 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    from analytics.run_views import run_list
-    from storage.database import read_view
-    from storage.retention_store import stored_bytes
+    from tpmledger.analytics.run_views import run_list
+    from tpmledger.storage.database import read_view
+    from tpmledger.storage.retention_store import stored_bytes
 
     settings = settings_from_args(args)
     with database(settings, migrate_to_head=True) as url, read_view(url) as session:

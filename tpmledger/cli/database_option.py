@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tpmledger.settings import Settings
 
 if TYPE_CHECKING:
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
 # storage (SQLAlchemy, psycopg, alembic) is imported when a command opens its database:
 # every `tpmledger` process builds the parser, and `summary verify` needs no database.
@@ -95,8 +95,8 @@ def database_in_use(
     settings: Settings, *, migrate_to_head: bool = False
 ) -> Iterator[DatabaseInUse]:
     """The configured database, or an embedded server started for the block."""
-    from storage import migrate
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage import migrate
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
     embedded: EmbeddedPostgres | None = None
     url = settings.database_url

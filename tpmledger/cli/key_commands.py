@@ -7,13 +7,13 @@ import json
 import sys
 from typing import Any
 
-from provenance.signing_keys import (
+from tpmledger.cli.database_option import add_data_dir_option, settings_from_args
+from tpmledger.provenance.signing_keys import (
     SigningKeyError,
     load_or_create_signing_key,
     public_keys,
     rotate_signing_key,
 )
-from tpmledger.cli.database_option import add_data_dir_option, settings_from_args
 
 
 def register(subparsers: Any) -> None:

@@ -46,8 +46,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from analytics.run_archive import prune
-    from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from tpmledger.analytics.run_archive import prune
+    from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
     archive_dir = args.archive_dir or settings.archive_dir or settings.data_dir / "archive"

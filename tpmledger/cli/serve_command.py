@@ -10,9 +10,9 @@ from tpmledger.cli.database_option import add_data_dir_option, database, setting
 
 # service name -> module whose ``run(settings)`` blocks until the process is told to stop
 SERVICES = {
-    "ingest": "ingest.service",
-    "analytics": "analytics.worker",
-    "dashboard": "dashboard.app",
+    "ingest": "tpmledger.ingest.service",
+    "analytics": "tpmledger.analytics.worker",
+    "dashboard": "tpmledger.dashboard.app",
 }
 
 

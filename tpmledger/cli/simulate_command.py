@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from simulator.config import ServerConfig, WorkloadConfig
-from simulator.fleet import FleetConfig, FleetResult, run_fleet
-from simulator.progress import progress_printer, summary_text, sweep_table
-from simulator.sweep import parse_caps, run_sweep
+from tpmledger.simulator.config import ServerConfig, WorkloadConfig
+from tpmledger.simulator.fleet import FleetConfig, FleetResult, run_fleet
+from tpmledger.simulator.progress import progress_printer, summary_text, sweep_table
+from tpmledger.simulator.sweep import parse_caps, run_sweep
 
 DEMO_RUN_S = 60.0
 DEMO_SWEEP_CAPS = [4, 8, 16, 32]

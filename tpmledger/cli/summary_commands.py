@@ -17,8 +17,8 @@ from tpmledger.cli import consistency_commands
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 if TYPE_CHECKING:
-    from analytics.summary_export import RunSummary
-    from provenance.summary_verify import VerifyReport
+    from tpmledger.analytics.summary_export import RunSummary
+    from tpmledger.provenance.summary_verify import VerifyReport
 
 # Handlers import analytics and provenance when they run: every `tpmledger` process builds
 # this parser, and `serve ingest` must not carry Polars and Arrow for commands it never runs.
@@ -91,11 +91,11 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
-    from analytics.compile_notice import ensure_kernels
-    from analytics.run_span_limit import RunTooLong
-    from analytics.sealing import seal_run
-    from analytics.summary_export import SnapshotOutdated, build_summary
-    from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from tpmledger.analytics.compile_notice import ensure_kernels
+    from tpmledger.analytics.run_span_limit import RunTooLong
+    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
     version = getattr(args, "version", None)
@@ -124,9 +124,9 @@ def _message(exc: Exception) -> str:
 
 def show_summary(args: argparse.Namespace) -> int:
     """Print the human block (or the predicate as JSON) of the newest sealed snapshot."""
-    from analytics.summary_export import snapshot_predicate
-    from provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-    from provenance.summary_text import summary_text
+    from tpmledger.analytics.summary_export import snapshot_predicate
+    from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from tpmledger.provenance.summary_text import summary_text
 
     settings = settings_from_args(args)
     try:
@@ -145,7 +145,7 @@ def show_summary(args: argparse.Namespace) -> int:
 
 def export_summary(args: argparse.Namespace) -> int:
     """Write the export directory."""
-    from analytics.summary_export import write_export
+    from tpmledger.analytics.summary_export import write_export
 
     summary = _summary(args)
     if summary is None:
@@ -158,7 +158,7 @@ def export_summary(args: argparse.Namespace) -> int:
 
 def prove_minute(args: argparse.Namespace) -> int:
     """Write one minute's leaf, inclusion proof and the signed envelope."""
-    from provenance.minute_proofs import ProofError, single_proof
+    from tpmledger.provenance.minute_proofs import ProofError, single_proof
 
     summary = _summary(args)
     if summary is None:
@@ -179,7 +179,7 @@ def prove_minute(args: argparse.Namespace) -> int:
 
 def verify_summary(args: argparse.Namespace) -> int:
     """Run every offline check; exit 0 only if all pass."""
-    from provenance.summary_verify import verify_path
+    from tpmledger.provenance.summary_verify import verify_path
 
     if not args.path.exists():
         print(f"error: {args.path} does not exist", file=sys.stderr)

@@ -8,8 +8,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from storage.time_text import minute_text
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
+from tpmledger.storage.time_text import minute_text
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from storage.ingest_tokens import TokenNameTaken, create_token
+    from tpmledger.storage.ingest_tokens import TokenNameTaken, create_token
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -67,7 +67,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from storage.ingest_tokens import list_tokens
+    from tpmledger.storage.ingest_tokens import list_tokens
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         tokens = list_tokens(url)
@@ -93,7 +93,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    from storage.ingest_tokens import revoke_token
+    from tpmledger.storage.ingest_tokens import revoke_token
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         revoked = revoke_token(url, args.name)

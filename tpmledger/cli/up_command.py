@@ -24,7 +24,7 @@ from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
 from tpmledger.settings import Settings
 
 if TYPE_CHECKING:
-    from storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
 
 def register(subparsers: Any) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from analytics.cap_sweep import SweepPoint, SweepResult
-from dashboard.data.minute_series import MinuteSeries
-from dashboard.figures.concurrency import concurrency_figure, work_conserving_text
-from dashboard.figures.shard_balance import shard_balance_figure
-from dashboard.figures.sweep import sweep_figure
-from dashboard.figures.ttft import ttft_figure
+from tpmledger.analytics.cap_sweep import SweepPoint, SweepResult
+from tpmledger.dashboard.data.minute_series import MinuteSeries
+from tpmledger.dashboard.figures.concurrency import concurrency_figure, work_conserving_text
+from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
+from tpmledger.dashboard.figures.sweep import sweep_figure
+from tpmledger.dashboard.figures.ttft import ttft_figure
 
 MINUTES = ["2026-02-01 03:44", "2026-02-01 03:45"]
 
@@ -96,7 +96,7 @@ def test_sweep_figure_marks_the_knee() -> None:
 
 
 def test_user_strings_are_shown_literally_not_as_html() -> None:
-    from dashboard.figures.shard_balance import shard_balance_figure
+    from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 
     hostile = '<a href="https://example.invalid">x</a>'
     fig = shard_balance_figure({"shares": {hostile: 0.5, "1": 0.5}, "imbalance": 1.0})
@@ -106,8 +106,8 @@ def test_user_strings_are_shown_literally_not_as_html() -> None:
 
 
 def test_a_one_minute_run_gets_a_minute_axis_and_visible_points() -> None:
-    from dashboard.data.minute_series import MinuteSeries
-    from dashboard.figures.ttft import ttft_figure
+    from tpmledger.dashboard.data.minute_series import MinuteSeries
+    from tpmledger.dashboard.figures.ttft import ttft_figure
 
     run = MinuteSeries(
         minutes=["2026-02-01 06:50"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.data.minute_series import MinuteSeries
-from dashboard.figures.throughput import throughput_figure
+from tpmledger.dashboard.data.minute_series import MinuteSeries
+from tpmledger.dashboard.figures.throughput import throughput_figure
 
 MINUTES = ["2026-02-01 03:44", "2026-02-01 03:45", "2026-02-01 03:46"]
 METRICS = {

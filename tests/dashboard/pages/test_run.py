@@ -9,12 +9,12 @@ from urllib.parse import quote
 import pytest
 from selenium.webdriver.common.by import By
 
-from dashboard.display import fmt_int, fmt_rate
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.conftest import API_BASE_URL, RunningDashboard
 from tests.dashboard.lifecycle_builders import reseal
 from tests.fixtures.servers import wait_for
+from tpmledger.dashboard.display import fmt_int, fmt_rate
 
 pytestmark = pytest.mark.browser
 RUN_ID = "newgen_full_20260201_030151_sharded"
@@ -160,9 +160,9 @@ def test_unknown_run_says_so(
 def test_pitfall_diagnostics_are_shown_from_the_sealed_version(
     page_database_url: str, dashboard_server: RunningDashboard, browser: Any, output_dir: Path
 ) -> None:
-    from analytics.sealing import seal_run
     from tests.analytics.pitfall_runs import storm_rows
     from tests.analytics.seeding import store
+    from tpmledger.analytics.sealing import seal_run
 
     store(page_database_url, storm_rows("storm-page", {2, 3}))
     seal_run(page_database_url, "storm-page")

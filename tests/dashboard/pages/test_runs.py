@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from dashboard.display import fmt_int, fmt_rate
 from tests.dashboard.browser_helpers import (
     click_link,
     screenshot,
@@ -19,6 +18,7 @@ from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.conftest import API_BASE_URL, RunningDashboard, start_dashboard
 from tests.dashboard.lifecycle_builders import seed_unsealed_run
 from tests.fixtures.servers import wait_for
+from tpmledger.dashboard.display import fmt_int, fmt_rate
 
 pytestmark = pytest.mark.browser
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from analytics.sealing import seal_run
-from dashboard.display import fmt_int, fmt_rate
-from storage.bulk_writer import write_attempts
-from storage.database import raw_transaction
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.conftest import RunningDashboard
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.dashboard.display import fmt_int, fmt_rate
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 pytestmark = pytest.mark.browser
 RUN_ID = "sealed-by-analytics"

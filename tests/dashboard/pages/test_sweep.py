@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from storage.database import raw_transaction
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.conftest import RunningDashboard
 from tests.dashboard.lifecycle_builders import seed_sweep
 from tests.fixtures.servers import wait_for
+from tpmledger.storage.database import raw_transaction
 
 pytestmark = pytest.mark.browser
 

@@ -1,0 +1,192 @@
+"""The analytics worker (``tpmledger serve analytics``): live minute table and reseals.
+
+Two loops on two threads, so a long seal never delays live figures:
+
+- the live loop, every ``settings.live_poll_s``, drains ingest's marks into the live minute
+  table (:class:`analytics.live_updater.LiveUpdater`; docs/metrics.md#live-figures);
+- the reseal loop, every ``settings.analytics_poll_s``, asks storage for runs whose
+  ``runs.updated_at`` is newer than their latest snapshot's ``data_as_of`` and older than
+  ``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not
+  on every batch), and seals each. A run whose figures turn out unchanged is remembered by
+  its ``updated_at`` so it is not recomputed on every poll. The same loop seals
+  checkpoints of runs still receiving data (:mod:`analytics.checkpoints`).
+
+SIGTERM/SIGINT stop both cleanly between updates and seals.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from tpmledger.analytics.checkpoints import Checkpointer
+from tpmledger.analytics.kernel_warmup import warm
+from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.run_computation import StageTimer
+from tpmledger.analytics.run_span_limit import RunTooLong
+from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.slo import Slo, optional_slo
+from tpmledger.durations import parse_age
+from tpmledger.settings import Settings
+from tpmledger.storage.snapshots_read import runs_due_for_seal
+
+log = logging.getLogger("tpmledger.analytics")
+
+
+class ResealLoop:
+    """One polling loop over one database; :meth:`poll_once` is the unit tests drive."""
+
+    def __init__(self, url: str, quiet_s: float, slo: Slo | None = None) -> None:
+        self.url = url
+        self.quiet_s = quiet_s
+        self.slo = slo  # goodput is stored under it with each version (TPMLEDGER_SLO)
+        # run_id -> updated_at already handled (sealed, unchanged, or failed)
+        self.handled: dict[str, datetime] = {}
+
+    def poll_once(self, stop: threading.Event | None = None) -> list[str]:
+        """Seal every due run; returns the run ids that got a new version."""
+        sealed: list[str] = []
+        for run_id, updated_at in runs_due_for_seal(self.url, self.quiet_s):
+            if stop is not None and stop.is_set():
+                break
+            if self.handled.get(run_id) == updated_at:
+                continue
+            self.handled[run_id] = updated_at
+            timer = StageTimer()
+            started = time.perf_counter()
+            try:
+                result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
+            except RunTooLong as exc:
+                log.warning("not sealing: %s", exc)
+                continue
+            except Exception:  # one bad run must not stop the worker
+                log.exception("sealing %s failed; will retry when it receives new data", run_id)
+                continue
+            took = time.perf_counter() - started
+            if result.created:
+                sealed.append(run_id)
+                log.info(
+                    "sealed %s v%d seal %s events %s in %.2fs",
+                    run_id,
+                    result.version,
+                    result.seal,
+                    result.metrics.get("attempts"),
+                    took,
+                )
+            else:
+                log.info("%s unchanged since v%d; not resealed", run_id, result.version)
+        return sealed
+
+
+def _install_signal_handlers(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        log.info("analytics worker stopping (signal %d)", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run(settings: Settings, stop: threading.Event | None = None) -> None:
+    """Poll and reseal until SIGTERM/SIGINT (or ``stop`` is set)."""
+    if not settings.database_url:
+        raise ValueError("the analytics worker needs settings.database_url")
+    stop = stop or threading.Event()
+    _install_signal_handlers(stop)
+    slo = optional_slo(settings.slo)
+    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s, slo)
+    checkpoints = Checkpointer(
+        settings.database_url,
+        every_s=settings.checkpoint_every_s,
+        quiet_s=settings.reseal_quiet_s,
+        close_after_s=settings.minute_close_after_s,
+        slo=slo,
+    )
+    warm()
+    log.info(
+        "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
+        settings.analytics_poll_s,
+        settings.reseal_quiet_s,
+        settings.live_poll_s,
+    )
+    live = threading.Thread(
+        target=run_live_loop,
+        args=(LiveUpdater(settings.database_url), settings.live_poll_s, stop),
+        name="live-minutes",
+        daemon=True,
+    )
+    live.start()
+    retention = RetentionSchedule(settings)
+    while not stop.is_set():
+        try:
+            retention.run_if_due()
+            loop.poll_once(stop)
+            if settings.checkpoint_every_s > 0 and not stop.is_set():
+                checkpoints.poll_once()
+        except Exception:  # database restarts must not kill the worker
+            log.exception("analytics poll failed; retrying")
+        stop.wait(settings.analytics_poll_s)
+    live.join(timeout=30)
+    log.info("analytics worker stopped")
+
+
+class RetentionSchedule:
+    """With ``TPMLEDGER_RETENTION`` set, prune once a day (first a minute after start):
+    archive runs older than it and delete their raw spans (analytics/run_archive.py)."""
+
+    PERIOD_S = 86_400.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.next_at = time.monotonic() + 60.0
+
+    def run_if_due(self) -> None:
+        settings = self.settings
+        if settings.retention is None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.PERIOD_S
+        from tpmledger.analytics.run_archive import prune
+        from tpmledger.provenance.signing_keys import load_or_create_signing_key
+
+        assert settings.database_url is not None
+        report = prune(
+            settings.database_url,
+            parse_age(settings.retention),
+            settings.archive_dir or settings.data_dir / "archive",
+            load_or_create_signing_key(settings),
+            say=log.info,
+        )
+        log.info("retention %s: %d run(s) pruned", settings.retention, len(report.runs))
+
+
+def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
+    """Drain new data into the live minute table until ``stop`` is set.
+
+    After an update that found work it polls again at once (a backlog drains without
+    waiting); when idle it waits ``poll_s``.
+    """
+    while not stop.is_set():
+        try:
+            updates = updater.update_once()
+        except Exception:  # database restarts must not kill the worker
+            log.exception("live update failed; retrying")
+            updates = []
+        for update in updates:
+            # Slow updates are what delays live figures: say so at the default level.
+            log.log(
+                logging.INFO if update.wall_s > 2.0 else logging.DEBUG,
+                "live %s: %d minutes, %d attempts read, %.3fs",
+                update.run_id,
+                update.minutes,
+                update.attempts_read,
+                update.wall_s,
+            )
+        if not updates:
+            stop.wait(poll_s)

@@ -1,0 +1,115 @@
+"""KPI cards of the run page; every token figure names its type (docs/metrics.md,
+docs/dashboard.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dash_bootstrap_components as dbc
+from dash import html
+
+from tpmledger.dashboard.data.run_records import RunRecord
+from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc
+
+# Shown for a live run's figure that minute rows cannot state exactly (null until sealed).
+NOT_YET = "not measured yet"
+
+
+def kpi_card(card_id: str, label: str, value: str, detail: str | None = None) -> dbc.Col:
+    """One figure: a label naming what it counts, the value, and an optional detail line."""
+    muted = " text-body-secondary" if value in (NOT_MEASURED, NOT_YET) else ""
+    body = [
+        html.Div(label, className="kpi-label small text-body-secondary"),
+        html.Div(value, id=f"{card_id}-value", className=f"kpi-value fs-4 fw-semibold{muted}"),
+    ]
+    if detail:
+        body.append(html.Div(detail, id=f"{card_id}-detail", className="small text-body-secondary"))
+    return dbc.Col(
+        dbc.Card(dbc.CardBody(body), className="h-100 kpi-card", id=card_id),
+        xs=12,
+        sm=6,
+        lg=3,
+        xxl=True,
+        className="mb-3",
+    )
+
+
+def _peak_detail(peak: Mapping[str, Any] | None) -> str | None:
+    if not peak:
+        return None
+    return (
+        f"{fmt_utc(peak.get('minute_utc'))} · prompt {fmt_int(peak.get('prompt_tpm_in'))} + "
+        f"completion {fmt_int(peak.get('completion_tpm_out'))} · "
+        f"{peak.get('shard_count', '?')} shards"
+    )
+
+
+def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
+    causes: Mapping[str, int] = metrics.get("retry_causes") or {}
+    if not causes:
+        return None
+    top = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return "causes: " + ", ".join(f"{name} {count:,}" for name, count in top)
+
+
+def run_kpi_cards(run: RunRecord) -> dbc.Row:
+    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards.
+
+    For a live run, figures the live minute rows cannot state exactly (call success,
+    TTFT percentiles) read "not measured yet" and say they wait for the seal.
+    """
+    m = run.metrics
+    live = run.is_live
+
+    def later(text: str) -> str:
+        return NOT_YET if live and text == NOT_MEASURED else text
+
+    peak = m.get("peak_minute") or {}
+    peak_completion = m.get("peak_completion_minute") or {}
+    ttft = m.get("ttft_s") or {}
+    declared = m.get("declared_shard_count", run.declared_shard_count)
+    shards = m.get("shard_count", run.observed_shards)
+    ttft_detail = None
+    if ttft.get("p95") is not None:
+        ttft_detail = f"p50 {fmt_seconds(ttft.get('p50'))} · p99 {fmt_seconds(ttft.get('p99'))}"
+    elif live:
+        ttft_detail = "run-level percentiles need every attempt: shown once sealed"
+    success_detail = f"attempts: {fmt_rate(m.get('attempt_success_rate'))}"
+    if live and m.get("call_success_rate") is None:
+        success_detail += " · calls: once sealed"
+    cards = [
+        kpi_card(
+            "run-kpi-peak-total",
+            "Peak TPM (total: prompt + completion)",
+            fmt_int(peak.get("tpm_total")),
+            _peak_detail(peak),
+        ),
+        kpi_card(
+            "run-kpi-peak-completion",
+            "Peak completion TPM (output tokens)",
+            fmt_int(peak_completion.get("completion_tpm_out")),
+            fmt_utc(peak_completion.get("minute_utc")) if peak_completion else None,
+        ),
+        kpi_card(
+            "run-kpi-sustained",
+            "Sustained TPM (total, median of inner minutes)",
+            fmt_int(m.get("sustained_tpm_total")),
+            f"{m.get('active_minutes', '?')} active minutes",
+        ),
+        kpi_card(
+            "run-kpi-success",
+            "Call success rate",
+            later(fmt_rate(m.get("call_success_rate"))),
+            success_detail,
+        ),
+        kpi_card("run-kpi-retry", "Retry rate", fmt_rate(m.get("retry_rate")), _retry_detail(m)),
+        kpi_card("run-kpi-ttft", "TTFT p95", later(fmt_seconds(ttft.get("p95"))), ttft_detail),
+        kpi_card(
+            "run-kpi-shards",
+            "Shards (observed)",
+            str(shards),
+            f"{declared} declared" if declared is not None else "none declared",
+        ),
+    ]
+    return dbc.Row(cards, className="g-3")

@@ -1,0 +1,180 @@
+"""Runs joined with their latest sealed snapshot, and whether each run is live or sealed.
+
+Reads the ``runs``, ``snapshots`` and live minute tables only (never raw spans per
+request). A run is *live* when ingest stored data after its latest snapshot was computed
+(``runs.updated_at > snapshots.data_as_of``, or no snapshot yet); its figures then come
+from the live minute table over the snapshot's rows (docs/dashboard.md#live-runs) and are
+provisional. Otherwise it is *sealed* and its figures are the snapshot's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from tpmledger.storage.time_text import ns_to_rfc3339
+
+# One query for both the runs page and the run page; the latest snapshot is picked with a
+# LATERAL join so a run with many versions reads one snapshot row.
+_RUNS_SQL = """
+SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shard_count,
+       r.archived_at,
+       r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
+       s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
+       s.tree_size, s.computed_at, s.data_as_of, s.metrics, s.final,
+       s.document -> 'rebased' AS rebased, s.through AS through_minute_utc,
+       (SELECT d.diagnostics -> 'late_attempts' -> 'minutes' FROM snapshot_diagnostics d
+        WHERE d.run_id = s.run_id AND d.version = s.version) AS late_minutes,
+       (s.version IS NULL OR r.updated_at > s.data_as_of OR s.partial) AS uncovered,
+       (s.version IS NULL OR r.updated_at > s.data_as_of OR NOT s.final) AS live
+FROM runs r
+LEFT JOIN LATERAL (
+    SELECT sn.*, sn.document -> 'minutes' ->> 'through_minute_utc' AS through,
+           -- a checkpoint: its tree ends before the run's last minute
+           (sn.document -> 'minutes' ->> 'through_minute_utc')::timestamptz
+               < to_timestamp((r.last_event_ns / 60000000000) * 60) AS partial
+    FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
+) s ON true
+"""
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """The provenance columns of a run's newest sealed snapshot."""
+
+    version: int
+    seal: str
+    previous_seal: str | None
+    events_sha256: str
+    events_count: int
+    merkle_root: str
+    tree_size: int
+    computed_at: datetime
+    data_as_of: datetime
+    final: bool = True
+    # The last minute the version's tree holds (a checkpoint stops at the closed minutes).
+    through_minute_utc: str | None = None
+    # What late data changed since the previous version (docs/provenance.md#versions),
+    # and the late attempts per minute ({minute_utc, late_attempts}, stored with it).
+    rebased: dict[str, Any] | None = None
+    late_minutes: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as the dashboard shows it: ingest's bookkeeping plus the latest snapshot."""
+
+    run_id: str
+    status: str  # "live" | "sealed"
+    observed_shards: int
+    declared_shard_count: int | None
+    concurrency_cap: int | None
+    sweep_id: str | None
+    attempts: int
+    first_event_utc: str | None
+    last_event_utc: str | None
+    snapshot: SnapshotInfo | None
+    # The run object: the snapshot's, or for a live run the live figures (what minute rows
+    # state exactly; the rest null until sealed). Empty before any figure exists.
+    metrics: dict[str, Any]
+    # The newest ingest commit the figures reflect (None: nothing computed yet).
+    data_as_of: datetime | None = None
+    # The newest snapshot covers every stored span (live only if it was sealed while
+    # data was still arriving): its figures are shown.
+    covered: bool = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.status == "live"
+
+
+def _record(row: Any) -> RunRecord:
+    snapshot = None
+    if row.version is not None:
+        snapshot = SnapshotInfo(
+            version=row.version,
+            seal=row.seal,
+            previous_seal=row.previous_seal,
+            events_sha256=row.events_sha256,
+            events_count=row.events_count,
+            merkle_root=row.merkle_root,
+            tree_size=row.tree_size,
+            computed_at=row.computed_at,
+            data_as_of=row.data_as_of,
+            final=bool(row.final),
+            through_minute_utc=row.through_minute_utc,
+            rebased=dict(row.rebased) if row.rebased else None,
+            late_minutes=list(row.late_minutes) if row.late_minutes else None,
+        )
+    return RunRecord(
+        run_id=row.run_id,
+        status="archived" if row.archived_at else "live" if row.live else "sealed",
+        covered=not row.uncovered,
+        observed_shards=len(row.shard_ids or []),
+        declared_shard_count=row.declared_shard_count,
+        concurrency_cap=row.concurrency_cap,
+        sweep_id=row.sweep_id,
+        attempts=row.attempts,
+        first_event_utc=ns_to_rfc3339(row.first_event_ns),
+        last_event_utc=ns_to_rfc3339(row.last_event_ns),
+        snapshot=snapshot,
+        metrics=dict(row.metrics or {}),
+        data_as_of=row.data_as_of,
+    )
+
+
+def with_live_figures(session: Session, run: RunRecord, close_after_s: float) -> RunRecord:
+    """``run`` with the live figures in place of the snapshot's when spans arrived after it."""
+    if not run.is_live or run.covered:
+        return run
+    from tpmledger.analytics.live_view import current_table, live_figures
+    from tpmledger.analytics.run_span_limit import RunTooLong
+
+    try:
+        table = current_table(session, run.run_id, close_after_s=close_after_s)
+    except RunTooLong:
+        return replace(run, metrics={}, data_as_of=None)  # the run page says why
+    if table is None or not table.rows:
+        return replace(run, metrics={}, data_as_of=None)
+    return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of)
+
+
+def load_runs(session: Session, close_after_s: float = 120.0) -> list[RunRecord]:
+    """Every run, most recent activity first (live runs with their live figures)."""
+    rows = session.execute(text(_RUNS_SQL + " ORDER BY r.last_event_ns DESC, r.run_id"))
+    records = [_record(row) for row in rows]
+    return [with_live_figures(session, r, close_after_s) for r in records]
+
+
+def load_run(
+    session: Session, run_id: str, close_after_s: float = 120.0, *, live_figures: bool = True
+) -> RunRecord | None:
+    """One run with its latest snapshot (live figures when live, unless ``live_figures``
+    is False: the caller reads the live table itself), or ``None`` when ingest never saw
+    it."""
+    row = session.execute(text(_RUNS_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}).first()
+    if row is None:
+        return None
+    record = _record(row)
+    return with_live_figures(session, record, close_after_s) if live_figures else record
+
+
+def load_sweep_runs(session: Session, sweep_id: str) -> list[RunRecord]:
+    """The runs of one cap sweep (runs sharing ``tpmledger.sweep.id``)."""
+    rows = session.execute(
+        text(_RUNS_SQL + " WHERE r.sweep_id = :sweep_id ORDER BY r.concurrency_cap, r.run_id"),
+        {"sweep_id": sweep_id},
+    )
+    return [_record(row) for row in rows]
+
+
+def list_sweep_ids(session: Session) -> list[str]:
+    """Every sweep id some run declared, sorted."""
+    rows = session.execute(
+        text("SELECT DISTINCT sweep_id FROM runs WHERE sweep_id IS NOT NULL ORDER BY 1")
+    )
+    return [r[0] for r in rows]

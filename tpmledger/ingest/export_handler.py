@@ -1,0 +1,108 @@
+"""The one seam both listeners call: request → normalize → group commit → response.
+
+HTTP and gRPC decode differently but store identically: the handler normalizes once per
+request (CPU work, before queueing, outside the writer) and waits for
+the group commit. Rejected spans are reported through OTLP partial success
+(``ExportTraceServiceResponse.partial_success``); the valid spans are stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from tpmledger.ingest.error_taxonomy import IngestError, UndecodableBody
+from tpmledger.ingest.group_commit import GroupCommitWriter
+from tpmledger.ingest.metrics import IngestMetrics
+from tpmledger.ingest.normalize_pool import NormalizePool
+from tpmledger.ingest.request_encoding import EncodedRequest
+
+log = logging.getLogger(__name__)
+
+# At most this many distinct reasons are quoted back in partial_success.error_message.
+_MAX_REASONS = 5
+
+PayloadEncoder = Callable[[bytes | bytearray], Awaitable[EncodedRequest]]
+
+
+class TraceExportHandler:
+    """Normalize a request, store its LLM-call spans durably, build the OTLP response.
+
+    Two entry points, one path: :meth:`export_payload` takes binary protobuf as it came
+    off the wire (OTLP/HTTP protobuf and gRPC: no decode → re-encode round trip) and
+    :meth:`export` takes a decoded message (OTLP/JSON). ``encode`` is where requests are
+    normalized: :meth:`ingest.normalize_pool.NormalizePool.encode` (worker processes) in
+    the service, inline by default.
+    """
+
+    def __init__(
+        self,
+        writer: GroupCommitWriter,
+        metrics: IngestMetrics,
+        encode: PayloadEncoder | None = None,
+    ) -> None:
+        self._writer = writer
+        self._metrics = metrics
+        self._encode = encode or NormalizePool(workers=0).encode
+
+    def check_admission(self) -> None:
+        """Refuse early (503) when the queue is full or the server is stopping."""
+        self._writer.check_admission()
+
+    async def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
+        """Store a decoded request's valid LLM-call spans; return after commit."""
+        return await self.export_payload(request.SerializeToString())
+
+    async def export_payload(self, payload: bytes) -> ExportTraceServiceResponse:
+        """Like :meth:`export`, from serialized protobuf; 400 if it does not decode."""
+        return await self.store(await self.encode(payload))
+
+    async def encode(self, payload: bytes | bytearray) -> EncodedRequest:
+        """First half of :meth:`export_payload`: normalize and encode (400 if undecodable).
+
+        Callers that own the body can drop it after this and before :meth:`store`, so a
+        request waiting for its commit holds its COPY block but no longer its body.
+        """
+        try:
+            return await self._encode(payload)
+        except IngestError:
+            raise
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
+        except Exception as exc:
+            raise _unreadable(exc) from exc
+
+    async def store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
+        """Second half of :meth:`export_payload`: commit the rows, build the response."""
+        received = encoded.block.rows + encoded.block.tool_rows + encoded.ignored + encoded.rejected
+        self._metrics.spans_received.inc(received)
+        self._metrics.spans_ignored.inc(encoded.ignored)
+        self._metrics.spans_rejected.inc(encoded.rejected)
+        await self._writer.submit(encoded.block)
+        response = ExportTraceServiceResponse()
+        if encoded.rejected:
+            response.partial_success.rejected_spans = encoded.rejected
+            response.partial_success.error_message = rejection_message(encoded.reject_reasons)
+        return response
+
+
+def _unreadable(exc: Exception) -> UndecodableBody:
+    # Bad input must never become a 500 that the sender re-sends forever (docs/ingest.md): an
+    # unexpected normalizer failure is logged loudly and answered as a permanent 400.
+    log.exception("normalizing a request failed; answered 400")
+    return UndecodableBody(f"could not read the spans of this request ({type(exc).__name__})")
+
+
+def rejection_message(reasons: list[str]) -> str:
+    """The distinct reasons, first ones first, short enough for a log line."""
+    distinct = list(dict.fromkeys(reasons))
+    message = "; ".join(distinct[:_MAX_REASONS])
+    if len(distinct) > _MAX_REASONS:
+        message += f"; and {len(distinct) - _MAX_REASONS} more kinds"
+    return message

@@ -1,0 +1,77 @@
+"""OTLP metrics and logs: accepted with the proper answer, so exporters that send every
+signal to ``OTEL_EXPORTER_OTLP_ENDPOINT`` do not log failures (docs/ingest.md#other-signals).
+
+Metrics: the GenAI token-usage points are stored per run, shard and minute
+(:mod:`ingest.genai_metrics`, :mod:`storage.genai_metric_store`); other points are counted
+and dropped. Logs are counted and dropped. Both go through the same auth, size limits and
+body budget as traces (the callers apply them).
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.concurrency import run_in_threadpool
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+
+from tpmledger.ingest.error_taxonomy import UndecodableBody
+from tpmledger.ingest.genai_metrics import token_points
+from tpmledger.ingest.metrics import IngestMetrics
+from tpmledger.ingest.otlp_http_codec import PROTOBUF
+from tpmledger.storage.genai_metric_store import add_token_points
+
+
+def parse(message: Message, payload: bytes | bytearray, media: str) -> None:
+    """Fill ``message`` from a decoded body (protobuf or OTLP/JSON); 400 if it is not one."""
+    name = type(message).__name__
+    try:
+        if media == PROTOBUF:
+            message.ParseFromString(bytes(payload))
+        else:
+            document = json.loads(payload)
+            if not isinstance(document, dict):
+                raise UndecodableBody("OTLP/JSON body must be a JSON object")
+            json_format.ParseDict(document, message, ignore_unknown_fields=True)
+    except (DecodeError, json_format.ParseError, RecursionError, ValueError, TypeError) as exc:
+        if isinstance(exc, UndecodableBody):
+            raise
+        raise UndecodableBody(f"invalid {name}: {exc}") from exc
+
+
+class OtherSignals:
+    """The metrics and logs export handlers shared by OTLP/HTTP and OTLP/gRPC."""
+
+    def __init__(self, database_url: str, metrics: IngestMetrics) -> None:
+        self._url = database_url
+        self._metrics = metrics
+
+    async def export_metrics(
+        self, request: ExportMetricsServiceRequest
+    ) -> ExportMetricsServiceResponse:
+        """Store the token-usage points (one transaction); count the rest."""
+        batch = token_points(request)
+        if batch.points:
+            await run_in_threadpool(add_token_points, self._url, batch.points)
+        counter = self._metrics.signal_items
+        counter.labels("metrics", "stored").inc(len(batch.points))
+        counter.labels("metrics", "dropped").inc(batch.other_points)
+        return ExportMetricsServiceResponse()
+
+    def export_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
+        """Count the log records; tpmledger keeps none of them."""
+        records = sum(
+            len(scope.log_records)
+            for resource in request.resource_logs
+            for scope in resource.scope_logs
+        )
+        self._metrics.signal_items.labels("logs", "dropped").inc(records)
+        return ExportLogsServiceResponse()

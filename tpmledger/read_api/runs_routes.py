@@ -1,0 +1,136 @@
+"""Runs, run detail, minute series and the canonical event stream (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from tpmledger.read_api.run_ids import reject_nul_run_id
+from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.runs_read import UnknownRun
+
+if TYPE_CHECKING:
+    from tpmledger.provenance.event_file import EventFile
+
+# analytics and provenance (Polars, Arrow) are imported by the handlers that need them, on
+# first use: the router is mounted in every ingest process, which should stay small.
+
+STREAM_CHUNK = 1 << 20
+
+
+def _unknown(run_id: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"unknown run {run_id!r}: no spans stored")
+
+
+def _chunks(file: EventFile) -> Iterator[bytes]:
+    for start in range(0, len(file.data), STREAM_CHUNK):
+        yield bytes(file.data[start : start + STREAM_CHUNK])
+
+
+def build_router(
+    database_url: str, close_after_s: float = 120.0, default_slo: str | None = None
+) -> APIRouter:
+    """Run routes over ``database_url``; ``close_after_s`` is when a live minute closes;
+    ``default_slo`` (``TPMLEDGER_SLO``) is the SLO of the run object's goodput."""
+    router = APIRouter(tags=["runs"])
+
+    @router.get(
+        "/runs",
+        summary="Every run with attempts, shards, first/last event, latest seal, live or sealed",
+    )
+    async def get_runs() -> dict[str, Any]:
+        from tpmledger.analytics.run_views import run_list
+
+        return {"runs": await run_in_threadpool(in_one_snapshot, database_url, run_list)}
+
+    @router.get(
+        "/runs/{run_id}",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary='A run\'s figures: sealed, or live ("live": true) while data newer than its '
+        "newest snapshot arrives",
+        responses={
+            404: {"description": "unknown run"},
+            422: {"description": "the run spans more than TPMLEDGER_MAX_RUN_DAYS"},
+        },
+    )
+    async def get_run(run_id: str) -> dict[str, Any]:
+        from tpmledger.analytics.run_span_limit import RunTooLong
+        from tpmledger.analytics.run_views import run_object
+
+        try:
+            return await run_in_threadpool(
+                in_one_snapshot, database_url, run_object, run_id, close_after_s, default_slo
+            )
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+        except RunTooLong as exc:
+            raise HTTPException(422, detail=str(exc)) from exc
+
+    @router.get(
+        "/runs/{run_id}/minutes",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="Minute series of the whole run (default) or one shard, each minute with its "
+        "state: open, closed or sealed",
+        responses={
+            404: {"description": "unknown run or shard"},
+            422: {"description": "the run spans more than TPMLEDGER_MAX_RUN_DAYS"},
+        },
+    )
+    async def get_minutes(
+        run_id: str,
+        shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
+    ) -> dict[str, Any]:
+        from tpmledger.analytics.run_span_limit import RunTooLong
+        from tpmledger.analytics.run_views import minute_series
+
+        try:
+            minutes = await run_in_threadpool(
+                in_one_snapshot, database_url, minute_series, run_id, shard_id, close_after_s
+            )
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+        except RunTooLong as exc:
+            raise HTTPException(422, detail=str(exc)) from exc
+        if minutes is None:
+            if shard_id == WHOLE_RUN:
+                raise _unknown(run_id)
+            raise HTTPException(404, detail=f"run {run_id!r} has no shard {shard_id!r}")
+        return {"minutes": minutes}
+
+    @router.get(
+        "/runs/{run_id}/events.jsonl",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="The canonical event file (docs/provenance.md); its SHA-256 is events_sha256",
+        response_class=StreamingResponse,
+        responses={404: {"description": "unknown run"}},
+    )
+    async def get_events(run_id: str) -> StreamingResponse:
+        from tpmledger.analytics.run_events import load_run_events
+        from tpmledger.provenance.event_file import build_event_file
+        from tpmledger.storage.retention_store import RunArchived, refuse_if_archived
+
+        try:
+            await run_in_threadpool(in_one_snapshot, database_url, refuse_if_archived, run_id)
+        except RunArchived as exc:
+            raise HTTPException(410, detail=str(exc)) from exc
+
+        try:
+            events = await run_in_threadpool(load_run_events, database_url, run_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+        file = await run_in_threadpool(build_event_file, events)
+        return StreamingResponse(
+            _chunks(file),
+            media_type="application/x-ndjson",
+            headers={
+                "Content-Disposition": 'attachment; filename="events.jsonl"',
+                "X-Events-Count": str(file.count),
+            },
+        )
+
+    return router

@@ -1,0 +1,97 @@
+"""Signed run summaries and the service's public keys (docs/metrics.md read API).
+
+``GET /v1/runs/{run_id}/summary`` returns the DSSE envelope over the run's newest sealed
+snapshot; ``GET /v1/keys`` the public keys (PEM) that summaries are signed with, current
+first, retired ones after, so summaries signed before a rotation still verify.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
+
+from tpmledger.provenance.signing_keys import load_or_create_signing_key, public_keys
+from tpmledger.read_api.run_ids import reject_nul_run_id
+from tpmledger.settings import Settings
+
+PEM_MEDIA_TYPE = "application/x-pem-file"
+
+
+def build_router(database_url: str, settings: Settings | None = None) -> APIRouter:
+    """Routes over ``database_url``; keys come from ``settings`` (default: the environment)."""
+    settings = settings or Settings()
+    router = APIRouter(tags=["provenance"])
+
+    def signed_envelope(run_id: str) -> dict[str, Any]:
+        # Signs the snapshot row's figures only; no event is read, so this stays cheap.
+        # Imported here: summary_export pulls in analytics (Polars), which ingest avoids.
+        from tpmledger.analytics.summary_export import summary_envelope
+
+        return summary_envelope(database_url, run_id, load_or_create_signing_key(settings))
+
+    @router.get(
+        "/runs/{run_id}/summary",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="DSSE envelope (in-toto Statement v1, Ed25519) over the run's newest snapshot",
+    )
+    async def get_summary(run_id: str) -> dict[str, Any]:
+        from tpmledger.analytics.summary_export import RunNotSealed
+
+        try:
+            return await run_in_threadpool(signed_envelope, run_id)
+        except RunNotSealed as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from exc
+
+    @router.get(
+        "/runs/{run_id}/consistency",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="RFC 9162 proof that version `to`'s minute tree extends version `from`'s",
+        responses={
+            404: {"description": "no such version"},
+            409: {"description": "no proof: minutes changed between the versions"},
+        },
+    )
+    async def get_consistency(
+        run_id: str,
+        old: int = Query(..., alias="from", description="the earlier version"),
+        new: int = Query(..., alias="to", description="the later version"),
+    ) -> dict[str, Any]:
+        from tpmledger.analytics.version_consistency import (
+            ConsistencyRefused,
+            VersionNotFound,
+            prove_consistency,
+        )
+
+        try:
+            return await run_in_threadpool(prove_consistency, database_url, run_id, old, new)
+        except VersionNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from exc
+        except ConsistencyRefused as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from exc
+
+    @router.get("/keys", summary="Public keys (SPKI PEM) that sign run summaries")
+    async def get_keys() -> dict[str, Any]:
+        keys = await run_in_threadpool(public_keys, settings)
+        return {
+            "keys": [
+                {"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem} for k in keys
+            ]
+        }
+
+    @router.get(
+        "/keys/current.pem",
+        summary="The current public key as a PEM file (the export's service.pub)",
+        response_class=PlainTextResponse,
+    )
+    async def get_current_key() -> PlainTextResponse:
+        key = await run_in_threadpool(load_or_create_signing_key, settings)
+        return PlainTextResponse(
+            key.public_pem,
+            media_type=PEM_MEDIA_TYPE,
+            headers={"Content-Disposition": 'attachment; filename="service.pub"'},
+        )
+
+    return router

@@ -1,0 +1,70 @@
+"""Ingest bearer tokens: created once, stored only as SHA-256, revocable (docs/ingest.md).
+
+The plaintext is returned exactly once by :func:`create_token` and never stored or logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+
+from tpmledger.storage.database import read_session, transaction
+from tpmledger.storage.models import IngestToken
+
+
+class TokenNameTaken(ValueError):
+    """A token (active or revoked) already has this name."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """What ``tpmledger tokens list`` shows: never the token or its hash."""
+
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def hash_token(token: str) -> bytes:
+    """The SHA-256 digest under which a token is stored and compared."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def create_token(url: str, name: str) -> str:
+    """Create a token named ``name``; returns the plaintext (shown to the user once)."""
+    token = "tpml_" + secrets.token_urlsafe(32)
+    with transaction(url) as session:
+        if session.scalar(select(IngestToken.id).where(IngestToken.name == name)) is not None:
+            raise TokenNameTaken(f"a token named {name!r} already exists")
+        session.add(IngestToken(name=name, token_sha256=hash_token(token)))
+    return token
+
+
+def list_tokens(url: str) -> list[TokenInfo]:
+    """Every token, active and revoked, oldest first."""
+    with read_session(url) as session:
+        rows = session.scalars(select(IngestToken).order_by(IngestToken.created_at, IngestToken.id))
+        return [TokenInfo(t.name, t.created_at, t.revoked_at) for t in rows]
+
+
+def revoke_token(url: str, name: str) -> bool:
+    """Revoke the active token ``name``; False if there is none."""
+    with transaction(url) as session:
+        token = session.scalar(
+            select(IngestToken).where(IngestToken.name == name, IngestToken.revoked_at.is_(None))
+        )
+        if token is None:
+            return False
+        token.revoked_at = datetime.now(UTC)
+    return True
+
+
+def active_token_hashes(url: str) -> list[bytes]:
+    """SHA-256 digests of every token that is not revoked."""
+    with read_session(url) as session:
+        query = select(IngestToken.token_sha256).where(IngestToken.revoked_at.is_(None))
+        return [bytes(digest) for digest in session.scalars(query)]

@@ -1,0 +1,153 @@
+"""Read-side queries of the live minute table and the snapshot rows it overlays.
+
+A run's current minute table is its newest snapshot's rows, with every minute that has
+live rows taken from ``live_minutes`` instead (docs/metrics.md#live-figures). These
+queries return plain dicts; :mod:`analytics.live_view` applies the run-level rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
+from tpmledger.storage.models import LiveMinute
+
+_MINUTE_COLUMNS = MINUTE_ROW_COLUMNS
+_LIVE_COLUMNS = tuple(c.name for c in LiveMinute.__table__.columns if c.name != "run_id")
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What decides whether a run is live, and its bookkeeping facts."""
+
+    run_id: str
+    first_event_ns: int
+    last_event_ns: int
+    updated_at: datetime
+    shard_ids: list[str]
+    declared_shard_count: int | None
+    concurrency_cap: int | None
+    sweep_id: str | None
+    attempts: int
+    snapshot_version: int | None
+    snapshot_seal: str | None
+    snapshot_data_as_of: datetime | None
+    snapshot_final: bool | None
+    snapshot_metrics: dict[str, Any] | None
+    live_rows: int  # live rows newer than the snapshot
+    # The last minute the newest snapshot covers (its document's through_minute_utc);
+    # a checkpoint covers closed minutes only. None for versions sealed before checkpoints.
+    snapshot_through: datetime | None = None
+    # Set once ``tpmledger prune`` archived the run and deleted its raw spans.
+    archived_at: datetime | None = None
+    archive_dir: str | None = None
+
+    @property
+    def snapshot_covers_every_minute(self) -> bool:
+        """The newest snapshot covers the run's last minute (it is not a checkpoint of
+        closed minutes only)."""
+        if self.snapshot_through is None:
+            return True
+        last = datetime.fromtimestamp(self.last_event_ns // 60_000_000_000 * 60, UTC)
+        return self.snapshot_through >= last
+
+    @property
+    def has_new_data(self) -> bool:
+        """Data arrived after the newest snapshot was computed (or it was never sealed), or
+        that snapshot is a checkpoint that leaves out the open minutes."""
+        return (
+            self.snapshot_data_as_of is None
+            or self.updated_at > self.snapshot_data_as_of
+            or not self.snapshot_covers_every_minute
+        )
+
+    @property
+    def is_live(self) -> bool:
+        """Still receiving data: data newer than the newest snapshot, or that snapshot was
+        sealed while data was arriving (``tpmledger analyze`` of a running run)."""
+        return self.has_new_data or self.snapshot_final is False
+
+
+_STATE_SQL = """
+SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.updated_at, r.shard_ids,
+       r.archived_at, r.archive_dir,
+       r.declared_shard_count, r.concurrency_cap, r.sweep_id, r.attempts,
+       s.version, s.seal, s.data_as_of, s.final, s.metrics,
+       s.document -> 'minutes' ->> 'through_minute_utc' AS through_minute_utc,
+       (SELECT count(*) FROM live_minutes l WHERE l.run_id = r.run_id) AS live_rows
+FROM runs r
+LEFT JOIN LATERAL (
+    SELECT version, seal, data_as_of, final, metrics, document FROM snapshots sn
+    WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
+) s ON true
+"""
+
+
+def _state(row: Any) -> RunState:
+    return RunState(
+        run_id=row.run_id,
+        first_event_ns=row.first_event_ns,
+        last_event_ns=row.last_event_ns,
+        updated_at=row.updated_at,
+        shard_ids=list(row.shard_ids or []),
+        declared_shard_count=row.declared_shard_count,
+        concurrency_cap=row.concurrency_cap,
+        sweep_id=row.sweep_id,
+        attempts=row.attempts,
+        snapshot_version=row.version,
+        snapshot_seal=row.seal,
+        snapshot_data_as_of=row.data_as_of,
+        snapshot_final=row.final,
+        snapshot_metrics=dict(row.metrics) if row.metrics is not None else None,
+        live_rows=row.live_rows,
+        snapshot_through=_minute(row.through_minute_utc),
+        archived_at=row.archived_at,
+        archive_dir=row.archive_dir,
+    )
+
+
+def _minute(text_value: str | None) -> datetime | None:
+    if not text_value:
+        return None
+    return datetime.fromisoformat(text_value.replace("Z", "+00:00"))
+
+
+def run_state(session: Session, run_id: str) -> RunState | None:
+    """One run's state, or None when ingest never stored a span of it."""
+    row = session.execute(
+        text(_STATE_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}
+    ).first()
+    return _state(row) if row is not None else None
+
+
+def run_states(session: Session, run_ids: list[str] | None = None) -> list[RunState]:
+    """States of ``run_ids`` (every run when None), most recent activity first."""
+    where = " WHERE r.run_id = ANY(:ids)" if run_ids is not None else ""
+    query = text(_STATE_SQL + where + " ORDER BY r.last_event_ns DESC, r.run_id")
+    rows = session.execute(query, {"ids": run_ids} if run_ids is not None else {})
+    return [_state(row) for row in rows]
+
+
+def sealed_minute_rows(session: Session, run_id: str, version: int) -> list[dict[str, Any]]:
+    """Every row (all shards and '*') of one snapshot version."""
+    query = text(
+        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m "
+        "ORDER BY shard_id, minute_utc"
+    )
+    rows = session.execute(query, {"run_id": run_id, "version": version})
+    return [dict(zip(_MINUTE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def live_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
+    """Every live row of the run."""
+    query = text(
+        f"SELECT {', '.join(_LIVE_COLUMNS)} FROM live_minutes "
+        "WHERE run_id = :run_id ORDER BY shard_id, minute_utc"
+    )
+    rows = session.execute(query, {"run_id": run_id})
+    return [dict(zip(_LIVE_COLUMNS, row, strict=True)) for row in rows]

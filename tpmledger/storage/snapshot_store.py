@@ -1,0 +1,97 @@
+"""Writes of sealed snapshots and their minute rows (one transaction, the caller's session).
+
+Snapshots are immutable (a trigger refuses UPDATE/DELETE); a new seal is a new version.
+Sealers of one run serialize on a transaction-scoped advisory lock, so a second sealer
+(the worker and ``tpmledger analyze`` at the same moment) waits, then sees the first one's
+version; the (run_id, version) primary key still guards against forks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from tpmledger.storage.minute_versions import changed_rows, rows_as_of
+from tpmledger.storage.models import MinuteMetric, Snapshot
+
+
+def lock_run_for_sealing(session: Session, run_id: str) -> None:
+    """Hold the run's sealing lock until the caller's transaction ends."""
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:run_id, 0))"), {"run_id": run_id}
+    )
+
+
+def latest_version(session: Session, run_id: str) -> tuple[int, str | None]:
+    """(newest version, its seal) of ``run_id``; (0, None) when never sealed."""
+    row = session.execute(
+        select(Snapshot.version, Snapshot.seal)
+        .where(Snapshot.run_id == run_id)
+        .order_by(Snapshot.version.desc())
+        .limit(1)
+    ).first()
+    return (int(row[0]), str(row[1])) if row else (0, None)
+
+
+def insert_snapshot(
+    session: Session, snapshot: dict[str, Any], minute_rows: Sequence[dict[str, Any]]
+) -> int:
+    """Store one sealed snapshot row and the minute rows that changed since the version
+    before it (storage/minute_versions.py); returns how many minute rows were stored.
+
+    The minute rows (thousands per seal: every shard's minutes and the run's) go in with
+    one ``COPY`` on the session's own connection and transaction; a multi-row INSERT
+    of them bound ~130,000 parameters per million-attempt seal.
+    """
+    previous = int(snapshot["version"]) - 1
+    if previous > 0 and minute_rows:
+        query = text(rows_as_of(":run_id", ":version"))
+        found = session.execute(query, {"run_id": snapshot["run_id"], "version": previous})
+        minute_rows = changed_rows([dict(row._mapping) for row in found], minute_rows)
+    session.add(Snapshot(**snapshot))
+    session.flush()
+    if not minute_rows:
+        return 0
+    columns = [column.name for column in MinuteMetric.__table__.columns]
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(MinuteMetric.__tablename__),
+        sql.SQL(", ").join(sql.Identifier(name) for name in columns),
+    )
+    driver = session.connection().connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError("minute rows are copied over psycopg (3) connections only")
+    with driver.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in minute_rows:
+            copy.write_row([row.get(name) for name in columns])
+    return len(minute_rows)
+
+
+def snapshot_count(session: Session, run_id: str) -> int:
+    """How many versions ``run_id`` has."""
+    return int(
+        session.scalar(select(func.count()).select_from(Snapshot).where(Snapshot.run_id == run_id))
+        or 0
+    )
+
+
+def late_attempts_by_minute(
+    session: Session, run_id: str, received_after: datetime, end_before_ns: int
+) -> list[tuple[int, int]]:
+    """(minute_ns, attempts) of every minute with attempts stored after ``received_after``
+    (a version's ``data_as_of``) that end before ``end_before_ns`` (the end of that
+    version's last minute): late data, minute by minute."""
+    rows = session.execute(
+        text(
+            "SELECT end_ns - end_ns % 60000000000 AS minute_ns, count(*) FROM attempts "
+            "WHERE run_id = :run AND end_ns < :end AND received_at > :after "
+            "GROUP BY 1 ORDER BY 1"
+        ),
+        {"run": run_id, "end": end_before_ns, "after": received_after},
+    ).all()
+    return [(int(minute), int(count)) for minute, count in rows]
