@@ -16,7 +16,7 @@ COPY pyproject.toml README.md ./
 COPY tpmledger/ tpmledger/
 # Compile the analytics kernels into the image (about 6 s), readable by the service user.
 RUN pip install . && rm -rf /src \
-    && python -m tpmledger.analytics.kernel_warmup && chmod -R a+rX /opt/tpmledger
+    && python -m tpmledger.analytics.kernels.kernel_warmup && chmod -R a+rX /opt/tpmledger
 
 USER tpmledger
 WORKDIR /data

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import seal as seal_bench  # the 1M-attempt generator shared with bench/seal.py
 
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.dashboard.app import create_app
 from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.pages.run_panels import run_panels, throughput_view

@@ -45,7 +45,7 @@ from ingest_workload import RssSampler, _kv, build_bodies, percentile, start_ing
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from seal import _postgres_cpu, generate
 
-from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.storage import migrate
 from tpmledger.storage.bulk_writer import write_attempts
 from tpmledger.storage.database import get_engine, libpq_url, raw_transaction

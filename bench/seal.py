@@ -48,10 +48,10 @@ from pathlib import Path
 import polars as pl
 from seal_workload import load, run_id_for, run_stored, seal_peak_rss  # the generated run
 
-from tpmledger.analytics.rollups import attempts_to_events, shard_caps
-from tpmledger.analytics.run_computation import StageTimer, load_run
-from tpmledger.analytics.run_figures import RunContext, analyze_events
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
+from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.seal.run_computation import StageTimer, load_run
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.storage import migrate
 from tpmledger.storage.database import raw_transaction
 

@@ -138,7 +138,7 @@ def load(url: str, attempts: int, shards: int, run_id: str = RUN_ID) -> None:
 # child of a bench process that had just sealed 10 M attempts reported that process's peak.
 _SEAL_IN_A_FRESH_PROCESS = """
 import resource, sys, time
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_run
 started = time.perf_counter()
 seal_run(sys.argv[1], sys.argv[2], force=True)
 took = time.perf_counter() - started

@@ -40,9 +40,9 @@ import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from seal_workload import RUN_ID, load, seal_peak_rss  # the seal bench's run
 
-from tpmledger.analytics.run_figures import RunContext, analyze_events
-from tpmledger.analytics.sealing import seal_run
-from tpmledger.analytics.summary_export import build_summary, write_export
+from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.proofs.summary_export import build_summary, write_export
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import read_events
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_recompute import recompute_from_events

@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         """Refuse an unreadable TPMLEDGER_SLO at start-up; store its canonical text."""
         if value is None:
             return None  # the ingest process then never loads analytics
-        from tpmledger.analytics.slo import optional_slo
+        from tpmledger.analytics.verdicts.slo import optional_slo
 
         slo = optional_slo(value)
         return slo.text if slo is not None else None

@@ -6,8 +6,8 @@ from typing import Any
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
-from tpmledger.analytics.sealing import seal_run
-from tpmledger.analytics.slo import Slo
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.verdicts.slo import Slo
 
 SECOND_NS = 1_000_000_000
 

@@ -96,7 +96,7 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
 
 
 def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url: str) -> None:
-    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.seal.sealing import seal_run
 
     store(database_url, _rows("w9", 5))
     provisional = seal_run(database_url, "w9", quiet_s=3600)  # `analyze` while running

@@ -121,7 +121,7 @@ def test_sweep_prints_thresholds_and_knee(
 def test_analyze_of_a_running_run_is_provisional_and_the_sweep_says_live(
     database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tpmledger.analytics.live_updater import LiveUpdater
+    from tpmledger.analytics.live.live_updater import LiveUpdater
 
     monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
     for cap, per_minute in ((4, 2), (8, 4)):

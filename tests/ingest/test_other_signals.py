@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.fixtures.servers import RunningIngest, start_ingest
-from tpmledger.analytics.live_updater import LiveUpdater
+from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.genai_metric_store import metric_tokens
 

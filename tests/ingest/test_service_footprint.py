@@ -38,12 +38,12 @@ print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.mod
 
 def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> None:
     # Request time, not only start-up: the run object, minutes and the run list of a live
-    # and of a sealed run are read from minute rows (analytics/live_view.py), so the
+    # and of a sealed run are read from minute rows (analytics/views/live_view.py), so the
     # ingest process (300 MB target) never loads Polars, Arrow or Numba to answer them.
     from tests.analytics.seeding import store
     from tests.storage.builders import attempt_row
-    from tpmledger.analytics.live_updater import LiveUpdater
-    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.live.live_updater import LiveUpdater
+    from tpmledger.analytics.seal.sealing import seal_run
 
     store(database_url, [attempt_row(run_id="sealed-run")])
     seal_run(database_url, "sealed-run")

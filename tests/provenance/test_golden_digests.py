@@ -21,9 +21,9 @@ import rfc8785
 from tests.analytics.golden_events import CAPS, golden_records
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
-from tpmledger.analytics.minute_leaves import leaves_from_minutes
-from tpmledger.analytics.run_figures import RunContext, analyze_events
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
 from tpmledger.provenance.minute_proofs import minute_tree_root

@@ -162,8 +162,8 @@ def test_a_real_export_verifies_with_securesystemslib_and_sigstore_js(
     database_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from tests.provenance.sharded_run import RUN_ID, store_sharded_run
-    from tpmledger.analytics.sealing import seal_run
-    from tpmledger.analytics.summary_export import build_summary, write_export
+    from tpmledger.analytics.proofs.summary_export import build_summary, write_export
+    from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.provenance.signing_keys import load_or_create_signing_key
     from tpmledger.settings import Settings
 

@@ -13,7 +13,7 @@ import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.analytics.golden_events import golden_records
-from tpmledger.analytics.summary_export import summary_from_events, write_export
+from tpmledger.analytics.proofs.summary_export import summary_from_events, write_export
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
 from tpmledger.provenance.signing_keys import SigningKey
 
@@ -86,8 +86,7 @@ def test_the_scan_sees_every_sibling_package() -> None:
 
 def test_no_provenance_module_imports_a_sibling_package() -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sibling_imports(path)
-        for path in PROVENANCE.rglob("*.py")
+        str(path.relative_to(ROOT)): sibling_imports(path) for path in PROVENANCE.rglob("*.py")
     }
     assert {path: names for path, names in offenders.items() if names} == {}
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from tests.analytics.golden_events import golden_records
 from tests.provenance.sharded_run import RUN_ID, sharded_events
-from tpmledger.analytics.summary_export import summary_from_events, write_export
+from tpmledger.analytics.proofs.summary_export import summary_from_events, write_export
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
 from tpmledger.provenance.reference import event_rows

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS, golden_records
-from tpmledger.analytics.minute_leaves import leaves_from_minutes
-from tpmledger.analytics.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA, NS_COLUMNS
 from tpmledger.provenance.in_toto_statement import RUN_FIGURE_KEYS

@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.provenance.sharded_run import PEAK_MINUTE, RUN_ID, SHARDS, store_sharded_run
-from tpmledger.analytics.sealing import seal_run
-from tpmledger.analytics.summary_export import EXPORT_FILES, build_summary, write_export
+from tpmledger.analytics.proofs.summary_export import EXPORT_FILES, build_summary, write_export
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.in_toto_statement import RUN_FIGURE_KEYS
 from tpmledger.provenance.minute_proofs import single_proof
 from tpmledger.provenance.signing_keys import SigningKey, load_or_create_signing_key, public_key_pem
@@ -87,7 +87,7 @@ def test_recomputed_figures_equal_the_database_snapshot(database_url: str) -> No
     with read_session(database_url) as session:
         snapshot = session.get(Snapshot, (RUN_ID, result.version))
         assert snapshot is not None
-    from tpmledger.analytics.run_events import load_run_events
+    from tpmledger.analytics.proofs.run_events import load_run_events
     from tpmledger.provenance.event_file import build_event_file
 
     data = build_event_file(load_run_events(database_url, RUN_ID)).tobytes()

@@ -10,7 +10,7 @@ from tests.analytics.compare_builders import seed_profile
 from tests.analytics.pitfall_runs import deadline_rows, seed_tool_run
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
-from tpmledger.analytics.slo import parse_slo
+from tpmledger.analytics.verdicts.slo import parse_slo
 from tpmledger.settings import Settings
 
 
@@ -52,7 +52,7 @@ def test_compare_route_uses_the_configured_slo(database_url: str) -> None:
 
 
 def test_run_object_carries_diagnostics_and_goodput(database_url: str) -> None:
-    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.seal.sealing import seal_run
 
     store(database_url, deadline_rows("late", held_s=[8.0, 2.0, 2.0, 2.0], deadline_s=5.0))
     seal_run(database_url, "late", slo=parse_slo("latency=5"))

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 import tpmledger.read_api as read_api
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
-from tpmledger.analytics.live_updater import LiveUpdater
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.seal.sealing import seal_run
 
 SECOND = 1_000_000_000
 RUN_KEYS = {

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 import tpmledger.read_api as read_api
 from tests.storage.builders import BASE_NS, attempt_row
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.dsse import verify_envelope
 from tpmledger.provenance.in_toto_statement import PREDICATE_TYPE
 from tpmledger.provenance.signing_keys import load_public_key_pem, rotate_signing_key

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from tests.fixtures.servers import start_ingest
-from tpmledger.analytics.run_extras import run_extras
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.views.run_extras import run_extras
 from tpmledger.cli.main import build_parser
 from tpmledger.cli.simulate_command import fleet_config
 from tpmledger.simulator.config import ServerConfig

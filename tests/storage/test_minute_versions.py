@@ -6,9 +6,9 @@ from sqlalchemy import text
 
 from tests.analytics.seeding import store
 from tests.analytics.test_version_consistency import _calls
-from tpmledger.analytics.run_computation import compute_run
-from tpmledger.analytics.sealing import minute_records, seal_run
-from tpmledger.analytics.verification import verify_run
+from tpmledger.analytics.proofs.verification import verify_run
+from tpmledger.analytics.seal.run_computation import compute_run
+from tpmledger.analytics.seal.sealing import minute_records, seal_run
 from tpmledger.storage.database import in_one_snapshot, read_session
 from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, changed_rows
 from tpmledger.storage.snapshots_read import minute_rows

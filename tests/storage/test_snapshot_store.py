@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from tpmledger.analytics.minute_table import MINUTE_COLUMNS
+from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS
 from tpmledger.storage.database import transaction
 from tpmledger.storage.models import MinuteMetric, Snapshot
 from tpmledger.storage.snapshot_store import insert_snapshot

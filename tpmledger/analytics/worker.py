@@ -9,7 +9,7 @@ Two loops on two threads, so a long seal never delays live figures:
   ``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not
   on every batch), and seals each. A run whose figures turn out unchanged is remembered by
   its ``updated_at`` so it is not recomputed on every poll. The same loop seals
-  checkpoints of runs still receiving data (:mod:`analytics.checkpoints`).
+  checkpoints of runs still receiving data (:mod:`analytics.seal.checkpoints`).
 
 SIGTERM/SIGINT stop both cleanly between updates and seals.
 """
@@ -23,13 +23,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-from tpmledger.analytics.checkpoints import Checkpointer
-from tpmledger.analytics.kernel_warmup import warm
-from tpmledger.analytics.live_updater import LiveUpdater
-from tpmledger.analytics.run_computation import StageTimer
-from tpmledger.analytics.run_span_limit import RunTooLong
-from tpmledger.analytics.sealing import seal_run
-from tpmledger.analytics.slo import Slo, optional_slo
+from tpmledger.analytics.kernels.kernel_warmup import warm
+from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.seal.checkpoints import Checkpointer
+from tpmledger.analytics.seal.run_computation import StageTimer
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
 from tpmledger.storage.snapshots_read import runs_due_for_seal
@@ -139,7 +139,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
 
 class RetentionSchedule:
     """With ``TPMLEDGER_RETENTION`` set, prune once a day (first a minute after start):
-    archive runs older than it and delete their raw spans (analytics/run_archive.py)."""
+    archive runs older than it and delete their raw spans (analytics/proofs/run_archive.py)."""
 
     PERIOD_S = 86_400.0
 
@@ -152,7 +152,7 @@ class RetentionSchedule:
         if settings.retention is None or time.monotonic() < self.next_at:
             return
         self.next_at = time.monotonic() + self.PERIOD_S
-        from tpmledger.analytics.run_archive import prune
+        from tpmledger.analytics.proofs.run_archive import prune
         from tpmledger.provenance.signing_keys import load_or_create_signing_key
 
         assert settings.database_url is not None

@@ -135,12 +135,12 @@ class SealProgress:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.compile_notice import ensure_kernels
-    from tpmledger.analytics.run_computation import UnknownRun
-    from tpmledger.analytics.run_extras import reconciliation, run_extras
-    from tpmledger.analytics.run_span_limit import RunTooLong
-    from tpmledger.analytics.sealing import seal_run
-    from tpmledger.analytics.slo import SloError, optional_slo
+    from tpmledger.analytics.kernels.compile_notice import ensure_kernels
+    from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+    from tpmledger.analytics.seal.run_computation import UnknownRun
+    from tpmledger.analytics.seal.sealing import seal_run
+    from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+    from tpmledger.analytics.views.run_extras import reconciliation, run_extras
     from tpmledger.storage.database import read_view
     from tpmledger.storage.retention_store import RunArchived
 
@@ -214,8 +214,8 @@ def run_snapshots(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.run_computation import UnknownRun
-    from tpmledger.analytics.verification import NotSealed, verify_run
+    from tpmledger.analytics.proofs.verification import NotSealed, verify_run
+    from tpmledger.analytics.seal.run_computation import UnknownRun
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -244,8 +244,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.run_computation import UnknownRun
-    from tpmledger.analytics.run_events import load_run_events
+    from tpmledger.analytics.proofs.run_events import load_run_events
+    from tpmledger.analytics.seal.run_computation import UnknownRun
     from tpmledger.provenance.event_file import build_event_file
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
@@ -260,7 +260,7 @@ def run_events(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.cap_sweep import SweepThresholds, load_sweep
+    from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep
 
     rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
     with database(settings_from_args(args), migrate_to_head=True) as url:

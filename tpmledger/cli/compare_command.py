@@ -96,7 +96,7 @@ def print_result(result: dict[str, Any]) -> None:
 
 def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
     """Analyze ``run_id`` under ``slo`` when its newest version lacks that goodput."""
-    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.storage.database import read_view
     from tpmledger.storage.sealed_figures_store import read_goodput
     from tpmledger.storage.snapshots_read import latest_snapshot
@@ -110,8 +110,8 @@ def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.compare_runs import CompareParams, NotComparable, compare_runs
-    from tpmledger.analytics.slo import SloError, optional_slo
+    from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
+    from tpmledger.analytics.verdicts.slo import SloError, optional_slo
     from tpmledger.storage.runs_read import UnknownRun
 
     settings = settings_from_args(args)

@@ -51,7 +51,7 @@ def register(actions: Any) -> None:
 
 
 def prove_consistency(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.version_consistency import ConsistencyRefused, prove_consistency
+    from tpmledger.analytics.proofs.version_consistency import ConsistencyRefused, prove_consistency
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:

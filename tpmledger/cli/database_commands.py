@@ -41,7 +41,7 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.run_views import run_list
+    from tpmledger.analytics.views.run_views import run_list
     from tpmledger.storage.database import read_view
     from tpmledger.storage.retention_store import stored_bytes
 

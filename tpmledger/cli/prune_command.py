@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.run_archive import prune
+    from tpmledger.analytics.proofs.run_archive import prune
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)

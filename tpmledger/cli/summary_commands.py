@@ -17,7 +17,7 @@ from tpmledger.cli import consistency_commands
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 if TYPE_CHECKING:
-    from tpmledger.analytics.summary_export import RunSummary
+    from tpmledger.analytics.proofs.summary_export import RunSummary
     from tpmledger.provenance.summary_verify import VerifyReport
 
 # Handlers import analytics and provenance when they run: every `tpmledger` process builds
@@ -91,10 +91,10 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
-    from tpmledger.analytics.compile_notice import ensure_kernels
-    from tpmledger.analytics.run_span_limit import RunTooLong
-    from tpmledger.analytics.sealing import seal_run
-    from tpmledger.analytics.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.kernels.compile_notice import ensure_kernels
+    from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+    from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
@@ -124,7 +124,7 @@ def _message(exc: Exception) -> str:
 
 def show_summary(args: argparse.Namespace) -> int:
     """Print the human block (or the predicate as JSON) of the newest sealed snapshot."""
-    from tpmledger.analytics.summary_export import snapshot_predicate
+    from tpmledger.analytics.proofs.summary_export import snapshot_predicate
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
     from tpmledger.provenance.summary_text import summary_text
 
@@ -145,7 +145,7 @@ def show_summary(args: argparse.Namespace) -> int:
 
 def export_summary(args: argparse.Namespace) -> int:
     """Write the export directory."""
-    from tpmledger.analytics.summary_export import write_export
+    from tpmledger.analytics.proofs.summary_export import write_export
 
     summary = _summary(args)
     if summary is None:

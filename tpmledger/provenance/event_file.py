@@ -275,7 +275,7 @@ MINUTE_NS = 60_000_000_000
 #: Lines written at a time by :func:`file_digests` (whole minutes: a minute is never split).
 DIGEST_CHUNK_LINES = 131_072
 #: Per-minute digests are dense (empty minutes included): callers bound a run's length
-#: first (analytics/run_span_limit.py); this is a last guard against a huge allocation.
+#: first (analytics/kernels/run_span_limit.py); this is a last guard against a huge allocation.
 MAX_DIGEST_MINUTES = 10_000_000
 
 

@@ -25,7 +25,7 @@ from tpmledger.provenance.merkle import (
 PROOFS_FORMAT = "tpmledger.minute-proofs.v1"
 SINGLE_PROOF_FORMAT = "tpmledger.minute-proof.v1"
 #: The figures of a minute leaf, in the minute table's column names: the one definition
-#: the sealer (analytics/minute_leaves.py) and the verifiers use.
+#: the sealer (analytics/seal/minute_leaves.py) and the verifiers use.
 LEAF_FIGURES: tuple[str, ...] = (
     "calls_in_minute",
     "prompt_tpm_in",

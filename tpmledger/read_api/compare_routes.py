@@ -38,8 +38,12 @@ def build_router(database_url: str, default_slo: str | None = None) -> APIRouter
         seed: int = Query(0, ge=0, description="bootstrap seed"),
     ) -> dict[str, Any]:
         # Imported here: the ingest process serving this router loads no analytics.
-        from tpmledger.analytics.compare_runs import CompareParams, NotComparable, compare_runs
-        from tpmledger.analytics.slo import SloError, optional_slo
+        from tpmledger.analytics.verdicts.compare_runs import (
+            CompareParams,
+            NotComparable,
+            compare_runs,
+        )
+        from tpmledger.analytics.verdicts.slo import SloError, optional_slo
 
         for run_id in (a, b):
             if "\x00" in run_id:

@@ -44,7 +44,7 @@ def build_router(
         summary="Every run with attempts, shards, first/last event, latest seal, live or sealed",
     )
     async def get_runs() -> dict[str, Any]:
-        from tpmledger.analytics.run_views import run_list
+        from tpmledger.analytics.views.run_views import run_list
 
         return {"runs": await run_in_threadpool(in_one_snapshot, database_url, run_list)}
 
@@ -59,8 +59,8 @@ def build_router(
         },
     )
     async def get_run(run_id: str) -> dict[str, Any]:
-        from tpmledger.analytics.run_span_limit import RunTooLong
-        from tpmledger.analytics.run_views import run_object
+        from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+        from tpmledger.analytics.views.run_views import run_object
 
         try:
             return await run_in_threadpool(
@@ -85,8 +85,8 @@ def build_router(
         run_id: str,
         shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
     ) -> dict[str, Any]:
-        from tpmledger.analytics.run_span_limit import RunTooLong
-        from tpmledger.analytics.run_views import minute_series
+        from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+        from tpmledger.analytics.views.run_views import minute_series
 
         try:
             minutes = await run_in_threadpool(
@@ -110,7 +110,7 @@ def build_router(
         responses={404: {"description": "unknown run"}},
     )
     async def get_events(run_id: str) -> StreamingResponse:
-        from tpmledger.analytics.run_events import load_run_events
+        from tpmledger.analytics.proofs.run_events import load_run_events
         from tpmledger.provenance.event_file import build_event_file
         from tpmledger.storage.retention_store import RunArchived, refuse_if_archived
 

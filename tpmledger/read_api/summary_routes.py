@@ -28,7 +28,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     def signed_envelope(run_id: str) -> dict[str, Any]:
         # Signs the snapshot row's figures only; no event is read, so this stays cheap.
         # Imported here: summary_export pulls in analytics (Polars), which ingest avoids.
-        from tpmledger.analytics.summary_export import summary_envelope
+        from tpmledger.analytics.proofs.summary_export import summary_envelope
 
         return summary_envelope(database_url, run_id, load_or_create_signing_key(settings))
 
@@ -38,7 +38,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
         summary="DSSE envelope (in-toto Statement v1, Ed25519) over the run's newest snapshot",
     )
     async def get_summary(run_id: str) -> dict[str, Any]:
-        from tpmledger.analytics.summary_export import RunNotSealed
+        from tpmledger.analytics.proofs.summary_export import RunNotSealed
 
         try:
             return await run_in_threadpool(signed_envelope, run_id)
@@ -59,7 +59,7 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
         old: int = Query(..., alias="from", description="the earlier version"),
         new: int = Query(..., alias="to", description="the later version"),
     ) -> dict[str, Any]:
-        from tpmledger.analytics.version_consistency import (
+        from tpmledger.analytics.proofs.version_consistency import (
             ConsistencyRefused,
             VersionNotFound,
             prove_consistency,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpmledger.analytics.cap_sweep import SweepPoint, SweepResult
+from tpmledger.analytics.verdicts.cap_sweep import SweepPoint, SweepResult
 from tpmledger.dashboard.data.minute_series import MinuteSeries
 from tpmledger.dashboard.figures.concurrency import concurrency_figure, work_conserving_text
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure

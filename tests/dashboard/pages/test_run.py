@@ -162,7 +162,7 @@ def test_pitfall_diagnostics_are_shown_from_the_sealed_version(
 ) -> None:
     from tests.analytics.pitfall_runs import storm_rows
     from tests.analytics.seeding import store
-    from tpmledger.analytics.sealing import seal_run
+    from tpmledger.analytics.seal.sealing import seal_run
 
     store(page_database_url, storm_rows("storm-page", {2, 3}))
     seal_run(page_database_url, "storm-page")

@@ -11,7 +11,7 @@ import pytest
 from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.conftest import RunningDashboard
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
-from tpmledger.analytics.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.dashboard.display import fmt_int, fmt_rate
 from tpmledger.storage.bulk_writer import write_attempts
 from tpmledger.storage.database import raw_transaction

@@ -131,8 +131,8 @@ def with_live_figures(session: Session, run: RunRecord, close_after_s: float) ->
     """``run`` with the live figures in place of the snapshot's when spans arrived after it."""
     if not run.is_live or run.covered:
         return run
-    from tpmledger.analytics.live_view import current_table, live_figures
-    from tpmledger.analytics.run_span_limit import RunTooLong
+    from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+    from tpmledger.analytics.views.live_view import current_table, live_figures
 
     try:
         table = current_table(session, run.run_id, close_after_s=close_after_s)

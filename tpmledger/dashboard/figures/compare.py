@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tpmledger.analytics.compare_runs import RunMinutes
+from tpmledger.analytics.verdicts.compare_runs import RunMinutes
 from tpmledger.dashboard.figures.chart_style import (
     Figure,
     base_layout,

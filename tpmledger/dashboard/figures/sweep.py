@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpmledger.analytics.cap_sweep import SweepResult
+from tpmledger.analytics.verdicts.cap_sweep import SweepResult
 from tpmledger.dashboard.display import fmt_int
 from tpmledger.dashboard.figures.chart_style import (
     RETRY_COLOR,

@@ -3,7 +3,7 @@
 KPI differences with their intervals, the two runs' TPM and retry / stall rates on one
 time-aligned chart, and the verdict in words with the rule that produced it and the
 parameters (docs/dashboard.md#compare). Everything comes from each run's newest sealed
-version (:mod:`analytics.compare_runs`), never from spans.
+version (:mod:`analytics.verdicts.compare_runs`), never from spans.
 """
 
 from __future__ import annotations
@@ -15,8 +15,13 @@ import dash
 import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
-from tpmledger.analytics.compare_runs import CompareParams, NotComparable, compare, load_run_minutes
-from tpmledger.analytics.slo import SloError, optional_slo
+from tpmledger.analytics.verdicts.compare_runs import (
+    CompareParams,
+    NotComparable,
+    compare,
+    load_run_minutes,
+)
+from tpmledger.analytics.verdicts.slo import SloError, optional_slo
 from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.data.sealed_runs import list_sealed_run_ids
 from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds

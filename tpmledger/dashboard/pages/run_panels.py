@@ -14,9 +14,9 @@ import dash_bootstrap_components as dbc
 from dash import dcc, html
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.live_view import CurrentTable, current_table, live_figures
-from tpmledger.analytics.run_extras import reconciliation, run_extras
-from tpmledger.analytics.run_span_limit import RunTooLong
+from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.views.live_view import CurrentTable, current_table, live_figures
+from tpmledger.analytics.views.run_extras import reconciliation, run_extras
 from tpmledger.dashboard.components.diagnostics_panel import diagnostics_panel
 from tpmledger.dashboard.components.empty_states import (
     live_waiting,

@@ -15,7 +15,7 @@ import dash
 import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
-from tpmledger.analytics.cap_sweep import SweepResult, load_sweep
+from tpmledger.analytics.verdicts.cap_sweep import SweepResult, load_sweep
 from tpmledger.dashboard.components.empty_states import no_sweeps_state
 from tpmledger.dashboard.components.kpi_cards import NOT_YET
 from tpmledger.dashboard.components.status_badge import status_badge

@@ -1,0 +1,104 @@
+"""tpmledger prune: old runs are sealed, archived with a verifiable compressed event file,
+and their raw spans deleted; recent runs are untouched; a dry run changes nothing."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.analytics.seeding import store
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.proofs.verification import verify_run
+from tpmledger.cli.main import main
+from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.storage.database import in_one_snapshot, raw_transaction
+from tpmledger.storage.snapshots_read import latest_snapshot
+
+SECOND = 1_000_000_000
+
+
+def _attempts(url: str, run_id: str) -> int:
+    with raw_transaction(url) as conn:
+        row = conn.execute("SELECT count(*) FROM attempts WHERE run_id = %s", (run_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.fixture
+def runs(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TPMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    old = [
+        attempt_row(
+            run_id="old-run",
+            start_ns=BASE_NS + i * 7 * SECOND,
+            end_ns=BASE_NS + (i * 7 + 2) * SECOND,
+        )
+        for i in range(30)
+    ]
+    now = time.time_ns()
+    recent = [attempt_row(run_id="new-run", start_ns=now - 5 * SECOND, end_ns=now - SECOND)]
+    store(database_url, old + recent)
+    return tmp_path / "archive"
+
+
+def test_a_dry_run_changes_nothing(
+    runs: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--dry-run", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["dry_run"] is True
+    assert [(r["run_id"], r["action"]) for r in report["runs"]] == [("old-run", "would archive")]
+    assert not runs.exists()
+    assert _attempts(database_url, "old-run") == 30
+
+
+def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
+    runs: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--json"]) == 0
+    out, err = capsys.readouterr()
+    [pruned] = json.loads(out)["runs"]
+    assert pruned["action"] == "archived" and pruned["rows_deleted"] == 30
+    assert "old-run: archived" in err  # a progress line per run
+    archive = Path(pruned["archive_dir"])
+    assert (archive / "events.jsonl.gz").is_file() and not (archive / "events.jsonl").exists()
+    sealed = in_one_snapshot(database_url, latest_snapshot, "old-run")
+    assert sealed is not None
+    events = gzip.decompress((archive / "events.jsonl.gz").read_bytes())
+    assert hashlib.sha256(events).hexdigest() == sealed.events_sha256 == pruned["events_sha256"]
+    assert verify_export(archive).ok
+    assert main(["summary", "verify", str(archive)]) == 0
+    # Raw spans gone; the recent run untouched; both still listed.
+    assert _attempts(database_url, "old-run") == 0
+    assert _attempts(database_url, "new-run") == 1
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["runs"]
+    status = {r["run_id"]: r["status"] for r in listed}
+    assert status == {"old-run": "archived", "new-run": "live"}
+    # What each run still takes: the archived one only its seals and minute rows.
+    sizes = {r["run_id"]: r["stored_bytes"] for r in listed}
+    assert sizes["old-run"] > 0 and sizes["new-run"] > 0
+    # tpmledger verify says where the archive is; analyze refuses to seal an empty run.
+    notes = " ".join(verify_run(database_url, "old-run").notes)
+    assert "raw spans were pruned" in notes and str(archive) in notes
+    assert main(["analyze", "old-run"]) == 2
+    assert "was archived" in capsys.readouterr().err
+    # A second prune has nothing left to do.
+    assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Path) -> None:
+    from tpmledger.analytics.proofs.run_archive import archive_path
+
+    assert archive_path(tmp_path, "run-1") == tmp_path / "run-1"
+    for hostile in ("..", "../../etc", "a/b", "."):
+        folder = archive_path(tmp_path, hostile)
+        assert folder.parent == tmp_path and folder.name not in (".", "..")
+    assert archive_path(tmp_path, "a/b") != archive_path(tmp_path, "a_b")

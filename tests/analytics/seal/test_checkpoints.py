@@ -1,0 +1,86 @@
+"""Checkpoints seal the closed minutes of a run that is still receiving data."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.analytics.seeding import store
+from tests.analytics.test_version_consistency import _calls
+from tpmledger.analytics.seal.checkpoints import Checkpointer, closed_before
+from tpmledger.analytics.seal.sealing import seal_run
+
+# The calls of _calls end in minutes 03:44 .. 03:48 of 2026-02-01.
+NOW = datetime(2026, 2, 1, 3, 50, 30, tzinfo=UTC)  # 03:48 ended 90 s ago: still open
+
+
+def test_minutes_close_a_fixed_time_after_they_end() -> None:
+    assert closed_before(NOW, 120) == datetime(2026, 2, 1, 3, 48, tzinfo=UTC)
+    assert closed_before(NOW, 0) == datetime(2026, 2, 1, 3, 50, tzinfo=UTC)
+
+
+def test_a_live_run_gets_a_checkpoint_of_its_closed_minutes_once(database_url: str) -> None:
+    store(database_url, _calls(range(5)))
+    checkpoints = Checkpointer(database_url, every_s=0, quiet_s=3600, close_after_s=120)
+    [result] = checkpoints.poll_once(now=NOW)
+    assert result.run_id == "grow" and not result.final
+    assert result.document["minutes"]["tree_size"] == 4  # 03:44 .. 03:47
+    assert result.document["minutes"]["through_minute_utc"] == "2026-02-01T03:47:00Z"
+    # Nothing closed since: no new version, even with no waiting between checkpoints.
+    assert checkpoints.poll_once(now=NOW) == []
+    # A minute later 03:48 is closed too.
+    later = NOW.replace(minute=51)
+    [extended] = checkpoints.poll_once(now=later)
+    assert extended.document["minutes"]["tree_size"] == 5
+
+
+def test_a_run_that_stopped_receiving_data_gets_no_checkpoint(database_url: str) -> None:
+    store(database_url, _calls(range(5)))
+    assert (
+        Checkpointer(database_url, every_s=0, quiet_s=0, close_after_s=120).poll_once(now=NOW) == []
+    )
+
+
+def test_a_checkpoint_exports_and_verifies_after_the_run_grew(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tpmledger.cli.main import main
+    from tpmledger.provenance.summary_verify import verify_export
+
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TPMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    store(database_url, _calls(range(5)))
+    [checkpoint] = Checkpointer(database_url, every_s=0, quiet_s=3600, close_after_s=120).poll_once(
+        now=NOW
+    )
+    store(database_url, _calls(range(5, 7)))  # the fleet keeps going
+    final = seal_run(database_url, "grow")
+    out = tmp_path / "v1"
+    assert (
+        main(["summary", "export", "grow", "--version", str(checkpoint.version), "--out", str(out)])
+        == 0
+    )
+    report = verify_export(out)
+    assert report.ok, report.checks
+    proofs = json.loads((out / "minute-proofs.json").read_text())
+    assert proofs["merkle_root"] == checkpoint.document["minutes"]["merkle_root"]
+    assert proofs["tree_size"] == 4
+    assert f"snapshot_version: {checkpoint.version}" in (out / "SUMMARY.txt").read_text()
+    assert (
+        main(
+            [
+                "summary",
+                "prove-consistency",
+                "grow",
+                "--from",
+                str(checkpoint.version),
+                "--to",
+                str(final.version),
+            ]
+        )
+        == 0
+    )
+    assert main(["summary", "export", "grow", "--version", "99", "--out", str(tmp_path / "x")]) == 1

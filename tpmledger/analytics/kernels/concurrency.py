@@ -1,0 +1,243 @@
+"""Concurrency at 1-second resolution from span intervals (docs/metrics.md).
+
+An attempt span covers the time its shard held a concurrency slot (start = admitted,
+end = released); ``queued_at = start − queue_wait_s`` (docs/conventions.md). Both series are
+*sampled at every whole second* t: in-flight(t) = attempts with start ≤ t < end,
+queue depth(t) = attempts with queued_at ≤ t < start (only attempts that report
+``queue_wait_s``). Sampled counts are integers and never exceed a slot cap that was
+enforced, which is what the work-conserving check compares against.
+
+With whole-second sample instants t, ``start <= t`` is ``ceil(start / 1 s) <= t``, so a
+series is a running sum of +1/−1 steps at ceil-seconds. The samples are kept as runs of
+equal seconds (:mod:`analytics.kernels.second_runs`) over the grid of whole minutes from one
+minute before the earliest queued_at (a wait counts for at most
+:data:`MAX_QUEUE_WAIT_S`) to one minute after the last end. Minute figures are computed
+for a *window* of minutes only (the minute table's, by default): no cost grows with the
+seconds one interval covers, only with attempts and the minutes asked for
+(docs/metrics.md#concurrency).
+
+Work-conserving check: among (shard, second) samples whose queue depth is > 0 on a shard
+with a known cap, the share where in-flight < 0.9 × that shard's cap is the "sag"; the
+check passes at ≤ 5 %. It is not measured (null) without queue data or caps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
+from tpmledger.analytics.kernels.event_plans import SECOND_NS
+from tpmledger.analytics.kernels.figure_rules import (
+    SAG_FRACTION_OF_CAP,
+    SAG_PASS_SHARE,
+    work_conserving_result,
+)
+from tpmledger.analytics.kernels.group_kernels import second_grid, second_samples
+from tpmledger.analytics.kernels.second_runs import (
+    dense_runs,
+    run_minutes,
+    run_totals,
+    sparse_runs,
+    sparse_steps,
+)
+from tpmledger.storage.minute_keys import WHOLE_RUN
+
+__all__ = [
+    "SAG_FRACTION_OF_CAP",
+    "SAG_PASS_SHARE",
+    "MinuteSamples",
+    "SecondSeries",
+    "minute_samples",
+    "second_series",
+]
+
+# Queue samples reach back at most this far before the first start (bounds the grid).
+MAX_QUEUE_WAIT_S = 86_400.0
+# Per-second arrays are built (then turned into runs) only while the grid has at most
+# this many cells per attempt, plus a floor; larger grids are built from sorted steps.
+# Both give the same runs; the arrays are faster for ordinary runs.
+DENSE_CELLS_PER_ATTEMPT: Final = 8
+DENSE_CELLS_FLOOR: Final = 1 << 21
+
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class SecondSeries:
+    """Per-second samples of every shard (code order) and the whole run, as runs.
+
+    Row ``r`` (shards, then ``'*'`` last) has runs ``offsets[r]:offsets[r + 1]``: from
+    ``run_start[k]`` (epoch second) to the next run's start, or ``last_second``, the
+    samples are ``run_in_flight[k]`` and ``run_queue_depth[k]``.
+    """
+
+    shard_ids: tuple[str, ...]
+    first_second: int  # the grid: whole minutes [first_second, last_second)
+    last_second: int
+    offsets: Ints
+    run_start: Ints
+    run_in_flight: Ints
+    run_queue_depth: Ints
+    queue_shards: frozenset[str]
+    window_first_second: int  # the minutes figures are computed for (within the grid)
+    window_minutes: int
+
+
+@dataclass(frozen=True)
+class MinuteSamples:
+    """Minute figures of the window, one row per shard and a last row for ``'*'``."""
+
+    minute_ns: Ints
+    in_flight_mean: npt.NDArray[np.float64]  # shape (rows, minutes)
+    in_flight_max: Ints
+    queue_depth_mean: npt.NDArray[np.float64]
+    queue_depth_max: Ints
+    queue_seconds: Ints  # seconds with a queue (row '*': 0)
+    sag_seconds: Ints  # of those, seconds with in-flight < 0.9 × the shard's cap
+
+
+def second_series(
+    events: pl.DataFrame,
+    grid: EventGrid | None = None,
+    *,
+    window: tuple[int, int] | None = None,
+) -> SecondSeries:
+    """In-flight and queue depth per shard and second, for minute figures of ``window``.
+
+    ``window`` is ``(first_minute_ns, minute_count)``; by default the minutes of the
+    minute table (``grid``: the run's first to last end-time minute).
+    """
+    grid = grid if grid is not None else event_grid(events)
+    if window is None:
+        window = (grid.first_minute_ns, grid.minute_count)
+    rows = grid.shard_count
+    if events.height == 0:
+        none = np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(rows + 2, dtype=np.int64)
+        return SecondSeries(grid.shard_ids, 0, 0, offsets, none, none, none, frozenset(), 0, 0)
+    wait_column = events.get_column("queue_wait_s")
+    start = events.get_column("start_ns").to_numpy()
+    end = events.get_column("end_ns").to_numpy()
+    wait = wait_column.fill_null(-1.0).to_numpy()  # negative: no queue
+    reported = wait_column.is_not_null().to_numpy()
+    first, last = second_grid(start, end, wait, MAX_QUEUE_WAIT_S)
+    if (rows + 1) * (last - first) <= DENSE_CELLS_PER_ATTEMPT * events.height + DENSE_CELLS_FLOOR:
+        flight, depth, reporting = second_samples(
+            grid.shard_codes, start, end, wait, reported, first, last, rows
+        )
+        runs = dense_runs(
+            np.vstack([flight, flight.sum(axis=0, keepdims=True)]),
+            np.vstack([depth, depth.sum(axis=0, keepdims=True)]),
+            first,
+        )
+    else:
+        keys, reporting = sparse_steps(
+            grid.shard_codes, start, end, wait, reported, first, last, rows
+        )
+        keys.sort()
+        runs = sparse_runs(keys, first, last, rows + 1)
+    queue_shards = frozenset(s for s, n in zip(grid.shard_ids, reporting, strict=True) if n)
+    window_first = max(window[0] // SECOND_NS, first)
+    window_last = min(window[0] // SECOND_NS + 60 * window[1], last)
+    return SecondSeries(
+        grid.shard_ids,
+        first,
+        last,
+        *runs,
+        queue_shards,
+        window_first,
+        max(window_last - window_first, 0) // 60,
+    )
+
+
+def _sag_below(series: SecondSeries, caps: Mapping[str, int | None]) -> npt.NDArray[np.float64]:
+    """Per row: in-flight below this counts as sag (0: never; the '*' row never)."""
+    below = [SAG_FRACTION_OF_CAP * float(caps.get(s) or 0) for s in series.shard_ids]
+    return np.array([*below, 0.0], dtype=np.float64)
+
+
+def minute_samples(series: SecondSeries, caps: Mapping[str, int | None]) -> MinuteSamples:
+    """In-flight and queue depth mean/max of every window minute, and per shard the
+    seconds with a queue and those that sagged below 0.9 × ``caps`` (unknown cap: none)."""
+    flight_sum, flight_max, depth_sum, depth_max, queued, sag = run_minutes(
+        series.offsets,
+        series.run_start,
+        series.run_in_flight,
+        series.run_queue_depth,
+        series.last_second,
+        series.window_first_second,
+        series.window_minutes,
+        _sag_below(series, caps),
+    )
+    queued[-1] = 0
+    minutes = np.arange(series.window_minutes, dtype=np.int64)
+    return MinuteSamples(
+        minute_ns=(series.window_first_second + 60 * minutes) * SECOND_NS,
+        in_flight_mean=flight_sum / 60,
+        in_flight_max=flight_max,
+        queue_depth_mean=depth_sum / 60,
+        queue_depth_max=depth_max,
+        queue_seconds=queued,
+        sag_seconds=sag,
+    )
+
+
+def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> pl.DataFrame:
+    """Per (shard_id or '*', window minute): in-flight and queue depth mean/max, and the cap."""
+    samples = minute_samples(series, {})
+    queue_rows = np.array([s in series.queue_shards for s in series.shard_ids], dtype=np.bool_)
+    shard_ids = [*series.shard_ids, WHOLE_RUN]
+    minutes = series.window_minutes
+    cap_map = dict(caps or {})
+    caps_by_row = {**cap_map, WHOLE_RUN: sum(cap_map.values()) if cap_map else None}
+    # Shards that never reported a queue wait have depth 0 throughout, so the '*' row's
+    # depth is the sum over reporting shards; it is null when none reported.
+    has_queue = np.append(queue_rows, bool(series.queue_shards)).repeat(minutes)
+    frame = pl.DataFrame(
+        {
+            "shard_id": np.repeat(np.array(shard_ids, dtype=object), minutes).tolist(),
+            "minute_ns": np.tile(samples.minute_ns, len(shard_ids)),
+            "in_flight_mean": samples.in_flight_mean.ravel(),
+            "in_flight_max": samples.in_flight_max.ravel(),
+            "queue_depth_mean": samples.queue_depth_mean.ravel(),
+            "queue_depth_max": samples.queue_depth_max.ravel(),
+            "has_queue": has_queue,
+        },
+        schema_overrides={"shard_id": pl.String, "minute_ns": pl.Int64},
+    )
+    queue = pl.col("has_queue")
+    return frame.select(
+        "shard_id",
+        "minute_ns",
+        "in_flight_mean",
+        pl.col("in_flight_max").cast(pl.Int32),
+        pl.when(queue).then(pl.col("queue_depth_mean")).alias("queue_depth_mean"),
+        pl.when(queue).then(pl.col("queue_depth_max").cast(pl.Int32)).alias("queue_depth_max"),
+        pl.col("shard_id")
+        .replace_strict(caps_by_row, default=None, return_dtype=pl.Int32)
+        .alias("concurrency_cap"),
+    )
+
+
+def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dict[str, Any]:
+    """The docs/metrics.md work-conserving check; figures are null when they cannot be measured."""
+    result = work_conserving_result()
+    usable = {s: c for s, c in (caps or {}).items() if s in series.queue_shards and c}
+    if not usable:
+        return result
+    queued, sag = run_totals(
+        series.offsets,
+        series.run_start,
+        series.run_in_flight,
+        series.run_queue_depth,
+        series.last_second,
+        _sag_below(series, usable),
+    )
+    rows = [row for row, shard in enumerate(series.shard_ids) if shard in usable]
+    return work_conserving_result(int(queued[rows].sum()), int(sag[rows].sum()))

@@ -1,0 +1,234 @@
+"""Run-level figures (docs/metrics.md, named as docs/metrics.md ``GET /v1/runs/{run_id}``) from
+events alone.
+
+:func:`compute_run_figures` takes a frame with exactly the canonical event columns, so a
+signed summary can be re-verified from ``events.jsonl``. The optional :class:`RunContext`
+carries what the event file does not (declared shard count, caps, sweep); figures that
+need it (``work_conserving``, ``concurrency_cap``, …) are null without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tpmledger.analytics.kernels.cell_figures import (
+    WHOLE_RUN,
+    CellFigures,
+    cell_figures,
+    event_value_groups,
+    run_values,
+)
+from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series, work_conserving
+from tpmledger.analytics.kernels.event_arrays import EventArrays, event_arrays
+from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
+from tpmledger.analytics.kernels.event_plans import explicit_call_ids
+from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.logical_calls import count_logical_calls
+from tpmledger.analytics.kernels.minute_table import build_minute_table
+from tpmledger.storage.time_text import minute_text_ns, ns_to_rfc3339
+
+PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Run facts that are not in the event file (from the ``attempts``/``runs`` rows)."""
+
+    run_id: str | None = None
+    caps: Mapping[str, int] = field(default_factory=dict)  # shard_id -> concurrency cap
+    declared_shard_count: int | None = None
+    concurrency_cap: int | None = None
+    sweep_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Everything computed for one run: the minute table (with ``minute_ns``) and figures."""
+
+    minutes: pl.DataFrame
+    figures: dict[str, Any]
+
+
+def _ratio(part: int | None, whole: int | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return part / whole
+
+
+def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
+    active = whole.filter(pl.col("calls_in_minute") > 0)
+    if active.height == 0:
+        return None
+    # Ties go to the earliest minute (docs/metrics.md).
+    row = active.sort([by, "minute_ns"], descending=[True, False]).row(0, named=True)
+    return {
+        "minute_utc": minute_text_ns(row["minute_ns"]),
+        "shard_count": row["shards_active"],
+        **{name: row[name] for name in PEAK_FIELDS},
+    }
+
+
+def _shard_balance(shard_ids: tuple[str, ...], tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
+    total = int(tokens.sum())
+    if total == 0:
+        return {"shares": None, "imbalance": None}
+    share = {s: int(t) / total for s, t in zip(shard_ids, tokens.tolist(), strict=True)}
+    mean = 1 / len(share)
+    return {"shares": share, "imbalance": max(share.values()) / mean}
+
+
+def _sustained(whole: pl.DataFrame) -> float | None:
+    # Median tpm_total over minutes strictly between the first and the last minute.
+    inner = whole.get_column("tpm_total").slice(1, max(whole.height - 2, 0))
+    value = inner.median() if inner.len() else None
+    return float(value) if value is not None else None  # type: ignore[arg-type]
+
+
+def _run_id(events: pl.DataFrame) -> str | None:
+    run_ids = events.get_column("run_id").drop_nulls().unique().sort()
+    return run_ids[0] if run_ids.len() else None
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """What the run figures are assembled from besides the minute table: sums over every
+    event, logical calls, run-level percentiles and moments, per-shard tokens and the
+    work-conserving check. A whole-run pass and the streaming seal
+    (:mod:`analytics.seal.run_stream`) each build one; :func:`run_figures_of` is shared."""
+
+    run_id: str | None
+    attempts: int
+    first_ns: int | None
+    last_ns: int | None
+    successes: int
+    retries: int
+    prompt: int
+    completion: int
+    retries_measured: bool
+    calls: tuple[int, int, Any]  # logical calls, those that succeeded, retry causes
+    values: dict[str, float | None]  # run-level percentiles and moments (run_values)
+    shard_ids: tuple[str, ...]  # shards with events, sorted
+    shard_tokens: npt.NDArray[np.int64]  # prompt + completion per shard of shard_ids
+    work_conserving: dict[str, Any]
+
+
+def _whole_run_totals(events: pl.DataFrame, parts: _Parts, context: RunContext) -> RunTotals:
+    first, last = events.select(first=pl.col("end_ns").min(), last=pl.col("end_ns").max()).row(0)
+    arrays = parts.arrays
+    return RunTotals(
+        run_id=context.run_id or _run_id(events),
+        attempts=events.height,
+        first_ns=first,
+        last_ns=last,
+        successes=int(arrays.ok.sum()),
+        retries=int(arrays.retry.sum()),
+        prompt=int(arrays.prompt.sum()),
+        completion=int(arrays.completion.sum()),
+        retries_measured=arrays.retries_measured,
+        calls=parts.calls,
+        values=parts.run,
+        shard_ids=parts.grid.shard_ids,
+        shard_tokens=parts.cells.shard_tokens,
+        work_conserving=work_conserving(parts.series, context.caps),
+    )
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What the run figures are assembled from (computed side by side)."""
+
+    grid: EventGrid
+    arrays: EventArrays
+    cells: CellFigures
+    run: dict[str, float | None]  # run-level percentiles and moments
+    series: SecondSeries
+    calls: tuple[int, int, Any]
+
+
+def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> dict[str, Any]:
+    """The run object (docs/metrics.md) from the minute table (``minute_ns``) and totals."""
+    calls, ok_calls, causes = t.calls
+    v = t.values
+    whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
+    figures: dict[str, Any] = {
+        "run_id": t.run_id,
+        "attempts": t.attempts,
+        "logical_calls": calls,
+        "shard_count": len(t.shard_ids),
+        "first_event_utc": ns_to_rfc3339(t.first_ns),
+        "last_event_utc": ns_to_rfc3339(t.last_ns),
+        "active_minutes": whole.filter(pl.col("calls_in_minute") > 0).height,
+        "peak_minute": _peak(whole, "tpm_total"),
+        "peak_completion_minute": _peak(whole, "completion_tpm_out"),
+        "sustained_tpm_total": _sustained(whole),
+        "attempt_success_rate": _ratio(t.successes, t.attempts),
+        "call_success_rate": _ratio(ok_calls, calls),
+        "retry_rate": _ratio(t.retries, t.attempts) if t.retries_measured else None,
+        "retry_causes": causes,
+        "ttft_s": {
+            "p50": v["ttft_p50"],
+            "p95": v["ttft_p95"],
+            "p99": v["ttft_p99"],
+            "mean": v["ttft_mean"],
+            "variance": v["ttft_var"],
+        },
+        "shard_balance": _shard_balance(t.shard_ids, t.shard_tokens),
+        "declared_shard_count": context.declared_shard_count,
+        "concurrency_cap": context.concurrency_cap,
+        "sweep_id": context.sweep_id,
+        "work_conserving": t.work_conserving,
+        "tokens": {
+            "prompt": t.prompt,
+            "completion": t.completion,
+            "total": t.prompt + t.completion,
+        },
+        "latency_s": {
+            "p50": v["lat_p50"],
+            "p95": v["lat_p95"],
+            "p99": v["lat_p99"],
+            "mean": v["lat_mean"],
+        },
+    }
+    cleaned: dict[str, Any] = clean(figures)
+    return cleaned
+
+
+def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
+    """Minute table and run figures of canonical ``events`` (any row order)."""
+    context = context or RunContext()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The worker: grid, concurrency series, logical calls, run-level sorts; this
+        # thread: per-event arrays, sorted groups, the minute table. Polars, NumPy's
+        # sorts and the compiled loops all release the GIL.
+        grid_job = pool.submit(event_grid, events)
+        series = pool.submit(lambda: second_series(events, grid_job.result()))
+        explicit = explicit_call_ids(events)
+        arrays = event_arrays(events, explicit=explicit)
+        calls = pool.submit(
+            count_logical_calls,
+            events,
+            arrays.ok,
+            explicit=explicit,
+            measured=arrays.retries_measured,
+        )
+        grid = grid_job.result()
+        ttft, latency = event_value_groups(grid, arrays)
+        run = pool.submit(run_values, ttft, latency)
+        cells = cell_figures(grid, arrays, ttft, latency)
+        table = build_minute_table(events, context.caps, series.result(), grid=grid, cells=cells)
+        parts = _Parts(grid, arrays, cells, run.result(), series.result(), calls.result())
+    return RunAnalysis(
+        table, run_figures_of(table, _whole_run_totals(events, parts, context), context)
+    )
+
+
+def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:
+    """Run-level figures from canonical events (the run object without seal keys)."""
+    return analyze_events(events, context).figures

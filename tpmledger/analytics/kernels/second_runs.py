@@ -1,0 +1,221 @@
+"""Concurrency samples stored as runs of equal seconds (compiled loops, Numba).
+
+In-flight and queue depth change only at the whole seconds where an attempt is admitted,
+released or starts waiting, so a row's samples are a few *runs*: from a run's first
+second to the next run's, both values are constant. Runs are what the concurrency figures
+are computed from, so their cost follows the number of attempts and the minutes asked
+for, never the seconds one interval covers (docs/metrics.md#concurrency).
+
+Runs are built one of two ways, with the same result:
+
+- :func:`dense_runs` from per-second arrays (:func:`~analytics.group_kernels.second_samples`),
+  when the grid is small next to the number of attempts (every ordinary run);
+- :func:`sparse_runs` from the attempts' steps sorted by (row, second), when the grid is
+  large: one attempt from 2000 to now is four steps, not 820 million samples.
+
+Rows are the shards in code order, then the whole run (``'*'``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from tpmledger.analytics.kernels.group_kernels import SECOND_NS, ceil_second
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+_kernel = numba.njit(nogil=True, cache=True)
+
+# Step kinds, the low two bits of a sparse step key.
+_FLIGHT_UP, _FLIGHT_DOWN, _QUEUE_UP, _QUEUE_DOWN = 0, 1, 2, 3
+
+
+@_kernel
+def dense_runs(flight: Ints, depth: Ints, first: int) -> tuple[Ints, Ints, Ints, Ints]:
+    """Runs of the (rows, seconds) arrays whose column 0 is epoch second ``first``.
+
+    Returns ``(offsets, run_start, run_flight, run_depth)``: row ``r``'s runs are
+    ``offsets[r]:offsets[r + 1]``; each row has a run starting at ``first``.
+    """
+    rows, width = flight.shape[0], flight.shape[1]
+    offsets = np.zeros(rows + 1, np.int64)
+    count = 0
+    for row in range(rows):
+        for column in range(width):
+            if (
+                column == 0
+                or flight[row, column] != flight[row, column - 1]
+                or depth[row, column] != depth[row, column - 1]
+            ):
+                count += 1
+        offsets[row + 1] = count
+    start = np.empty(count, np.int64)
+    run_flight = np.empty(count, np.int64)
+    run_depth = np.empty(count, np.int64)
+    k = 0
+    for row in range(rows):
+        for column in range(width):
+            if (
+                column == 0
+                or flight[row, column] != flight[row, column - 1]
+                or depth[row, column] != depth[row, column - 1]
+            ):
+                start[k] = first + column
+                run_flight[k] = flight[row, column]
+                run_depth[k] = depth[row, column]
+                k += 1
+    return offsets, start, run_flight, run_depth
+
+
+@_kernel
+def sparse_steps(
+    codes: Ints,
+    start_ns: Ints,
+    end_ns: Ints,
+    wait_s: Floats,
+    reported: Bools,
+    first: int,
+    last: int,
+    rows: int,
+) -> tuple[Ints, Ints]:
+    """Every +1/−1 step of every row (``rows`` shards, then ``'*'``) as unsorted keys
+    ``((row × width + second − first) × 4 + kind)``, and per shard how many attempts
+    reported a queue wait. Same steps and clipping as ``second_samples``."""
+    width = last - first
+    total_row = rows
+    keys = np.empty(8 * codes.size, np.int64)
+    reporting = np.zeros(rows, np.int64)
+    n = 0
+    for i in range(codes.size):
+        reporting[codes[i]] += reported[i]
+        began = ceil_second(start_ns[i]) - first
+        ended = ceil_second(end_ns[i]) - first
+        queued = -1
+        if wait_s[i] >= 0:
+            waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as second_samples
+            if waited_ns < 2.0**62:
+                queued = max(ceil_second(start_ns[i] - np.int64(waited_ns)) - first, 0)
+            else:
+                queued = 0  # beyond any grid
+        for row in (codes[i], total_row):
+            base = row * width
+            keys[n] = (base + began) * 4 + _FLIGHT_UP
+            keys[n + 1] = (base + ended) * 4 + _FLIGHT_DOWN
+            n += 2
+            if queued >= 0:
+                keys[n] = (base + queued) * 4 + _QUEUE_UP
+                keys[n + 1] = (base + began) * 4 + _QUEUE_DOWN
+                n += 2
+    return keys[:n], reporting
+
+
+@_kernel
+def sparse_runs(
+    sorted_keys: Ints, first: int, last: int, rows: int
+) -> tuple[Ints, Ints, Ints, Ints]:
+    """Runs of every row from sorted :func:`sparse_steps` keys (``rows`` counts ``'*'``).
+
+    Returns what :func:`dense_runs` returns for the same samples.
+    """
+    width = last - first
+    size = sorted_keys.size + rows
+    start = np.empty(size, np.int64)
+    run_flight = np.empty(size, np.int64)
+    run_depth = np.empty(size, np.int64)
+    offsets = np.zeros(rows + 1, np.int64)
+    k, i = 0, 0
+    for row in range(rows):
+        start[k], run_flight[k], run_depth[k] = first, 0, 0
+        k += 1
+        flight, depth = 0, 0
+        while i < sorted_keys.size and sorted_keys[i] // 4 // width == row:
+            second = sorted_keys[i] // 4 % width
+            while i < sorted_keys.size and sorted_keys[i] // 4 == row * width + second:
+                kind = sorted_keys[i] % 4
+                if kind == _FLIGHT_UP:
+                    flight += 1
+                elif kind == _FLIGHT_DOWN:
+                    flight -= 1
+                elif kind == _QUEUE_UP:
+                    depth += 1
+                else:
+                    depth -= 1
+                i += 1
+            if second == 0:
+                run_flight[k - 1], run_depth[k - 1] = flight, depth
+            elif flight != run_flight[k - 1] or depth != run_depth[k - 1]:
+                start[k], run_flight[k], run_depth[k] = first + second, flight, depth
+                k += 1
+        offsets[row + 1] = k
+    return offsets, start[:k], run_flight[:k], run_depth[:k]
+
+
+@_kernel
+def run_minutes(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    window_first: int,
+    minutes: int,
+    low: Floats,
+) -> tuple[Ints, Ints, Ints, Ints, Ints, Ints]:
+    """Per row and minute of the window (``minutes`` from epoch second ``window_first``,
+    inside the grid): in-flight sum and max (at least 0), queue depth sum and max, seconds
+    with a queue, and seconds with a queue while in-flight < ``low[row]``.
+
+    Sums are exact integers (a minute's mean is the sum / 60). The cost is one step per
+    run plus one per (run, window minute) it overlaps.
+    """
+    rows = offsets.size - 1
+    flight_sum = np.zeros((rows, minutes), np.int64)
+    flight_max = np.zeros((rows, minutes), np.int64)
+    depth_sum = np.zeros((rows, minutes), np.int64)
+    depth_max = np.zeros((rows, minutes), np.int64)
+    queued = np.zeros((rows, minutes), np.int64)
+    sag = np.zeros((rows, minutes), np.int64)
+    window_end = window_first + 60 * minutes
+    for row in range(rows):
+        for k in range(offsets[row], offsets[row + 1]):
+            lo = max(run_start[k], window_first)
+            hi = min(run_start[k + 1] if k + 1 < offsets[row + 1] else last, window_end)
+            if lo >= hi:
+                continue
+            flight, depth = run_flight[k], run_depth[k]
+            for minute in range((lo - window_first) // 60, (hi - 1 - window_first) // 60 + 1):
+                begin = window_first + 60 * minute
+                seconds = min(hi, begin + 60) - max(lo, begin)
+                flight_sum[row, minute] += flight * seconds
+                flight_max[row, minute] = max(flight_max[row, minute], flight)
+                depth_sum[row, minute] += depth * seconds
+                depth_max[row, minute] = max(depth_max[row, minute], depth)
+                if depth > 0:
+                    queued[row, minute] += seconds
+                    if flight < low[row]:
+                        sag[row, minute] += seconds
+    return flight_sum, flight_max, depth_sum, depth_max, queued, sag
+
+
+@_kernel
+def run_totals(
+    offsets: Ints, run_start: Ints, run_flight: Ints, run_depth: Ints, last: int, low: Floats
+) -> tuple[Ints, Ints]:
+    """Per row over the whole grid: seconds with a queue, and those with in-flight <
+    ``low[row]`` as well (the work-conserving check's counts)."""
+    rows = offsets.size - 1
+    queued = np.zeros(rows, np.int64)
+    sag = np.zeros(rows, np.int64)
+    for row in range(rows):
+        for k in range(offsets[row], offsets[row + 1]):
+            if run_depth[k] <= 0:
+                continue
+            end = run_start[k + 1] if k + 1 < offsets[row + 1] else last
+            queued[row] += end - run_start[k]
+            if run_flight[k] < low[row]:
+                sag[row] += end - run_start[k]
+    return queued, sag

@@ -1,0 +1,224 @@
+"""Live minute rows: the minute table of a few touched minutes, from their attempts alone.
+
+The analytics worker recomputes only the minutes new attempts touched
+(docs/metrics.md#live-figures). Each minute's figures depend on two sets of attempts,
+both read through the (run_id, end_ns) index:
+
+- the attempts *ending* in the minute (counts, tokens, TTFT and latency percentiles);
+- the attempts whose queued-to-released interval *overlaps* it (in-flight, queue depth).
+
+Rollups and the retry position of attempts without a resend count depend on other
+attempts of the run; the storage probes settle them per attempt (``rollup``,
+``later_in_call``), so the figures here are the batch table's exactly
+(tests/analytics/test_live_minutes.py checks this against :func:`compute_minutes`).
+
+Rows keep raw values where the batch table applies run-level rules, which the read side
+applies over the whole run: ``retries`` is a count (null when no attempt of the run
+supports a retry figure), queue depth is a number for every shard (null for shards that
+never reported a queue wait), and ``concurrency_cap`` is the largest cap declared by the
+shard's attempts ending in the minute (the run's cap per shard is the largest of all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from tpmledger.analytics.kernels.cell_figures import cell_figures, event_value_groups
+from tpmledger.analytics.kernels.concurrency import SecondSeries, minute_samples, second_series
+from tpmledger.analytics.kernels.event_arrays import event_arrays
+from tpmledger.analytics.kernels.event_grid import event_grid
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS, rate_columns
+from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, SIGNIFICANT_DIGITS
+from tpmledger.provenance.event_file import EVENT_SCHEMA
+from tpmledger.storage.minute_keys import WHOLE_RUN
+
+# Columns of a live row beyond the minute table's (storage.models.LiveMinute).
+EXTRA_COLUMNS = (
+    "queue_reports",
+    "retry_evidence",
+    "queue_seconds",
+    "sag_seconds",
+    "sag_cap",
+)
+_COUNTS = (
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "tpm_total",
+    "successes",
+    "failures",
+    "retries",
+    "shards_active",
+    "queue_reports",
+    "queue_seconds",
+    "sag_seconds",
+)
+
+
+def _canonical(events: pl.DataFrame) -> pl.DataFrame:
+    """Canonical event columns, with every resend count known: an attempt without one
+    takes 1 when an earlier attempt of its call exists (the probe), else 0."""
+    # Columns no minute figure reads are not fetched (storage.live_store): null here.
+    absent = [
+        pl.lit(None, dtype=dtype).alias(name)
+        for name, dtype in EVENT_SCHEMA.items()
+        if name not in events.columns
+    ]
+    return events.with_columns(
+        *absent, resend_count=pl.coalesce("resend_count", pl.col("later_in_call"))
+    ).select(pl.col(name).cast(dtype) for name, dtype in EVENT_SCHEMA.items())
+
+
+def _cell_rows(ending: pl.DataFrame) -> pl.DataFrame | None:
+    """Event-derived columns of every (shard, minute) and whole-run minute of ``ending``."""
+    if ending.height == 0:
+        return None
+    events = _canonical(ending)
+    grid = event_grid(events)
+    arrays = event_arrays(events, explicit=True)
+    rows = cell_figures(grid, arrays, *event_value_groups(grid, arrays)).rows
+    extras = ending.select(
+        "shard_id",
+        minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS,
+        queue_reported=pl.col("queue_wait_s").is_not_null(),
+        evidence=pl.col("resend_count").is_not_null() | (pl.col("call_id_explicit") == 1),
+    )
+    per_shard = extras.group_by("shard_id", "minute_ns").agg(
+        queue_reports=pl.col("queue_reported").sum(), retry_evidence=pl.col("evidence").any()
+    )
+    whole = extras.group_by("minute_ns").agg(
+        queue_reports=pl.col("queue_reported").sum(), retry_evidence=pl.col("evidence").any()
+    )
+    extra = pl.concat(
+        [per_shard, whole.with_columns(shard_id=pl.lit(WHOLE_RUN)).select(per_shard.columns)]
+    )
+    return rows.join(extra, on=["shard_id", "minute_ns"], how="left")
+
+
+def _declared_caps(window: pl.DataFrame, minutes: pl.Series) -> pl.DataFrame:
+    """Largest cap declared by each shard's attempts (rollups too) ending in each minute."""
+    return (
+        window.filter(pl.col("concurrency_cap").is_not_null())
+        .with_columns(minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS)
+        .filter(pl.col("minute_ns").is_in(minutes.implode()))
+        .group_by("shard_id", "minute_ns")
+        .agg(concurrency_cap=pl.col("concurrency_cap").max().cast(pl.Int32))
+    )
+
+
+def _concurrency_rows(series: SecondSeries, caps: Mapping[str, int]) -> pl.DataFrame:
+    """In-flight and queue depth mean/max, and the work-conserving seconds, per shard and
+    whole-run minute of the series' window (queue depth unmasked, see the module docstring)."""
+    shards = list(series.shard_ids)
+    samples = minute_samples(series, caps)
+    count = series.window_minutes
+    caps_used = [caps.get(s) for s in shards] + [None]
+    return pl.DataFrame(
+        {
+            "shard_id": np.repeat(np.array([*shards, WHOLE_RUN], dtype=object), count).tolist(),
+            "minute_ns": np.tile(samples.minute_ns, len(shards) + 1),
+            "in_flight_mean": samples.in_flight_mean.ravel(),
+            "in_flight_max": samples.in_flight_max.ravel(),
+            "queue_depth_mean": samples.queue_depth_mean.ravel(),
+            "queue_depth_max": samples.queue_depth_max.ravel(),
+            "queue_seconds": samples.queue_seconds.ravel(),
+            "sag_seconds": samples.sag_seconds.ravel(),
+            "sag_cap": np.repeat(np.array(caps_used, dtype=object), count).tolist(),
+        },
+        schema_overrides={"shard_id": pl.String, "minute_ns": pl.Int64, "sag_cap": pl.Int32},
+    )
+
+
+def live_minute_rows(
+    window: pl.DataFrame, minutes_ns: Sequence[int], caps: Mapping[str, int]
+) -> pl.DataFrame:
+    """Rows (``minute_ns`` in place of ``minute_utc``) of every minute in ``minutes_ns``.
+
+    ``window`` holds every attempt ending in those minutes and every attempt whose
+    interval overlaps them, with the storage probes' ``rollup`` and ``later_in_call``
+    flags (:func:`storage.live_window.fetch_window`). ``caps`` is the run's cap per shard
+    as known so far; the rows record which cap their work-conserving seconds used.
+    """
+    minutes = pl.Series("minute_ns", sorted(set(minutes_ns)), dtype=pl.Int64)
+    events = window.filter(pl.col("rollup") == 0)
+    ending = events.filter(((pl.col("end_ns") // MINUTE_NS) * MINUTE_NS).is_in(minutes.implode()))
+    cells = _cell_rows(ending)
+    declared = _declared_caps(window, minutes)
+    known = dict(caps)
+    for shard, cap in declared.group_by("shard_id").agg(pl.col("concurrency_cap").max()).rows():
+        known[shard] = max(known.get(shard, 0), int(cap))
+    canonical = _canonical(events) if events.height else None
+    concurrency = None
+    if canonical is not None and minutes.len():
+        # Figures of the asked minutes only: no cost follows the intervals' length.
+        asked = (minutes[0], (minutes[-1] - minutes[0]) // MINUTE_NS + 1)
+        concurrency = _concurrency_rows(second_series(canonical, window=asked), known)
+    # Shards whose attempts here are all rollups still declare a cap (the run's '*' cap
+    # sums every shard's), so they get rows too; the read side shows shards with calls.
+    shard_sets = [set(cells["shard_id"]) if cells is not None else set(), set(declared["shard_id"])]
+    if concurrency is not None:
+        shard_sets.append(set(concurrency["shard_id"]))
+    shards = sorted(set().union(*shard_sets) - {WHOLE_RUN})
+    keys = pl.DataFrame({"shard_id": pl.Series([*shards, WHOLE_RUN], dtype=pl.String)}).join(
+        minutes.to_frame(), how="cross"
+    )
+    table = keys
+    if cells is not None:
+        table = table.join(cells, on=["shard_id", "minute_ns"], how="left")
+    if concurrency is not None:
+        table = table.join(concurrency, on=["shard_id", "minute_ns"], how="left")
+    table = table.join(declared, on=["shard_id", "minute_ns"], how="left")
+    return _finish(table)
+
+
+_SCHEMA: dict[str, pl.DataType] = {
+    "calls_in_minute": pl.Int64(),
+    "prompt_tpm_in": pl.Int64(),
+    "completion_tpm_out": pl.Int64(),
+    "tpm_total": pl.Int64(),
+    "successes": pl.Int64(),
+    "failures": pl.Int64(),
+    "retries": pl.Int64(),
+    "shards_active": pl.Int32(),
+    "ttft_p50_s": pl.Float64(),
+    "ttft_p95_s": pl.Float64(),
+    "ttft_p99_s": pl.Float64(),
+    "ttft_mean_s": pl.Float64(),
+    "ttft_variance_s2": pl.Float64(),
+    "latency_p50_s": pl.Float64(),
+    "latency_p95_s": pl.Float64(),
+    "latency_p99_s": pl.Float64(),
+    "in_flight_mean": pl.Float64(),
+    "in_flight_max": pl.Int32(),
+    "queue_depth_mean": pl.Float64(),
+    "queue_depth_max": pl.Int32(),
+    "concurrency_cap": pl.Int32(),
+    "queue_reports": pl.Int64(),
+    "retry_evidence": pl.Boolean(),
+    "queue_seconds": pl.Int64(),
+    "sag_seconds": pl.Int64(),
+    "sag_cap": pl.Int32(),
+}
+_ZERO_FILLED = (*_COUNTS, "in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max")
+
+
+def _finish(table: pl.DataFrame) -> pl.DataFrame:
+    """Missing columns added, absent counts and samples as 0, rates, rounding, order."""
+    for name, dtype in _SCHEMA.items():
+        if name not in table.columns:
+            table = table.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    table = table.with_columns(
+        *(pl.col(n).cast(_SCHEMA[n]).fill_null(0) for n in _ZERO_FILLED),
+        pl.col("retry_evidence").fill_null(False),
+    ).with_columns(
+        tpm_total=pl.col("prompt_tpm_in") + pl.col("completion_tpm_out"),
+        failures=pl.col("calls_in_minute") - pl.col("successes"),
+    )
+    table = table.with_columns(rate_columns())
+    floats = [n for n, t in table.schema.items() if t == pl.Float64]
+    table = table.with_columns(pl.col(floats).round_sig_figs(SIGNIFICANT_DIGITS))
+    columns = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]
+    return table.select(*columns, *EXTRA_COLUMNS).sort("shard_id", "minute_ns")

@@ -1,0 +1,279 @@
+"""Build, sign and write a run summary from the run's newest sealed snapshot (docs/provenance.md).
+
+The application layer's composition of the leaf library :mod:`provenance` (event file,
+minute proofs, statement, DSSE, Sigstore bundle) with the database (:mod:`storage`) and
+the minute leaves of :mod:`analytics`.
+
+The predicate's figures are the snapshot's (``snapshots.metrics``, docs/metrics.md names); the
+event file and minute leaves are rebuilt from the database and must hash to what the
+snapshot sealed, so the export never signs figures that its ``events.jsonl`` contradicts.
+Export directory: ``events.jsonl``, ``summary.dsse.json``, ``summary.sigstore.json``,
+``service.pub``, ``minute-proofs.json``, ``SUMMARY.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from sqlalchemy import select
+
+from tpmledger import __version__
+from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.proofs.run_events import load_run_events
+from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes, minute_leaves
+from tpmledger.provenance.dsse import sign_envelope
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.in_toto_statement import (
+    build_predicate,
+    build_statement,
+    statement_payload,
+)
+from tpmledger.provenance.minute_proofs import build_minute_proofs
+from tpmledger.provenance.signing_keys import SigningKey
+from tpmledger.provenance.sigstore_bundle import bundle_from_envelope
+from tpmledger.provenance.summary_text import summary_text
+from tpmledger.storage.database import read_session, read_view
+from tpmledger.storage.models import Snapshot
+from tpmledger.storage.snapshots_read import snapshot_at
+from tpmledger.storage.time_text import utc_ms
+
+EXPORT_FILES = (
+    "events.jsonl",
+    "summary.dsse.json",
+    "summary.sigstore.json",
+    "service.pub",
+    "minute-proofs.json",
+    "SUMMARY.txt",
+)
+
+
+class RunNotSealed(LookupError):
+    """The run has no sealed snapshot yet."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has no sealed snapshot; seal it with "
+            f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
+        )
+
+
+class VersionNotSealed(LookupError):
+    """The run has no sealed version of that number."""
+
+    def __init__(self, run_id: str, version: int) -> None:
+        super().__init__(f"run {run_id!r} has no sealed version {version}")
+
+
+def _through_end_ns(snapshot: Snapshot) -> int | None:
+    """The end of the version's last minute (None for versions sealed before it was
+    recorded: they covered every attempt they saw)."""
+    through = (snapshot.document or {}).get("minutes", {}).get("through_minute_utc")
+    if not through:
+        return None
+    moment = datetime.fromisoformat(str(through).replace("Z", "+00:00"))
+    return (int(moment.timestamp()) + 60) * 1_000_000_000
+
+
+class SnapshotOutdated(RuntimeError):
+    """The stored events no longer hash to what the newest snapshot sealed."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Everything an export writes, built in memory."""
+
+    run_id: str
+    seal: str
+    events: bytes
+    predicate: dict[str, Any]
+    envelope: dict[str, Any]
+    bundle: dict[str, Any]
+    minute_proofs: dict[str, Any]
+    public_pem: str
+    key_fingerprint: str
+
+    @property
+    def text(self) -> str:
+        return summary_text(self.predicate, self.key_fingerprint)
+
+
+def latest_seal(url: str, run_id: str) -> str | None:
+    """The seal of the run's newest snapshot, or None if it was never sealed."""
+    snapshot = _latest_snapshot(url, run_id)
+    return snapshot.seal if snapshot else None
+
+
+def snapshot_predicate(url: str, run_id: str) -> dict[str, Any]:
+    """The predicate a summary of the run's newest snapshot signs (no events read)."""
+    snapshot = _latest_snapshot(url, run_id)
+    if snapshot is None:
+        raise RunNotSealed(run_id)
+    return _predicate(snapshot)
+
+
+def summary_envelope(url: str, run_id: str, key: SigningKey) -> dict[str, Any]:
+    """The signed envelope over the run's newest snapshot (reads the snapshot row only)."""
+    snapshot = _latest_snapshot(url, run_id)
+    if snapshot is None:
+        raise RunNotSealed(run_id)
+    return _sign(_predicate(snapshot), key)
+
+
+def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = None) -> RunSummary:
+    """Sign a summary of the run's newest snapshot (or of ``version``) with ``key``, with
+    its events and proofs.
+
+    The events of an earlier version are those it saw: attempts stored by its
+    ``data_as_of`` that ended by the end of its last minute (a checkpoint covers closed
+    minutes only). Raises :class:`SnapshotOutdated` when the stored events no longer hash
+    to what the snapshot sealed.
+    """
+    if version is None:
+        snapshot = _latest_snapshot(url, run_id)
+        if snapshot is None:
+            raise RunNotSealed(run_id)
+        events = load_run_events(url, run_id)
+    else:
+        with read_view(url) as session:
+            snapshot = snapshot_at(session, run_id, version)
+        if snapshot is None:
+            raise VersionNotSealed(run_id, version)
+        events = load_run_events(
+            url,
+            run_id,
+            end_before_ns=_through_end_ns(snapshot),
+            received_by=snapshot.data_as_of,
+        )
+    event_file = build_event_file(events)
+    if version is not None and (event_file.sha256, event_file.count) != (
+        snapshot.events_sha256,
+        snapshot.events_count,
+    ):
+        raise SnapshotOutdated(
+            f"the events of run {run_id!r} version {version} can no longer be rebuilt: "
+            f"{event_file.count} events stored by {utc_ms(snapshot.data_as_of)} hash to "
+            f"{event_file.sha256[:16]}…, the version sealed {snapshot.events_count} "
+            f"({snapshot.events_sha256[:16]}…); an ingest commit overlapped its seal, or "
+            "its raw spans were pruned"
+        )
+    if (event_file.sha256, event_file.count) != (snapshot.events_sha256, snapshot.events_count):
+        raise SnapshotOutdated(
+            f"run {run_id!r} has {event_file.count} events (sha256 {event_file.sha256[:16]}…) "
+            f"but snapshot v{snapshot.version} sealed {snapshot.events_count} "
+            f"(sha256 {snapshot.events_sha256[:16]}…): reseal with "
+            f"`tpmledger analyze {shlex.quote(run_id)}`"
+        )
+    proofs = build_minute_proofs(run_id, minute_leaves(events, event_file))
+    if (proofs["merkle_root"], proofs["tree_size"]) != (snapshot.merkle_root, snapshot.tree_size):
+        raise SnapshotOutdated(
+            f"minute Merkle root {proofs['merkle_root']} differs from snapshot "
+            f"v{snapshot.version}'s {snapshot.merkle_root}"
+        )
+    predicate = _predicate(snapshot)
+    envelope = _sign(predicate, key)
+    return RunSummary(
+        run_id=run_id,
+        seal=snapshot.seal,
+        events=event_file.tobytes(),
+        predicate=predicate,
+        envelope=envelope,
+        bundle=bundle_from_envelope(envelope, key.fingerprint),
+        minute_proofs=proofs,
+        public_pem=key.public_pem,
+        key_fingerprint=key.fingerprint,
+    )
+
+
+def summary_from_events(
+    events: pl.DataFrame,
+    key: SigningKey,
+    *,
+    run_id: str,
+    computed_at: str,
+    seal: str = "00" * 32,
+    version: int = 1,
+) -> RunSummary:
+    """A signed summary of canonical ``events`` computed in memory, without a database or a
+    stored snapshot (``seal`` and ``version`` are only labels): for benchmarks and tests."""
+    event_file = build_event_file(events)
+    analysis = analyze_events(events, RunContext(run_id=run_id))
+    proofs = build_minute_proofs(run_id, leaves_from_minutes(analysis.minutes, event_file))
+    predicate = build_predicate(
+        analysis.figures,
+        events_sha256=event_file.sha256,
+        events_count=event_file.count,
+        merkle_root=proofs["merkle_root"],
+        tree_size=proofs["tree_size"],
+        snapshot_version=version,
+        seal=seal,
+        computed_at=computed_at,
+        generator={"name": "tpmledger", "version": __version__},
+    )
+    envelope = _sign(predicate, key)
+    return RunSummary(
+        run_id=run_id,
+        seal=seal,
+        events=event_file.tobytes(),
+        predicate=predicate,
+        envelope=envelope,
+        bundle=bundle_from_envelope(envelope, key.fingerprint),
+        minute_proofs=proofs,
+        public_pem=key.public_pem,
+        key_fingerprint=key.fingerprint,
+    )
+
+
+def _predicate(snapshot: Snapshot) -> dict[str, Any]:
+    document = snapshot.document or {}
+    return build_predicate(
+        {**snapshot.metrics, "run_id": snapshot.run_id},
+        events_sha256=snapshot.events_sha256,
+        events_count=snapshot.events_count,
+        merkle_root=snapshot.merkle_root,
+        tree_size=snapshot.tree_size,
+        snapshot_version=snapshot.version,
+        seal=snapshot.seal,
+        computed_at=document.get("computed_at") or utc_ms(snapshot.computed_at),
+        generator=document.get("generator") or {"name": "tpmledger", "version": __version__},
+    )
+
+
+def _sign(predicate: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+    return sign_envelope(statement_payload(build_statement(predicate)), key.private_key)
+
+
+def write_export(summary: RunSummary, out_dir: Path) -> list[Path]:
+    """Write the six export files into ``out_dir`` (created if needed); return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    contents: dict[str, bytes] = {
+        "events.jsonl": summary.events,
+        "summary.dsse.json": _json_bytes(summary.envelope),
+        "summary.sigstore.json": _json_bytes(summary.bundle),
+        "service.pub": summary.public_pem.encode("ascii"),
+        "minute-proofs.json": _json_bytes(summary.minute_proofs),
+        "SUMMARY.txt": summary.text.encode("utf-8"),
+    }
+    paths = []
+    for name in EXPORT_FILES:
+        path = out_dir / name
+        path.write_bytes(contents[name])
+        paths.append(path)
+    return paths
+
+
+def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+    query = (
+        select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version.desc()).limit(1)
+    )
+    with read_session(url) as session:
+        return session.scalars(query).first()
+
+
+def _json_bytes(document: dict[str, Any]) -> bytes:
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

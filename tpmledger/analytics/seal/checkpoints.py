@@ -1,0 +1,75 @@
+"""Checkpoints: while a run is receiving data, seal its closed minutes every so often.
+
+A minute is closed ``TPMLEDGER_MINUTE_CLOSE_AFTER_S`` after it ends (docs/metrics.md
+#live-figures). Every ``TPMLEDGER_CHECKPOINT_EVERY_S`` (default 300 s) a run that is still
+receiving data gets a version over the attempts that ended in its closed minutes, so a
+figure published during the run can later be proven a prefix of the final summary
+(docs/provenance.md#versions). Once the run is quiet, the reseal loop seals every minute
+as before. A checkpoint costs a seal of the run's closed minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.seal.minute_log import MINUTE
+from tpmledger.analytics.seal.sealing import SealResult, seal_run
+from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.storage.snapshots_read import runs_due_for_checkpoint
+
+log = logging.getLogger("tpmledger.analytics")
+_NS = 1_000_000_000
+
+
+def closed_before(now: datetime, close_after_s: float) -> datetime:
+    """The start of the earliest minute still open at ``now``: every minute before it is
+    closed (it ended at least ``close_after_s`` ago)."""
+    limit = now.timestamp() - close_after_s
+    return datetime.fromtimestamp(limit // 60 * 60, UTC)
+
+
+@dataclass
+class Checkpointer:
+    """Seals due checkpoints; :meth:`poll_once` is what the worker (and tests) call."""
+
+    url: str
+    every_s: float
+    quiet_s: float
+    close_after_s: float
+    slo: Slo | None = None
+
+    def poll_once(self, now: datetime | None = None) -> list[SealResult]:
+        """Seal a checkpoint of every run that is due and has newly closed minutes."""
+        cutoff = closed_before(now or datetime.now(UTC), self.close_after_s)
+        cutoff_ns = int(cutoff.timestamp()) * _NS
+        sealed = []
+        for run_id, first_event_ns, through in runs_due_for_checkpoint(
+            self.url, self.every_s, self.quiet_s
+        ):
+            if first_event_ns >= cutoff_ns:
+                continue  # no minute of it has closed yet
+            if through is not None and _minute(through) + MINUTE >= cutoff:
+                continue  # its newest version already covers every closed minute
+            try:
+                result = seal_run(self.url, run_id, end_before_ns=cutoff_ns, slo=self.slo)
+            except RunTooLong as exc:
+                log.warning("no checkpoint: %s", exc)
+                continue
+            except Exception:  # one bad run must not stop the others' checkpoints
+                log.exception("checkpoint of %s failed", run_id)
+                continue
+            if result.created:
+                sealed.append(result)
+                log.info("checkpoint %s v%d through %s", run_id, result.version, _through(result))
+        return sealed
+
+
+def _minute(text_value: str) -> datetime:
+    return datetime.fromisoformat(text_value.replace("Z", "+00:00"))
+
+
+def _through(result: SealResult) -> str | None:
+    return result.document.get("minutes", {}).get("through_minute_utc")

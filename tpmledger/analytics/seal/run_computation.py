@@ -1,0 +1,237 @@
+"""Everything computed for one run from the database: figures, file digests, Merkle tree.
+
+Reading happens in one REPEATABLE READ transaction, so every chunk of attempts and the
+``runs`` row (whose ``updated_at`` becomes the snapshot's ``data_as_of``) describe the
+same moment. Sealing and re-verification both go through :func:`compute_run`, which
+streams (docs/provenance.md#streaming-seal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import polars as pl
+import rfc8785
+
+from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext, analyze_events
+from tpmledger.analytics.seal.minute_leaves import MinuteDigests
+from tpmledger.analytics.seal.minute_tree import MinuteTree, build_minute_tree
+from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges
+from tpmledger.analytics.seal.run_stream import RunStream
+from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.provenance.event_file import EVENT_SCHEMA, FileDigests, FileDigestStream
+from tpmledger.storage.attempt_frames import (
+    SPLIT_FETCH_MIN_ATTEMPTS,
+    RunFacts,
+    begin_repeatable_read,
+    fetch_run_attempts,
+    fetch_run_facts,
+)
+from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.seal_reads import (
+    SealScope,
+    prepare_seal_transaction,
+    snapshot_twin,
+)
+
+# Keys of the stored run object that the seal itself produces (not hashed into metrics).
+SEAL_KEYS = ("seal", "snapshot_version")
+
+__all__ = [
+    "SEAL_KEYS",
+    "ChunkConsumer",
+    "RunComputation",
+    "StageTimer",
+    "UnknownRun",
+    "compute_run",
+    "load_run",
+]
+
+
+@dataclass
+class StageTimer:
+    """Wall-clock and this process's CPU seconds per stage (the benchmark prints them)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str, *, cpu: bool = True) -> Iterator[None]:
+        """Time a stage; ``cpu=False`` for one that overlaps others (process CPU would
+        count their work too), which then records wall-clock seconds only."""
+        start, used = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            if cpu:
+                spent = time.process_time() - used
+                self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + spent
+
+
+@dataclass(frozen=True)
+class RunComputation:
+    """One run's recomputed state; ``metrics`` is the run object (docs/metrics.md) minus seal
+    keys. The events themselves are not kept: the seal reads them a chunk at a time."""
+
+    facts: RunFacts
+    analysis: RunAnalysis
+    file: FileDigests  # the canonical file's digests (the file itself is not kept)
+    tree: MinuteTree
+    metrics: dict[str, Any]
+    explicit_call_ids: bool = False  # some event's call id was set explicitly
+
+    @property
+    def run_id(self) -> str:
+        return self.facts.run_id
+
+    @property
+    def metrics_sha256(self) -> str:
+        return metrics_sha256(self.metrics)
+
+
+def metrics_sha256(metrics: dict[str, Any]) -> str:
+    """SHA-256 of the JCS of the run object without ``seal`` and ``snapshot_version``."""
+    hashed = {k: v for k, v in metrics.items() if k not in SEAL_KEYS}
+    return hashlib.sha256(rfc8785.dumps(hashed)).hexdigest()
+
+
+def load_run(
+    url: str,
+    run_id: str,
+    end_before_ns: int | None = None,
+    received_by: datetime | None = None,
+) -> tuple[RunFacts, pl.DataFrame]:
+    """The run's facts and its stored attempts (those that ended before
+    ``end_before_ns`` and were stored by ``received_by``, when given), read from one
+    consistent snapshot."""
+    with raw_transaction(url) as conn:
+        begin_repeatable_read(conn)
+        facts = fetch_run_facts(conn, run_id)
+        if facts is None:
+            raise UnknownRun(run_id)
+        # A large run is read by two backends at once, in this transaction's snapshot.
+        split = url if facts.attempts >= SPLIT_FETCH_MIN_ATTEMPTS else None
+        attempts = fetch_run_attempts(
+            conn, run_id, split_url=split, end_before_ns=end_before_ns, received_by=received_by
+        )
+        return facts, attempts
+
+
+def _walk(
+    chunks: Iterator[SealChunk],
+    stream: RunStream,
+    files: FileDigestStream,
+    consumers: Sequence[ChunkConsumer],
+    timer: StageTimer,
+) -> None:
+    """Fold every chunk; a chunk's file is written and hashed in a worker thread while
+    this thread computes its figures (the next chunk is being read meanwhile)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending: Future[None] | None = None
+        while True:
+            with timer.stage("fetch", cpu=False):  # waiting for the prefetched chunk
+                chunk = next(chunks, None)
+            if chunk is None:
+                break
+            if pending is not None:
+                with timer.stage("canonical_file", cpu=False):
+                    pending.result()
+            pending = pool.submit(files.add, chunk.events)
+            with timer.stage("compute", cpu=False):
+                stream.add(chunk)
+                for consumer in consumers:
+                    consumer.add(chunk)
+        if pending is not None:
+            with timer.stage("canonical_file", cpu=False):
+                pending.result()
+
+
+#: Told the attempts read so far and the run's total after each chunk.
+Progress = Callable[[int, int], None]
+
+
+def _reporting(chunks: Iterator[SealChunk], progress: Progress, total: int) -> Iterator[SealChunk]:
+    done = 0
+    for chunk in chunks:
+        yield chunk
+        done += chunk.events.height
+        progress(done, total)
+
+
+class ChunkConsumer(Protocol):
+    """Anything else a seal computes from the same chunks (e.g. the sealed diagnostics)."""
+
+    def add(self, chunk: SealChunk) -> None: ...
+
+
+def compute_run(
+    url: str,
+    run_id: str,
+    timer: StageTimer | None = None,
+    end_before_ns: int | None = None,
+    *,
+    received_by: datetime | None = None,
+    consumers: Sequence[ChunkConsumer] = (),
+    chunk_attempts: int = CHUNK_ATTEMPTS,
+    progress: Progress | None = None,
+) -> RunComputation:
+    """Read ``run_id`` a chunk of minutes at a time and compute its minute table, figures,
+    canonical file digests and tree (over the attempts that ended before
+    ``end_before_ns``, a checkpoint, and were stored by ``received_by``, a rebuilt
+    version). Memory follows the chunk, not the run (docs/provenance.md#streaming-seal).
+
+    ``consumers`` see every chunk too; ``progress(done, total)`` is told the attempts read
+    so far after each chunk (total: the run's stored attempts, rollups included). Each
+    chunk's file is written and hashed in a worker thread while this thread computes its
+    figures (hashlib, Polars and the compiled loops release the GIL); stages that overlap
+    record wall time only.
+    """
+    timer = timer or StageTimer()
+    scope = SealScope(end_before_ns, received_by)
+    files = FileDigestStream()
+    with raw_transaction(url) as conn:
+        begin_repeatable_read(conn)
+        prepare_seal_transaction(conn)
+        facts = fetch_run_facts(conn, run_id)
+        if facts is None:
+            raise UnknownRun(run_id)
+        with snapshot_twin(conn, url) as twin:
+            with timer.stage("plan"):
+                chunks = RunChunks(conn, twin, run_id, scope)
+                plan = chunks.plan
+            context = RunContext(
+                run_id=run_id,
+                caps=plan.caps,
+                declared_shard_count=facts.declared_shard_count,
+                concurrency_cap=facts.concurrency_cap,
+                sweep_id=facts.sweep_id,
+            )
+            stream = RunStream(plan.shard_ids, context)
+            ranges = chunk_ranges(plan, chunk_attempts)
+            walked = chunks.prefetched(ranges)
+            if progress is not None:
+                walked = _reporting(walked, progress, plan.attempts)
+            _walk(walked, stream, files, consumers, timer)
+    with timer.stage("compute", cpu=False):
+        analysis = (
+            stream.finish()
+            if stream.attempts
+            else analyze_events(pl.DataFrame(schema=EVENT_SCHEMA), context)
+        )
+    file = files.finish()
+    digests = MinuteDigests(file.first_minute_ns, file.counts, file.digests)
+    with timer.stage("merkle"):
+        tree = build_minute_tree(analysis.minutes, file, digests)
+        metrics = {**analysis.figures, "events_sha256": file.sha256}
+    return RunComputation(
+        facts, analysis, file, tree, metrics, explicit_call_ids=stream.explicit_call_ids
+    )

@@ -1,0 +1,327 @@
+"""Sealed snapshots (docs/provenance.md): immutable, versioned per run, each linked to the previous
+seal.
+
+Document = ``{run_id, version, computed_at, generator {name, version}, params,
+events {sha256, count, format}, minutes {merkle_root, tree_size, through_minute_utc},
+metrics_sha256, previous_seal}`` (plus ``rebased`` when late data changed minutes an
+earlier version sealed: :mod:`analytics.seal.minute_log`) and ``seal`` = SHA-256 of its JCS.
+The run object (the API's names plus extra keys) and the minute table are stored with it.
+A **checkpoint** (``end_before_ns``) seals the minutes that are closed while the run is
+still receiving data (docs/provenance.md#versions).
+
+Sealing is skipped when nothing changed: the newest snapshot already has the same
+``events_sha256``, ``metrics_sha256`` and ``params`` (re-running ``analyze`` or a
+worker poll after a duplicate export makes no new version). ``force=True`` seals anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import rfc8785
+from sqlalchemy.orm import Session
+
+from tpmledger import __version__
+from tpmledger.analytics.kernels.concurrency import SAG_FRACTION_OF_CAP, SAG_PASS_SHARE
+from tpmledger.analytics.kernels.event_plans import QUANTILE_METHOD
+from tpmledger.analytics.kernels.minute_table import SIGNIFICANT_DIGITS, with_minute_utc
+from tpmledger.analytics.seal.minute_log import MINUTE, changed_minutes, first_minute, leaf_list
+from tpmledger.analytics.seal.run_computation import (
+    Progress,
+    RunComputation,
+    StageTimer,
+    compute_run,
+)
+from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
+from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream
+from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.provenance.event_file import EVENTS_FORMAT
+from tpmledger.storage.database import in_one_snapshot, transaction
+from tpmledger.storage.live_store import drop_sealed_live_rows
+from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.models import Snapshot
+from tpmledger.storage.retention_store import refuse_if_archived
+from tpmledger.storage.snapshot_store import (
+    insert_snapshot,
+    late_attempts_by_minute,
+    latest_version,
+    lock_run_for_sealing,
+)
+from tpmledger.storage.time_text import minute_text, minute_text_ns, utc_ms
+
+GENERATOR = {"name": "tpmledger", "version": __version__}
+
+# How the figures were computed; part of the sealed document (docs/metrics.md).
+PARAMS: dict[str, Any] = {
+    "minute_bucket": "utc_minute_of_end_time",
+    "rollups": "excluded",
+    "percentile_interpolation": QUANTILE_METHOD,
+    "ttft_variance": "population",
+    "concurrency_sampling": "whole_second_instants",
+    "sag_below_fraction_of_cap": SAG_FRACTION_OF_CAP,
+    "sag_pass_share": SAG_PASS_SHARE,
+    "float_significant_digits": SIGNIFICANT_DIGITS,
+}
+
+
+@dataclass(frozen=True)
+class SealResult:
+    """The run's newest snapshot after sealing, and whether this call created it."""
+
+    run_id: str
+    version: int
+    seal: str
+    created: bool
+    metrics: dict[str, Any]
+    document: dict[str, Any]
+    final: bool = True  # False: sealed while the run was still receiving data
+
+
+def seal_of(document: dict[str, Any]) -> str:
+    """The seal: SHA-256 of the document's JCS."""
+    return hashlib.sha256(rfc8785.dumps(document)).hexdigest()
+
+
+def through_minute(computation: RunComputation) -> str | None:
+    """``through_minute_utc``: the last minute the version's tree holds (None: no minute)."""
+    leaves = computation.tree.leaves
+    return str(leaves[-1]["minute_utc"]) if leaves else None
+
+
+def snapshot_document(
+    computation: RunComputation,
+    version: int,
+    previous_seal: str | None,
+    computed_at: datetime,
+    params: dict[str, Any] | None = None,
+    rebased: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The snapshot document for ``computation`` at ``version`` (docs/provenance.md)."""
+    document: dict[str, Any] = {
+        "run_id": computation.run_id,
+        "version": version,
+        "computed_at": utc_ms(computed_at),
+        "generator": dict(GENERATOR),
+        "params": dict(params or PARAMS),
+        "events": {
+            "sha256": computation.file.sha256,
+            "count": computation.file.count,
+            "format": EVENTS_FORMAT,
+        },
+        "minutes": {
+            "merkle_root": computation.tree.root,
+            "tree_size": computation.tree.tree_size,
+            "through_minute_utc": through_minute(computation),
+        },
+        "metrics_sha256": computation.metrics_sha256,
+        "previous_seal": previous_seal,
+    }
+    if rebased is not None:
+        document["rebased"] = rebased
+    return document
+
+
+@dataclass(frozen=True)
+class Rebase:
+    """How late data changed the minutes of the version before: the document's ``rebased``
+    and the late attempts per minute (stored beside the version, shown on the run page)."""
+
+    rebased: dict[str, Any]
+    late_minutes: list[dict[str, Any]]
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        """What the version's diagnostics keep of it (``late_attempts``)."""
+        return {"from_version": self.rebased["from_version"], "minutes": self.late_minutes}
+
+
+def rebase_of(session: Session, latest: Snapshot, computation: RunComputation) -> Rebase | None:
+    """The rebase of the version after ``latest``, or None when it extends ``latest``."""
+    if latest.leaf_hashes is None:
+        return None  # sealed before leaf hashes were kept: nothing to compare with
+    old_first = first_minute(latest.metrics)
+    changed = changed_minutes(
+        leaf_list(latest.leaf_hashes),
+        old_first,
+        computation.tree.leaf_hashes,
+        first_minute(computation.metrics),
+    )
+    if not changed or old_first is None:
+        return None
+    old_end = old_first + latest.tree_size * MINUTE
+    late = late_attempts_by_minute(
+        session, computation.run_id, latest.data_as_of, int(old_end.timestamp()) * 1_000_000_000
+    )
+    rebased = {
+        "from_version": latest.version,
+        "minutes_changed": [minute_text(m) for m in changed],
+        "late_attempts": sum(count for _, count in late),
+    }
+    by_minute = [{"minute_utc": minute_text_ns(m), "late_attempts": n} for m, n in late]
+    return Rebase(rebased, by_minute)
+
+
+def minute_records(minutes: pl.DataFrame, run_id: str, version: int) -> list[dict[str, Any]]:
+    """minute_metrics rows (dicts) of a minute table with ``minute_ns``."""
+    table = with_minute_utc(minutes).with_columns(
+        run_id=pl.lit(run_id), version=pl.lit(version, dtype=pl.Int32)
+    )
+    return table.to_dicts()
+
+
+def _unchanged(latest: Snapshot, computation: RunComputation, final: bool) -> bool:
+    # A provisional snapshot (sealed while the run was receiving data) is sealed again as
+    # final once the run is quiet, even with the same figures.
+    return (
+        (latest.final or not final)
+        and latest.events_sha256 == computation.file.sha256
+        and latest.metrics_sha256 == computation.metrics_sha256
+        and latest.document.get("params") == PARAMS
+    )
+
+
+def _minute_range(computation: RunComputation) -> tuple[datetime, datetime] | None:
+    """First and last minute of the computation's minute table (None when empty)."""
+    minutes = computation.analysis.minutes.get_column("minute_ns")
+    if minutes.len() == 0:
+        return None
+    first, last = int(minutes.min()), int(minutes.max())  # type: ignore[arg-type]
+    return (
+        datetime.fromtimestamp(first // 1_000_000_000, UTC),
+        datetime.fromtimestamp(last // 1_000_000_000, UTC),
+    )
+
+
+def compute_for_sealing(
+    url: str,
+    run_id: str,
+    timer: StageTimer | None = None,
+    end_before_ns: int | None = None,
+    slo: Slo | None = None,
+    progress: Progress | None = None,
+) -> tuple[RunComputation, SealedFigures]:
+    """The run's computation and the figures sealed beside it (diagnostics, minute
+    outcomes, goodput under ``slo``), from one streaming read of the run."""
+    extras = SealedFiguresStream(url, run_id, slo)
+    computation = compute_run(
+        url, run_id, timer, end_before_ns, consumers=[extras], progress=progress
+    )
+    whole = computation.analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
+    figures = extras.finish(
+        whole, computation.metrics.get("work_conserving"), computation.explicit_call_ids
+    )
+    return computation, figures
+
+
+def seal_computation(
+    url: str,
+    computation: RunComputation,
+    figures: SealedFigures,
+    *,
+    force: bool = False,
+    now: datetime | None = None,
+    final: bool = True,
+) -> SealResult:
+    """Store ``computation`` as the run's next version (or return the unchanged newest).
+
+    ``final=False`` marks a snapshot sealed while the run was still receiving data: a
+    sweep does not take it as the cap's final figures. Live minute rows the snapshot
+    covers are deleted in the same transaction (docs/metrics.md#live-figures). ``figures``
+    (diagnostics, minute outcomes, goodput: :func:`compute_for_sealing`) are stored with
+    the version (and added to an unchanged newest version that lacks them).
+    """
+    run_id = computation.run_id
+    with transaction(url) as session:
+        lock_run_for_sealing(session, run_id)
+        version, previous_seal = latest_version(session, run_id)
+        if version and not force:
+            latest = session.get(Snapshot, (run_id, version))
+            if latest is not None and _unchanged(latest, computation, final):
+                drop_sealed_live_rows(
+                    session, run_id, computation.facts.updated_at, _minute_range(computation)
+                )
+                store_sealed_figures(session, run_id, version, figures)
+                return SealResult(
+                    run_id,
+                    version,
+                    latest.seal,
+                    False,
+                    latest.metrics,
+                    latest.document,
+                    latest.final,
+                )
+        computed_at = now or datetime.now(UTC)
+        # The document carries milliseconds; store exactly what was sealed.
+        computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
+        previous = session.get(Snapshot, (run_id, version)) if version else None
+        rebase = rebase_of(session, previous, computation) if previous is not None else None
+        document = snapshot_document(
+            computation,
+            version + 1,
+            previous_seal,
+            computed_at,
+            rebased=rebase.rebased if rebase else None,
+        )
+        if rebase is not None:
+            late = {**figures.diagnostics, "late_attempts": rebase.stored}
+            figures = replace(figures, diagnostics=late)
+        seal = seal_of(document)
+        metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
+        row = {
+            "run_id": run_id,
+            "version": version + 1,
+            "computed_at": computed_at,
+            "seal": seal,
+            "previous_seal": previous_seal,
+            "events_sha256": computation.file.sha256,
+            "events_count": computation.file.count,
+            "merkle_root": computation.tree.root,
+            "tree_size": computation.tree.tree_size,
+            "metrics_sha256": document["metrics_sha256"],
+            "document": document,
+            "metrics": metrics,
+            "data_as_of": computation.facts.updated_at,
+            "final": final,
+            "leaf_hashes": b"".join(computation.tree.leaf_hashes),
+        }
+        records = minute_records(computation.analysis.minutes, run_id, version + 1)
+        insert_snapshot(session, row, records)
+        store_sealed_figures(session, run_id, version + 1, figures)
+        drop_sealed_live_rows(
+            session, run_id, computation.facts.updated_at, _minute_range(computation)
+        )
+    return SealResult(run_id, version + 1, seal, True, metrics, document, final)
+
+
+def seal_run(
+    url: str,
+    run_id: str,
+    *,
+    force: bool = False,
+    timer: StageTimer | None = None,
+    quiet_s: float | None = None,
+    slo: Slo | None = None,
+    end_before_ns: int | None = None,
+    progress: Progress | None = None,
+) -> SealResult:
+    """Recompute ``run_id`` from the database and seal it as a new version if it changed.
+
+    With ``quiet_s``, the snapshot is final only if the run received no data for that
+    long before it was computed (``tpmledger analyze`` of a running run is provisional).
+    With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
+    final). ``progress`` is told the attempts read so far, after each chunk.
+    """
+    in_one_snapshot(url, refuse_if_archived, run_id)  # its spans are gone: nothing to seal
+    computation, figures = compute_for_sealing(url, run_id, timer, end_before_ns, slo, progress)
+    final = end_before_ns is None
+    if quiet_s is not None and final:
+        quiet_for = datetime.now(UTC) - computation.facts.updated_at
+        final = quiet_for.total_seconds() >= quiet_s
+    if timer is None:
+        return seal_computation(url, computation, figures, force=force, final=final)
+    with timer.stage("store"):
+        return seal_computation(url, computation, figures, force=force, final=final)

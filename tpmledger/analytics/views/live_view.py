@@ -1,0 +1,359 @@
+"""A run's current figures: sealed where nothing changed, live where new data arrived.
+
+The current minute table is the newest snapshot's rows with every minute that has live
+rows taken from the live minute table instead, and minutes nobody touched filled with
+empty rows (docs/metrics.md#live-figures). The batch table's run-wide rules are applied
+here, over the merged rows, so the result equals what a seal would compute now:
+
+- ``retries`` is null in every row unless some attempt of the run supports a retry
+  figure (a resend count or an explicit call id);
+- queue depth is null for shards that never reported a queue wait (and for ``*`` when
+  none did);
+- ``concurrency_cap`` is the shard's largest declared cap, ``*`` their sum.
+
+Each row carries ``state``: ``sealed`` (from the snapshot), else ``open`` until
+``close_after_s`` after the minute ends, then ``closed``.
+
+Plain Python over a few thousand rows: this runs in the read API's process, which must
+stay small (no Polars).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from tpmledger.analytics.kernels.figure_rules import clean, work_conserving_result
+from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
+from tpmledger.storage.live_read import (
+    RunState,
+    live_minute_rows,
+    run_state,
+    sealed_minute_rows,
+)
+from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+
+MINUTE = timedelta(minutes=1)
+_COUNTS = (
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "tpm_total",
+    "successes",
+    "failures",
+    "shards_active",
+)
+_NULLS = (
+    "retry_rate",
+    "success_rate",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "ttft_mean_s",
+    "ttft_variance_s2",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+)
+#: Run figures a live run cannot state exactly from minute rows (null until sealed).
+NOT_LIVE = ("logical_calls", "call_success_rate", "retry_causes", "ttft_s", "latency_s")
+
+
+def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
+    row: dict[str, Any] = {"shard_id": shard_id, "minute_utc": minute}
+    row |= dict.fromkeys(_COUNTS, 0) | dict.fromkeys(_NULLS)
+    row |= {"retries": 0, "in_flight_mean": 0.0, "in_flight_max": 0}
+    row |= {"queue_depth_mean": 0.0, "queue_depth_max": 0, "concurrency_cap": None}
+    return row
+
+
+@dataclass
+class CurrentTable:
+    """The merged minute table of one run (rows by shard, then minute)."""
+
+    state: RunState
+    rows: list[dict[str, Any]]
+    live: bool
+    data_as_of: datetime | None
+    retries_measured: bool
+    caps: dict[str, int]
+    queue_shards: set[str]
+    work_conserving: dict[str, Any] = field(default_factory=dict)
+    sealed_minutes: int = 0  # minutes taken from the newest snapshot
+    hidden_cap: int = 0  # caps of shards the snapshot's '*' counts but lists no rows of
+
+    def shard_rows(self, shard_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["shard_id"] == shard_id]
+
+    @property
+    def shard_ids(self) -> list[str]:
+        return sorted({r["shard_id"] for r in self.rows} - {WHOLE_RUN})
+
+
+def _state_of(minute: datetime, sealed: bool, now: datetime, close_after_s: float) -> str:
+    if sealed:
+        return "sealed"
+    closes = minute + MINUTE + timedelta(seconds=close_after_s)
+    return "open" if now < closes else "closed"
+
+
+def current_table(
+    session: Session, run_id: str, *, close_after_s: float = 120.0, now: datetime | None = None
+) -> CurrentTable | None:
+    """The run's current minute table, or None for an unknown run."""
+    state = run_state(session, run_id)
+    if state is None:
+        return None
+    now = now or datetime.now(UTC)
+    sealed = (
+        sealed_minute_rows(session, run_id, state.snapshot_version)
+        if state.snapshot_version
+        else []
+    )
+    live = live_minute_rows(session, run_id) if state.live_rows else []
+    return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
+
+
+def merge_tables(
+    state: RunState,
+    sealed: list[dict[str, Any]],
+    live: list[dict[str, Any]],
+    *,
+    close_after_s: float,
+    now: datetime,
+) -> CurrentTable:
+    """Overlay ``live`` rows on ``sealed`` rows minute by minute and apply the rules."""
+    live_minutes = {r["minute_utc"] for r in live if r["shard_id"] == WHOLE_RUN}
+    chosen = [r for r in sealed if r["minute_utc"] not in live_minutes]
+    chosen += [{**r, "_live": True} for r in live]
+    whole = {r["minute_utc"]: r for r in chosen if r["shard_id"] == WHOLE_RUN}
+    active = sorted(m for m, r in whole.items() if r["calls_in_minute"] > 0)
+    table = CurrentTable(
+        state=state,
+        rows=[],
+        live=state.has_new_data,
+        # What the rows reflect: the newest ingest commit the live rows saw (the live
+        # table may be a moment behind the newest commit), else the snapshot's.
+        data_as_of=max(
+            [r["data_as_of"] for r in live]
+            + ([state.snapshot_data_as_of] if state.snapshot_data_as_of else []),
+            default=None,
+        ),
+        retries_measured=any(
+            r.get("retry_evidence") if r.get("_live") else r["retries"] is not None for r in chosen
+        ),
+        caps={},
+        queue_shards=set(),
+    )
+    caps: dict[str, int] = {}
+    called: set[str] = set()
+    for r in chosen:
+        shard = r["shard_id"]
+        if shard == WHOLE_RUN:
+            continue
+        if r["calls_in_minute"] > 0:
+            called.add(shard)
+        if r["concurrency_cap"] is not None:
+            caps[shard] = max(caps.get(shard, 0), r["concurrency_cap"])
+        reported = r["queue_reports"] > 0 if r.get("_live") else r["queue_depth_mean"] is not None
+        if reported:
+            table.queue_shards.add(shard)
+    table.caps = caps  # every shard's, rollup-only ones too (the '*' cap sums them)
+    # A snapshot keeps no rows for shards whose attempts are all rollups, but its '*' cap
+    # counts their caps: carry that part over (shards seen live are counted by name).
+    sealed_star = [
+        r["concurrency_cap"]
+        for r in chosen
+        if r["shard_id"] == WHOLE_RUN and not r.get("_live") and r["concurrency_cap"] is not None
+    ]
+    sealed_caps: dict[str, int] = {}
+    for r in chosen:
+        if not r.get("_live") and r["shard_id"] != WHOLE_RUN and r["concurrency_cap"]:
+            shard = r["shard_id"]
+            sealed_caps[shard] = max(sealed_caps.get(shard, 0), r["concurrency_cap"])
+    if sealed_star:
+        # Shards named in the snapshot count with their cap then, others with today's.
+        named = sum(sealed_caps.get(s, c) for s, c in caps.items())
+        table.hidden_cap = max(max(sealed_star) - named, 0)
+    table.queue_shards &= called
+    table.work_conserving = _work_conserving(table, chosen)
+    table.sealed_minutes = sum(
+        1 for r in chosen if r["shard_id"] == WHOLE_RUN and not r.get("_live")
+    )
+    if not active:
+        return table
+    check_run_minutes(
+        state.run_id, int(active[0].timestamp()) // 60, int(active[-1].timestamp()) // 60
+    )
+    minutes = []
+    minute = active[0]
+    while minute <= active[-1]:
+        minutes.append(minute)
+        minute += MINUTE
+    by_key = {(r["shard_id"], r["minute_utc"]): r for r in chosen}
+    for shard in [*sorted(called), WHOLE_RUN]:
+        for minute in minutes:
+            source = by_key.get((shard, minute))
+            row = dict(source) if source is not None else _empty_row(shard, minute)
+            is_sealed = (
+                source is not None and not source.get("_live") and minute not in live_minutes
+            )
+            table.rows.append(_apply_rules(table, row, shard, is_sealed, now, close_after_s))
+    return table
+
+
+def _apply_rules(
+    table: CurrentTable,
+    row: dict[str, Any],
+    shard: str,
+    is_sealed: bool,
+    now: datetime,
+    close_after_s: float,
+) -> dict[str, Any]:
+    calls = row["calls_in_minute"]
+    if not table.retries_measured:
+        row["retries"] = row["retry_rate"] = None
+    else:
+        row["retries"] = row["retries"] or 0
+        row["retry_rate"] = clean(row["retries"] / calls) if calls else None
+    has_queue = shard in table.queue_shards if shard != WHOLE_RUN else bool(table.queue_shards)
+    if not has_queue:
+        row["queue_depth_mean"] = row["queue_depth_max"] = None
+    elif row["queue_depth_mean"] is None:
+        row["queue_depth_mean"], row["queue_depth_max"] = 0.0, 0
+    if shard == WHOLE_RUN:
+        caps = sum(table.caps.values()) + table.hidden_cap
+        row["concurrency_cap"] = caps if table.caps or table.hidden_cap else None
+    else:
+        row["concurrency_cap"] = table.caps.get(shard)
+    row["state"] = _state_of(row["minute_utc"], is_sealed, now, close_after_s)
+    for key in ("_live", "queue_reports", "retry_evidence", "queue_seconds", "sag_seconds"):
+        row.pop(key, None)
+    row.pop("sag_cap", None)
+    row.pop("data_as_of", None)
+    row.pop("computed_at", None)
+    return row
+
+
+def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """The check from the live rows' per-minute seconds (null once the run has a
+    snapshot, or while a cap changed after seconds were counted)."""
+    result = work_conserving_result()
+    usable = {s: c for s, c in table.caps.items() if s in table.queue_shards and c}
+    # Snapshots keep no per-second counts: after a seal the live rows cover only the
+    # minutes touched since, so the check waits for the next seal.
+    if not usable or table.state.snapshot_version is not None:
+        return result
+    queued = sag = 0
+    for r in chosen:
+        cap = usable.get(r["shard_id"])
+        if cap is None:
+            continue
+        if r["queue_seconds"] and r["sag_cap"] != cap:
+            return result  # counted against an older cap: not exact until resealed
+        queued += r["queue_seconds"]
+        sag += r["sag_seconds"]
+    return clean(work_conserving_result(queued, sag))
+
+
+def _peak(whole: list[dict[str, Any]], by: str) -> dict[str, Any] | None:
+    active = [r for r in whole if r["calls_in_minute"] > 0]
+    if not active:
+        return None
+    row = min(active, key=lambda r: (-r[by], r["minute_utc"]))  # ties: earliest
+    return {
+        "minute_utc": minute_text(row["minute_utc"]),
+        "shard_count": row["shards_active"],
+        "calls_in_minute": row["calls_in_minute"],
+        "completion_tpm_out": row["completion_tpm_out"],
+        "prompt_tpm_in": row["prompt_tpm_in"],
+        "tpm_total": row["tpm_total"],
+    }
+
+
+def live_figures(table: CurrentTable) -> dict[str, Any]:
+    """The run object of a live run: what minute rows determine exactly, the rest null."""
+    state = table.state
+    whole = table.shard_rows(WHOLE_RUN)
+    calls = sum(r["calls_in_minute"] for r in whole)
+    successes = sum(r["successes"] for r in whole)
+    prompt = sum(r["prompt_tpm_in"] for r in whole)
+    completion = sum(r["completion_tpm_out"] for r in whole)
+    inner = [r["tpm_total"] for r in whole[1:-1]]
+    tokens = {
+        s: sum(r["prompt_tpm_in"] + r["completion_tpm_out"] for r in table.shard_rows(s))
+        for s in table.shard_ids
+    }
+    total = sum(tokens.values())
+    balance: dict[str, Any] = {"shares": None, "imbalance": None}
+    if total:
+        shares = {s: t / total for s, t in tokens.items()}
+        balance = {"shares": shares, "imbalance": max(shares.values()) * len(shares)}
+    retries = sum(r["retries"] or 0 for r in whole)
+    figures: dict[str, Any] = {
+        "run_id": state.run_id,
+        "attempts": calls,
+        "shard_count": len(table.shard_ids),
+        "first_event_utc": ns_to_rfc3339(state.first_event_ns),
+        "last_event_utc": ns_to_rfc3339(state.last_event_ns),
+        "active_minutes": sum(1 for r in whole if r["calls_in_minute"] > 0),
+        "peak_minute": _peak(whole, "tpm_total"),
+        "peak_completion_minute": _peak(whole, "completion_tpm_out"),
+        "sustained_tpm_total": float(statistics.median(inner)) if inner else None,
+        "attempt_success_rate": successes / calls if calls else None,
+        "retry_rate": retries / calls if calls and table.retries_measured else None,
+        "shard_balance": balance,
+        "declared_shard_count": state.declared_shard_count,
+        "concurrency_cap": state.concurrency_cap,
+        "sweep_id": state.sweep_id,
+        "work_conserving": table.work_conserving,
+        "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
+        **dict.fromkeys(NOT_LIVE),
+        "events_sha256": None,
+        "seal": None,
+        "snapshot_version": None,
+    }
+    figures = clean(figures)
+    figures["ttft_s"] = dict.fromkeys(("p50", "p95", "p99", "mean", "variance"))
+    figures["latency_s"] = dict.fromkeys(("p50", "p95", "p99", "mean"))
+    return figures
+
+
+def run_view(
+    session: Session, run_id: str, *, close_after_s: float = 120.0
+) -> dict[str, Any] | None:
+    """``GET /v1/runs/{run_id}``: sealed figures, or live ones with ``live: true``."""
+    state = run_state(session, run_id)
+    if state is None:
+        return None
+    if not state.has_new_data and state.snapshot_metrics is not None:
+        data_as_of = state.snapshot_data_as_of
+        return {
+            **state.snapshot_metrics,
+            "live": state.is_live,  # a provisional snapshot covering every span so far
+            "data_as_of": utc_ms_or_none(data_as_of),
+            "snapshot_final": state.snapshot_final,
+        }
+    table = current_table(session, run_id, close_after_s=close_after_s)
+    assert table is not None
+    return {
+        **live_figures(table),
+        "live": True,
+        "data_as_of": utc_ms_or_none(table.data_as_of),
+        "latest_sealed_version": state.snapshot_version,
+    }
+
+
+def minutes_view(
+    session: Session, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
+) -> list[dict[str, Any]] | None:
+    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``."""
+    table = current_table(session, run_id, close_after_s=close_after_s)
+    if table is None:
+        return None
+    return table.shard_rows(shard_id)

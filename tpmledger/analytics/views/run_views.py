@@ -1,0 +1,94 @@
+"""The run object and minute series as the read API serves them (docs/api.md).
+
+Sealed runs are served from their newest snapshot; runs with data newer than it (or
+never sealed) from the live minute table over the snapshot's rows
+(:mod:`analytics.views.live_view`), marked ``"live": true`` with ``data_as_of``. No request
+reads raw spans or computes figures from them: this runs in the ingest process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from tpmledger.analytics.views.live_view import minutes_view, run_view
+from tpmledger.analytics.views.run_extras import reconciliation, run_extras
+from tpmledger.storage.live_read import run_states
+from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+
+# Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order.
+API_MINUTE_KEYS: tuple[str, ...] = (
+    "minute_utc",
+    "state",
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "tpm_total",
+    "successes",
+    "failures",
+    "retries",
+    "retry_rate",
+    "success_rate",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "in_flight_mean",
+    "in_flight_max",
+    "queue_depth_mean",
+    "queue_depth_max",
+    "shards_active",
+)
+
+
+def _api_minute(row: dict[str, Any]) -> dict[str, Any]:
+    out = {key: row.get(key) for key in API_MINUTE_KEYS}
+    out["minute_utc"] = minute_text(row["minute_utc"])
+    return out
+
+
+def run_object(
+    session: Session, run_id: str, close_after_s: float = 120.0, slo_text: str | None = None
+) -> dict[str, Any]:
+    """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run.
+
+    ``diagnostics`` and goodput under ``slo_text`` come from the rows sealed with the
+    version shown (analytics/views/run_extras.py); a live run's are null until it is sealed.
+    """
+    view = run_view(session, run_id, close_after_s=close_after_s)
+    if view is None:
+        raise UnknownRun(run_id)
+    extras = run_extras(session, run_id, view.get("snapshot_version"), slo_text)
+    return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
+
+
+def minute_series(
+    session: Session, run_id: str, shard_id: str = WHOLE_RUN, close_after_s: float = 120.0
+) -> list[dict[str, Any]] | None:
+    """Minutes of the whole run ('*') or one shard with their ``state``; None when that
+    shard has no rows. Raises :class:`UnknownRun` for an unknown run."""
+    rows = minutes_view(session, run_id, shard_id, close_after_s=close_after_s)
+    if rows is None:
+        raise UnknownRun(run_id)
+    if not rows:
+        return None
+    return [_api_minute(r) for r in rows]
+
+
+def run_list(session: Session) -> list[dict[str, Any]]:
+    """``GET /v1/runs``: every run, most recent activity first, live or sealed."""
+    return [
+        {
+            "run_id": s.run_id,
+            "attempts": s.attempts,
+            "shard_count": len(s.shard_ids),
+            "first_event_utc": ns_to_rfc3339(s.first_event_ns),
+            "last_event_utc": ns_to_rfc3339(s.last_event_ns),
+            "latest_seal": s.snapshot_seal,
+            "status": "archived" if s.archived_at else "live" if s.is_live else "sealed",
+            "data_as_of": utc_ms_or_none(s.updated_at if s.has_new_data else s.snapshot_data_as_of),
+        }
+        for s in run_states(session)
+    ]
