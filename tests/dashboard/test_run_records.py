@@ -53,8 +53,8 @@ def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
 
 
 def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str) -> None:
+    from tests.analytics.proofs.test_version_consistency import _calls
     from tests.analytics.seeding import store
-    from tests.analytics.test_version_consistency import _calls
     from tests.storage.builders import BASE_NS, MINUTE_NS
     from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.dashboard.components.provenance_panel import covers_text, rebase_text

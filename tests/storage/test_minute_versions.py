@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from tests.analytics.proofs.test_version_consistency import _calls
 from tests.analytics.seeding import store
-from tests.analytics.test_version_consistency import _calls
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import minute_records, seal_run

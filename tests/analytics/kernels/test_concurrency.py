@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS, S
-from tpmledger.analytics import concurrency
+from tpmledger.analytics.kernels import concurrency
 from tpmledger.analytics.kernels.concurrency import (
     SecondSeries,
     minute_concurrency,

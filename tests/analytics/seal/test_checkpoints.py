@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.analytics.proofs.test_version_consistency import _calls
 from tests.analytics.seeding import store
-from tests.analytics.test_version_consistency import _calls
 from tpmledger.analytics.seal.checkpoints import Checkpointer, closed_before
 from tpmledger.analytics.seal.sealing import seal_run
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tests.analytics.live.test_live_minutes import _rows, attempt_specs
 from tests.analytics.seeding import store
-from tests.analytics.test_live_minutes import _rows, attempt_specs
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS
-from tpmledger.analytics import run_diagnostics
 from tpmledger.analytics.kernels.event_plans import explicit_call_ids
 from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.analytics.seal.sealed_figures import SealedFigures
 from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream, sealed_params
+from tpmledger.analytics.verdicts import run_diagnostics
 from tpmledger.analytics.verdicts.goodput import compute_goodput
 from tpmledger.analytics.verdicts.minute_outcomes import minute_outcomes
 from tpmledger.analytics.verdicts.run_diagnostics import (
