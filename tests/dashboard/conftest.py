@@ -41,7 +41,10 @@ class RunningDashboard:
 
 # Exactly what ``tpmledger serve dashboard`` does after resolving the database: build
 # Settings from the environment and call ``dashboard.app.run`` (blocks until SIGTERM).
-_SERVE = "from tpmledger.settings import Settings; from tpmledger.dashboard.app import run; run(Settings())"
+_SERVE = (
+    "from tpmledger.settings import Settings; "
+    "from tpmledger.dashboard.app import run; run(Settings())"
+)
 
 
 def start_dashboard(database_url: str, *, env: dict[str, str] | None = None) -> RunningDashboard:

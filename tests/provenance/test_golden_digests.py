@@ -1,9 +1,10 @@
 """Golden digests: a fixed run must always seal to the same signed bytes.
 
-The digests below are literals on purpose. Polars' float text, its JSON escaping, Numba's
-code generation and the ``rfc8785`` package all feed the signed bytes; an upgrade that
-changes any of them must fail here rather than change published digests silently
-(the tested versions are in requirements.lock; pyproject.toml bounds the major versions).
+The digests below are literals on purpose. tpmledger defines the number text itself
+(tpmledger/provenance/number_text.py); Polars' JSON escaping, Numba's code generation and
+the ``rfc8785`` package also feed the signed bytes, so an upgrade that changes any of them
+must fail here rather than change published digests silently (the tested versions are in
+requirements.lock; pyproject.toml admits only the tested minor versions).
 
 If a change to the signed bytes is intended (a new figure in the run object, say),
 print the new values with ``.venv/bin/pytest tests/provenance/test_golden_digests.py -s``,

@@ -1,4 +1,4 @@
-"""Entry point of one shard process: ``python -m tpmledger.simulator.shard_process`` (config on stdin).
+"""One shard process: ``python -m tpmledger.simulator.shard_process`` (config on stdin).
 
 Writes JSON lines to stdout — ``{"shard": N, "final": false, "counters": {...}}`` every
 ``progress_every_s`` and one ``"final": true`` line after the tracer provider was flushed and
