@@ -2,7 +2,7 @@
 
 KPI differences with their intervals, the two runs' TPM and retry / stall rates on one
 time-aligned chart, and the verdict in words with the rule that produced it and the
-parameters (docs/dashboard.md#compare). Everything comes from each run's newest sealed
+parameters (docs/dashboard.md#pages). Everything comes from each run's newest sealed
 version (:mod:`analytics.verdicts.compare_runs`), never from spans.
 """
 
