@@ -1,8 +1,9 @@
 """Minute rows of one snapshot version, column-oriented for plotting.
 
-Only ``minute_metrics`` is read (docs/dashboard.md): a 1,000,000-attempt run over ~1,000 minutes and
-8 shards is ~9,000 small rows, so callbacks stay fast however many spans the run holds.
-Minutes come back as ``YYYY-MM-DD HH:MM`` strings in UTC, which Plotly shows verbatim.
+Only ``minute_metrics`` is read (through :mod:`tpmledger.storage.snapshot_minutes_read`):
+a 1,000,000-attempt run over ~1,000 minutes and 8 shards is ~9,000 small rows, so
+callbacks stay fast however many spans the run holds. Minutes come back as
+``YYYY-MM-DD HH:MM`` strings in UTC, which Plotly shows verbatim.
 """
 
 from __future__ import annotations
@@ -11,21 +12,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.minute_versions import rows_as_of
-from tpmledger.storage.models import MinuteMetric
-
-# Only real columns may be named in the generated SQL.
-_ALLOWED_COLUMNS = frozenset(c.name for c in MinuteMetric.__table__.columns) - {
-    "run_id",
-    "version",
-    "shard_id",
-    "minute_utc",
-}
-_MINUTE_SQL = "to_char(minute_utc AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') AS minute"
+from tpmledger.storage.snapshot_minutes_read import shard_minute_rows, whole_run_minute_rows
 
 
 @dataclass
@@ -43,25 +33,12 @@ class MinuteSeries:
         return any(v is not None for v in self.column(name))
 
 
-def _checked(columns: tuple[str, ...]) -> str:
-    unknown = set(columns) - _ALLOWED_COLUMNS
-    if unknown:
-        raise ValueError(f"not minute_metrics columns: {sorted(unknown)}")
-    return ", ".join(columns)
-
-
 def load_run_minutes(
     session: Session, run_id: str, version: int, columns: tuple[str, ...]
 ) -> MinuteSeries:
     """The whole-run rows (``shard_id = '*'``) of one snapshot version."""
-    sql = text(
-        f"SELECT {_MINUTE_SQL}, {_checked(columns)} "
-        f"FROM ({rows_as_of(':run_id', ':version', columns)}) m "
-        "WHERE shard_id = :shard ORDER BY minute_utc"
-    )
     series = MinuteSeries(columns={c: [] for c in columns})
-    rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
-    for row in rows:
+    for row in whole_run_minute_rows(session, run_id, version, columns):
         series.minutes.append(row[0])
         for i, name in enumerate(columns, start=1):
             series.columns[name].append(row[i])
@@ -72,14 +49,8 @@ def load_shard_minutes(
     session: Session, run_id: str, version: int, columns: tuple[str, ...]
 ) -> dict[str, MinuteSeries]:
     """Per-shard rows of one snapshot version, keyed by shard id in natural order."""
-    sql = text(
-        f"SELECT shard_id, {_MINUTE_SQL}, {_checked(columns)} "
-        f"FROM ({rows_as_of(':run_id', ':version', columns)}) m "
-        "WHERE shard_id <> :shard ORDER BY shard_id, minute_utc"
-    )
     by_shard: dict[str, MinuteSeries] = {}
-    rows = session.execute(sql, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
-    for row in rows:
+    for row in shard_minute_rows(session, run_id, version, columns):
         series = by_shard.get(row[0])
         if series is None:
             series = by_shard[row[0]] = MinuteSeries(columns={c: [] for c in columns})

@@ -1,10 +1,11 @@
 """Runs joined with their latest sealed snapshot, and whether each run is live or sealed.
 
-Reads the ``runs``, ``snapshots`` and live minute tables only (never raw spans per
-request). A run is *live* when ingest stored data after its latest snapshot was computed
-(``runs.updated_at > snapshots.data_as_of``, or no snapshot yet); its figures then come
-from the live minute table over the snapshot's rows (docs/dashboard.md#live-runs) and are
-provisional. Otherwise it is *sealed* and its figures are the snapshot's.
+Reads through :mod:`tpmledger.storage.run_listing_read` and the live minute table only
+(never raw spans per request). A run is *live* when ingest stored data after its latest
+snapshot was computed (``runs.updated_at > snapshots.data_as_of``, or no snapshot yet);
+its figures then come from the live minute table over the snapshot's rows
+(docs/dashboard.md#live-runs) and are provisional. Otherwise it is *sealed* and its
+figures are the snapshot's.
 """
 
 from __future__ import annotations
@@ -13,33 +14,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.run_listing_read import run_row, run_rows, sweep_ids, sweep_run_rows
 from tpmledger.storage.time_text import ns_to_rfc3339
-
-# One query for both the runs page and the run page; the latest snapshot is picked with a
-# LATERAL join so a run with many versions reads one snapshot row.
-_RUNS_SQL = """
-SELECT r.run_id, r.first_event_ns, r.last_event_ns, r.shard_ids, r.declared_shard_count,
-       r.archived_at,
-       r.concurrency_cap, r.sweep_id, r.attempts, r.updated_at,
-       s.version, s.seal, s.previous_seal, s.events_sha256, s.events_count, s.merkle_root,
-       s.tree_size, s.computed_at, s.data_as_of, s.metrics, s.final,
-       s.document -> 'rebased' AS rebased, s.through AS through_minute_utc,
-       (SELECT d.diagnostics -> 'late_attempts' -> 'minutes' FROM snapshot_diagnostics d
-        WHERE d.run_id = s.run_id AND d.version = s.version) AS late_minutes,
-       (s.version IS NULL OR r.updated_at > s.data_as_of OR s.partial) AS uncovered,
-       (s.version IS NULL OR r.updated_at > s.data_as_of OR NOT s.final) AS live
-FROM runs r
-LEFT JOIN LATERAL (
-    SELECT sn.*, sn.document -> 'minutes' ->> 'through_minute_utc' AS through,
-           -- a checkpoint: its tree ends before the run's last minute
-           (sn.document -> 'minutes' ->> 'through_minute_utc')::timestamptz
-               < to_timestamp((r.last_event_ns / 60000000000) * 60) AS partial
-    FROM snapshots sn WHERE sn.run_id = r.run_id ORDER BY sn.version DESC LIMIT 1
-) s ON true
-"""
 
 
 @dataclass(frozen=True)
@@ -145,8 +123,7 @@ def with_live_figures(session: Session, run: RunRecord, close_after_s: float) ->
 
 def load_runs(session: Session, close_after_s: float = 120.0) -> list[RunRecord]:
     """Every run, most recent activity first (live runs with their live figures)."""
-    rows = session.execute(text(_RUNS_SQL + " ORDER BY r.last_event_ns DESC, r.run_id"))
-    records = [_record(row) for row in rows]
+    records = [_record(row) for row in run_rows(session)]
     return [with_live_figures(session, r, close_after_s) for r in records]
 
 
@@ -156,7 +133,7 @@ def load_run(
     """One run with its latest snapshot (live figures when live, unless ``live_figures``
     is False: the caller reads the live table itself), or ``None`` when ingest never saw
     it."""
-    row = session.execute(text(_RUNS_SQL + " WHERE r.run_id = :run_id"), {"run_id": run_id}).first()
+    row = run_row(session, run_id)
     if row is None:
         return None
     record = _record(row)
@@ -165,16 +142,9 @@ def load_run(
 
 def load_sweep_runs(session: Session, sweep_id: str) -> list[RunRecord]:
     """The runs of one cap sweep (runs sharing ``tpmledger.sweep.id``)."""
-    rows = session.execute(
-        text(_RUNS_SQL + " WHERE r.sweep_id = :sweep_id ORDER BY r.concurrency_cap, r.run_id"),
-        {"sweep_id": sweep_id},
-    )
-    return [_record(row) for row in rows]
+    return [_record(row) for row in sweep_run_rows(session, sweep_id)]
 
 
 def list_sweep_ids(session: Session) -> list[str]:
     """Every sweep id some run declared, sorted."""
-    rows = session.execute(
-        text("SELECT DISTINCT sweep_id FROM runs WHERE sweep_id IS NOT NULL ORDER BY 1")
-    )
-    return [r[0] for r in rows]
+    return sweep_ids(session)

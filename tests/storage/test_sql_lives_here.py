@@ -1,0 +1,21 @@
+"""SQL lives in tpmledger.storage (and the migrations) alone: no other layer writes a query."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "tpmledger"
+# A query written outside storage: SQL text, an execute or a cursor.
+QUERY = re.compile(r"\bsqlalchemy\b.*\btext\b|\bsa\.text\(|\.execute\(|\.cursor\(|\bcopy\(")
+
+
+def test_no_module_outside_storage_writes_sql() -> None:
+    offenders = sorted(
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in ("storage", "migrations")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if QUERY.search(line)
+    )
+    assert offenders == []
