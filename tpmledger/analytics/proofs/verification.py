@@ -22,7 +22,7 @@ from sqlalchemy import select
 from tpmledger.analytics.kernels.minute_table import with_minute_utc
 from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
 from tpmledger.analytics.seal.sealing import seal_of
-from tpmledger.storage.database import in_one_snapshot, read_session, read_view
+from tpmledger.storage.database import read_view
 from tpmledger.storage.models import Snapshot
 from tpmledger.storage.retention_store import archived
 from tpmledger.storage.snapshots_read import minute_rows
@@ -145,20 +145,27 @@ def _minutes(sealed: list[dict[str, Any]], found: list[dict[str, Any]]) -> list[
 
 
 def verify_run(url: str, run_id: str) -> VerificationReport:
-    """Verify ``run_id``'s newest snapshot against a full recomputation from the database."""
-    with read_session(url) as session:
+    """Verify ``run_id``'s newest snapshot against a full recomputation from the database.
+
+    What was sealed (every version, the newest one's minute rows, whether the run was
+    archived) is read in one snapshot; the recomputation reads the run in a snapshot of its
+    own (:func:`compute_run`), and says so when data arrived in between.
+    """
+    with read_view(url) as session:
         snapshots = list(
             session.scalars(
                 select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
             )
         )
-    if not snapshots:
-        raise NotSealed(run_id)
-    latest = snapshots[-1]
+        if not snapshots:
+            raise NotSealed(run_id)
+        latest = snapshots[-1]
+        gone = archived(session, run_id)
+        sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)
+        session.expunge_all()
     report = VerificationReport(run_id, latest.version, latest.seal)
     report.mismatches += _chain(snapshots)
     report.mismatches += _row_against_document(latest)
-    gone = in_one_snapshot(url, archived, run_id)
     if gone is not None:
         when, where = gone
         # The seal chain and the documents are checked; figures cannot be recomputed here.
@@ -194,8 +201,6 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
         "snapshot_version": latest.metrics.get("snapshot_version"),
     }
     report.mismatches += compare_values("run figures", latest.metrics, recomputed)
-    with read_view(url) as session:
-        sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)
     fresh_rows = with_minute_utc(computation.analysis.minutes).to_dicts()
     report.mismatches += _minutes(sealed_rows, fresh_rows)
     return report
