@@ -61,8 +61,9 @@ def test_tile_paths_round_trip_and_refuse_non_canonical_forms() -> None:
     assert parse_tile_path("tile/0/x001/x234/067.p/8") == TileRef(0, 1234067, 8)
     assert parse_tile_path("tile/entries/000.p/5") == TileRef(None, 0, 5)
     assert TileRef(None, 1, 5).path == "tile/entries/001.p/5"
-    for bad in ["tile/00/000", "tile/64/000", "tile/0/1", "tile/0/x000/001", "tile/0/000.p/0",
-                "tile/0/000.p/256", "tile/0/000.p/08", "tile/0/001/002", "tiles/0/000"]:  # fmt: skip
+    bad_paths = ["tile/00/000", "tile/64/000", "tile/0/1", "tile/0/x000/001", "tile/0/000.p/0"]
+    bad_paths += ["tile/0/000.p/256", "tile/0/000.p/08", "tile/0/001/002", "tiles/0/000"]
+    for bad in bad_paths:
         with pytest.raises(TileError):
             parse_tile_path(bad)
 
