@@ -54,6 +54,7 @@ class Witness:
     """The ``tpmledger witness`` command as a third party runs it."""
 
     def __init__(self, tmp_path: Path, log_vkey: str, capsys: pytest.CaptureFixture[str]):
+        tmp_path.mkdir(exist_ok=True)
         self.key = tmp_path / "witness.key"
         self.state = tmp_path / "witness-state"
         self.log_vkey = log_vkey
@@ -174,6 +175,10 @@ def test_a_witness_follows_a_live_run_and_refuses_a_rebase_and_a_fork(
     assert "size 7" in err and _b64(v3.document["minutes"]["merkle_root"]) in err
     # The witness still holds v3: the refused checkpoints changed nothing.
     assert read_state(witness.state, ORIGIN) == Checkpoint(ORIGIN, 7, root3)
-    # And the log, rebased, no longer serves v3's tree: v3 cannot be re-checked from it.
+    # v3 again is the same tree head: cosigned again (no tiles needed).
     code, _, err = witness.cosign(checkpoint(v3.version), prefix, "v3-again")
+    assert code == 0, err
+    # The rebased log no longer serves v3's tree: a new witness cannot start from v3.
+    fresh = Witness(tmp_path / "fresh", log_vkey, capsys)
+    code, _, err = fresh.cosign(checkpoint(v3.version), prefix, "v3-fresh")
     assert code == 1 and "tiles do not hold" in err

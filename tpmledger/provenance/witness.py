@@ -89,17 +89,20 @@ def _locked(state_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def check_consistent(old: Checkpoint, new: Checkpoint, tiles: TileReader) -> None:
-    """Raise :class:`WitnessRefusal` unless ``new`` extends ``old`` (proof from the tiles)."""
+def check_not_behind(old: Checkpoint, new: Checkpoint) -> None:
+    """Refuse a smaller tree, or another root at the same size (needs no tiles)."""
     said = f"checkpoint {new.origin} {new.describe()}"
     before = f"the {old.describe()} this witness cosigned"
     if new.tree_size < old.tree_size:
         raise WitnessRefusal(f"{said} is smaller than {before}")
-    if new.tree_size == old.tree_size:
-        if new.root_hash != old.root_hash:
-            raise WitnessRefusal(f"{said} forks from {before}: same size, different root")
-        return
-    if old.tree_size == 0:
+    if new.tree_size == old.tree_size and new.root_hash != old.root_hash:
+        raise WitnessRefusal(f"{said} forks from {before}: same size, different root")
+
+
+def check_consistent(old: Checkpoint, new: Checkpoint, tiles: TileReader) -> None:
+    """Raise :class:`WitnessRefusal` unless ``new`` extends ``old`` (proof from the tiles)."""
+    check_not_behind(old, new)
+    if new.tree_size == old.tree_size or old.tree_size == 0:
         return
     try:
         proof = TiledTree(tiles, new.tree_size).consistency_proof(old.tree_size)
@@ -107,8 +110,22 @@ def check_consistent(old: Checkpoint, new: Checkpoint, tiles: TileReader) -> Non
         raise TileError(f"cannot compute a consistency proof from the tiles: {exc}") from exc
     if not verify_consistency(old.tree_size, new.tree_size, old.root_hash, new.root_hash, proof):
         raise WitnessRefusal(
-            f"{said} is not consistent with {before}: the log's tiles give no proof that it "
+            f"checkpoint {new.origin} {new.describe()} is not consistent with the "
+            f"{old.describe()} this witness cosigned: the log's tiles give no proof that it "
             "extends the old tree (history was rewritten: a rebase after late data, or a fork)"
+        )
+
+
+def _check_served(checkpoint: Checkpoint, tiles: TileReader) -> None:
+    """The tiles must hold the checkpoint's tree: the proofs are computed from them."""
+    try:
+        served_root = TiledTree(tiles, checkpoint.tree_size).root()
+    except TileError as exc:
+        raise TileError(f"cannot read the tree of the checkpoint from the tiles: {exc}") from exc
+    if served_root != checkpoint.root_hash:
+        raise WitnessRefusal(
+            f"the tiles do not hold checkpoint {checkpoint.origin} {checkpoint.describe()}: "
+            f"they give root {base64.b64encode(served_root).decode()} at that size"
         )
 
 
@@ -123,21 +140,15 @@ def cosign_checkpoint(
     """Verify, check against the state, cosign and record; raise ``NoteError`` (bad input),
     ``TileError`` (tiles unreadable) or :class:`WitnessRefusal`."""
     checkpoint, note = open_checkpoint(data, log_key)
-    tree = TiledTree(tiles, checkpoint.tree_size)
-    try:
-        served_root = tree.root()
-    except TileError as exc:
-        raise TileError(f"cannot read the tree of the checkpoint from the tiles: {exc}") from exc
-    if served_root != checkpoint.root_hash:
-        raise WitnessRefusal(
-            f"the tiles do not hold checkpoint {checkpoint.origin} {checkpoint.describe()}: "
-            f"they give root {base64.b64encode(served_root).decode()} at that size"
-        )
     timestamp = int(time.time()) if now is None else now
     with _locked(state_dir):
         previous = read_state(state_dir, checkpoint.origin)
         if previous is not None:
-            check_consistent(previous, checkpoint, tiles)
+            check_not_behind(previous, checkpoint)
+        if previous is None or previous.tree_size < checkpoint.tree_size:
+            _check_served(checkpoint, tiles)
+            if previous is not None:
+                check_consistent(previous, checkpoint, tiles)
         signature = cosign(note.text, witness_key, timestamp)
         _write_state(state_dir, checkpoint, timestamp)
     return Cosigned(note.with_signature(signature).encode(), checkpoint, previous, timestamp)
