@@ -114,7 +114,7 @@ def test_bad_witness_input_is_one_line(
     cases = [
         [*base, "--log-key", log_vkey, "--tiles", str(out), str(garbage)],
         [*base, "--log-key", "nope", "--tiles", str(out), str(out / "checkpoint")],
-        [*base, "--log-key", log_vkey, "--tiles", str(tmp_path / "nowhere"), str(out / "checkpoint")],
+        [*base, "--log-key", log_vkey, "--tiles", str(tmp_path / "none"), str(out / "checkpoint")],
         [*base, "--log-key", log_vkey.replace("grow", "other"), "--tiles", str(out),
          str(out / "checkpoint")],
     ]  # fmt: skip

@@ -92,10 +92,6 @@ def verify_export(
     if predicate is None:
         return report
     _check_bundle(directory / "summary.sigstore.json", envelope, report)
-    for name, ok, detail in checkpoint_checks(
-        directory, predicate, load_public_key_pem(key_file.read_bytes()), witness
-    ):
-        report.add(name, ok, detail)
     statement_digest = predicate["_subject_sha256"]
     events_path = directory / "events.jsonl"
     packed = directory / "events.jsonl.gz"  # an archive (tpmledger prune) keeps it compressed
@@ -150,6 +146,10 @@ def verify_export(
     proofs = _read_json(directory / "minute-proofs.json", report, "minute proofs")
     if proofs is not None:
         _check_proofs(proofs, signed, recomputed.leaves, report)
+    for name, ok, detail in checkpoint_checks(
+        directory, predicate, load_public_key_pem(key_file.read_bytes()), witness
+    ):
+        report.add(name, ok, detail)
     return report
 
 
