@@ -29,8 +29,6 @@ from tpmledger.provenance.tiles import tree_tile_files
 from tpmledger.provenance.witness import read_state
 from tpmledger.settings import Settings
 
-pytestmark = pytest.mark.slow
-
 NOW = datetime(2026, 2, 1, 3, 50, 30, tzinfo=UTC)  # minutes 03:44 .. 03:47 are closed
 ORIGIN = "ledger.test/tpmledger/runs/grow"
 
@@ -78,6 +76,7 @@ def _b64(hex_root: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_root)).decode()
 
 
+@pytest.mark.slow
 def test_a_witness_follows_a_live_run_and_refuses_a_rebase_and_a_fork(
     served: RunningIngest,
     database_url: str,
@@ -182,3 +181,28 @@ def test_a_witness_follows_a_live_run_and_refuses_a_rebase_and_a_fork(
     fresh = Witness(tmp_path / "fresh", log_vkey, capsys)
     code, _, err = fresh.cosign(checkpoint(v3.version), prefix, "v3-fresh")
     assert code == 1 and "tiles do not hold" in err
+
+
+def test_unsealed_runs_and_bad_tile_paths(database_url: str, tmp_path: Path) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    import tpmledger.read_api as read_api
+
+    settings = Settings(data_dir=tmp_path, log_origin="ledger.test/")  # type: ignore[call-arg]
+    app = FastAPI()
+    app.include_router(read_api.build_router(database_url, settings))
+    client = TestClient(app)
+    assert client.get("/v1/runs/nothing/checkpoint").status_code == 404
+    assert client.get("/v1/runs/nothing/tile/0/000.p/1").status_code == 404
+    assert client.get("/v1/runs/nothing/tile/0/x000/000").status_code == 400
+    store(database_url, _calls(range(3)))
+    seal_run(database_url, "grow")
+    assert client.get("/v1/runs/grow/checkpoint", params={"version": 2}).status_code == 404
+    text = client.get("/v1/runs/grow/checkpoint").text
+    assert text.startswith(ORIGIN + "\n3\n")
+    [key] = client.get("/v1/keys", params={"run": "a b+c"}).json()["keys"]
+    assert key["checkpoint_origin"] == "ledger.test/tpmledger/runs/a%20b%2Bc"
+    assert client.get("/v1/keys").json()["keys"][0].keys() == {"fingerprint", "current", "pem"}
+    bundle = client.get("/v1/runs/grow/tile/entries/000.p/3")
+    assert bundle.status_code == 200 and bundle.content.count(b"minute_utc") == 3
