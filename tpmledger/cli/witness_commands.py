@@ -49,20 +49,38 @@ def register(subparsers: Any) -> None:
         "this witness cosigned for the origin (a proof computed from the log's tiles), and "
         "prints the checkpoint with a cosignature/v1 line appended. Refuses (exit 1) a "
         "checkpoint that rewrites what it cosigned, naming both tree heads; exit 2 on bad "
-        f"input. A read API that needs a token gets it from ${TOKEN_ENV}.",
+        f"input. A read API that needs a token gets it from ${TOKEN_ENV}. "
+        "See docs/provenance.md#witnessing.",
     )
-    cosign.add_argument("checkpoint", type=Path, metavar="CHECKPOINT_FILE")
+    cosign.add_argument(
+        "checkpoint",
+        type=Path,
+        metavar="CHECKPOINT_FILE",
+        help="the log-signed checkpoint (GET …/checkpoint, or DIR/checkpoint of an export)",
+    )
     cosign.add_argument(
         "--log-key", required=True, metavar="VKEY", help="the log's verifier key (or a file)"
     )
     cosign.add_argument(
-        "--key", type=Path, required=True, metavar="WITNESS_KEY_FILE", help="from keygen"
+        "--key",
+        type=Path,
+        required=True,
+        metavar="WITNESS_KEY_FILE",
+        help="this witness's private key (from keygen)",
     )
     cosign.add_argument(
-        "--state", type=Path, required=True, metavar="DIR", help="per-origin last cosigned"
+        "--state",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="where this witness keeps, per origin, the last size and root it cosigned",
     )
     cosign.add_argument(
-        "--tiles", required=True, metavar="URL|DIR", help="the log's tile prefix or directory"
+        "--tiles",
+        required=True,
+        metavar="URL|DIR",
+        help="the log's tiles: its URL prefix (http://host:4318/v1/runs/RUN/) or an "
+        "exported directory",
     )
     cosign.add_argument(
         "--out", type=Path, metavar="FILE", help="write the cosigned checkpoint here too"
