@@ -4,12 +4,18 @@ over exported directories, and ``summary verify DIR --witness`` (docs/provenance
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.analytics.proofs.test_version_consistency import _calls
 from tests.analytics.seeding import store
+from tests.fixtures.servers import free_port, terminate, wait_for
 from tests.provenance import independent_checkpoint as independent
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.cli.main import main
@@ -32,8 +38,32 @@ def _out(capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
+@contextmanager
+def static_server(folder: Path) -> Iterator[str]:
+    """``python -m http.server`` over ``folder``: any web server can publish an export."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "-b", "127.0.0.1", "-d", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for(lambda: httpx.get(url + "checkpoint", timeout=1).status_code == 200)
+        yield url
+    finally:
+        terminate(process)
+
+
 def test_exported_versions_are_static_logs_a_witness_cosigns(
     env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ExitStack() as web:
+        _exported_versions(env, tmp_path, capsys, web)
+
+
+def _exported_versions(
+    env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], web: ExitStack
 ) -> None:
     store(env, _calls(range(3)))
     v1 = seal_run(env, "grow")
@@ -77,8 +107,10 @@ def test_exported_versions_are_static_logs_a_witness_cosigns(
     assert main(["summary", "verify", str(two), "--witness", witness_vkey]) == 1
     assert "FAIL  cosignature" in _out(capsys)
     for folder in (one, two):
+        # v1 read from the directory, v2 from a plain static web server over the export.
+        tiles = str(folder) if folder == one else web.enter_context(static_server(folder))
         cosign = ["witness", "cosign", "--log-key", log_vkey, "--key", str(key)]
-        cosign += ["--state", str(state), "--tiles", str(folder), str(folder / "checkpoint")]
+        cosign += ["--state", str(state), "--tiles", tiles, str(folder / "checkpoint")]
         assert main([*cosign, "--out", str(folder / "checkpoint")]) == 0
         capsys.readouterr()
         assert main(["summary", "verify", str(folder), "--witness", witness_vkey, "--json"]) == 0

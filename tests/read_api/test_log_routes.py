@@ -206,3 +206,8 @@ def test_unsealed_runs_and_bad_tile_paths(database_url: str, tmp_path: Path) -> 
     assert client.get("/v1/keys").json()["keys"][0].keys() == {"fingerprint", "current", "pem"}
     bundle = client.get("/v1/runs/grow/tile/entries/000.p/3")
     assert bundle.status_code == 200 and bundle.content.count(b"minute_utc") == 3
+    assert bundle.headers["content-encoding"] == "gzip"  # decoded by the client
+    plain = client.get(
+        "/v1/runs/grow/tile/entries/000.p/3", headers={"Accept-Encoding": "identity"}
+    )
+    assert "content-encoding" not in plain.headers and plain.content == bundle.content

@@ -8,7 +8,9 @@ the newest version, or of version V; ``GET /v1/runs/{run_id}/tile/<L>/<N>[.p/<W>
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+import gzip
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response
 
@@ -77,7 +79,7 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
             404: {"description": "no such tile in the run's newest tree"},
         },
     )
-    async def get_tile(run_id: str, tile_path: str) -> Response:
+    async def get_tile(request: Request, run_id: str, tile_path: str) -> Response:
         from tpmledger.analytics.proofs.summary_export import RunNotSealed, SnapshotOutdated
         from tpmledger.provenance.tiles import TileError, parse_tile_path
 
@@ -91,6 +93,13 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
             raise HTTPException(status_code=404, detail=str(exc.args[0])) from exc
         except SnapshotOutdated as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from exc
-        return Response(data, media_type=TILE_MEDIA_TYPE, headers={"Cache-Control": TILE_CACHE})
+        headers = {"Cache-Control": TILE_CACHE}
+        if tile_path.startswith("entries/"):
+            # tlog-tiles: entry bundles SHOULD be compressed at the HTTP layer.
+            headers["Vary"] = "Accept-Encoding"
+            if "gzip" in request.headers.get("accept-encoding", ""):
+                data = gzip.compress(data, mtime=0)
+                headers["Content-Encoding"] = "gzip"
+        return Response(data, media_type=TILE_MEDIA_TYPE, headers=headers)
 
     return router
