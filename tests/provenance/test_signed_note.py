@@ -184,3 +184,18 @@ def test_run_origin_percent_encodes_the_run_id() -> None:
     )
     with pytest.raises(NoteError):
         run_origin("bad host", "r")
+
+
+def test_the_docs_example_checkpoint_verifies_with_its_verifier_key() -> None:
+    from pathlib import Path
+
+    from tests.provenance import independent_checkpoint as independent
+    from tpmledger.provenance.checkpoint import open_checkpoint
+
+    docs = (Path(__file__).parents[2] / "docs" / "provenance.md").read_text()
+    start = docs.index("```\nledger.example.com/tpmledger/runs/fleet-0412\n") + 4
+    note = docs[start : docs.index("```", start)]
+    vkey = docs.split("(its verifier key: `", 1)[1].split("`", 1)[0]
+    checkpoint, _ = open_checkpoint(note, parse_verifier_key(vkey))
+    assert checkpoint.tree_size == 27
+    assert independent.read_checkpoint(note, vkey)[:2] == (checkpoint.origin, 27)
