@@ -86,6 +86,12 @@ def show_keys(args: argparse.Namespace) -> int:
         if "note_verifier_key" in row:
             print(f"verifier key: {row['note_verifier_key']}")
         print(row["pem"], end="")
+    if origin is None:
+        print(
+            "checkpoints are signed per run (key name = the run's origin): "
+            "`tpmledger keys show --run RUN` prints a run's verifier key",
+            file=sys.stderr,
+        )
     return 0
 
 
