@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     signing_key_path: Path | None = Field(
         default=None, description="Ed25519 private key (PEM); default under the data dir."
     )
+    log_origin: str | None = Field(
+        default=None,
+        description="Prefix of every run's checkpoint origin, "
+        "'<log_origin>/tpmledger/runs/<run_id>' (docs/provenance.md#checkpoints); "
+        "default: this host's name.",
+    )
     slo: str | None = Field(
         default=None,
         description="Default SLO for goodput, e.g. 'ttft=0.5,latency=10' (seconds): sealed "
@@ -144,6 +150,27 @@ class Settings(BaseSettings):
             return None
         parse_age(value)
         return value.strip()
+
+    @field_validator("log_origin")
+    @classmethod
+    def _check_log_origin(cls, value: str | None) -> str | None:
+        """A checkpoint origin holds no spaces or '+' (c2sp.org/signed-note key names)."""
+        if value is None or not value.strip():
+            return None
+        text = value.strip().rstrip("/")
+        if not text or "+" in text or any(c.isspace() for c in text):
+            raise ValueError(
+                f"TPMLEDGER_LOG_ORIGIN={value!r} must be a schema-less URL without spaces or "
+                "'+', e.g. ledger.example.com"
+            )
+        return text
+
+    @property
+    def checkpoint_origin(self) -> str:
+        """``log_origin``, else this host's name."""
+        from tpmledger.provenance.checkpoint import default_log_origin
+
+        return self.log_origin or default_log_origin()
 
     @field_validator("slo")
     @classmethod

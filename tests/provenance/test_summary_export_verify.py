@@ -65,6 +65,7 @@ def test_round_trip_export_then_verify_passes(export_dir: Path) -> None:
         "figures",
         "minute tree",
         "minute proofs",
+        "checkpoint",
     ]
     statement = json.loads(
         base64.b64decode(json.loads((export_dir / "summary.dsse.json").read_text())["payload"])

@@ -34,6 +34,12 @@ def register(subparsers: Any) -> None:
     add_data_dir_option(show)
     show.add_argument("--all", action="store_true", help="also print retired public keys")
     show.add_argument("--json", action="store_true", help="print JSON")
+    show.add_argument(
+        "--run",
+        metavar="RUN",
+        help="also print the verifier key of RUN's checkpoints, "
+        "<origin>+<key id>+<base64 key> (docs/provenance.md#checkpoints)",
+    )
     show.set_defaults(func=show_keys)
 
     rotate = actions.add_parser(
@@ -57,14 +63,35 @@ def show_keys(args: argparse.Namespace) -> int:
         return 1
     if not args.all:
         keys = keys[:1]
+    origin = None
+    if args.run is not None:
+        from tpmledger.provenance.checkpoint import run_origin
+
+        origin = run_origin(settings.checkpoint_origin, args.run)
+    rows: list[dict[str, Any]] = []
+    for k in keys:
+        row: dict[str, Any] = {"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem}
+        if origin is not None:
+            from tpmledger.provenance.checkpoint import log_verifier_key
+
+            row["checkpoint_origin"] = origin
+            row["note_verifier_key"] = log_verifier_key(origin, k.public_key)
+        rows.append(row)
     if args.json:
-        rows = [{"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem} for k in keys]
         print(json.dumps({"keys": rows}, indent=2))
         return 0
-    for key in keys:
-        state = "current" if key.current else "retired"
-        print(f"fingerprint: {key.fingerprint} ({state}, sha256 of SPKI DER)")
-        print(key.pem, end="")
+    for row in rows:
+        state = "current" if row["current"] else "retired"
+        print(f"fingerprint: {row['fingerprint']} ({state}, sha256 of SPKI DER)")
+        if "note_verifier_key" in row:
+            print(f"verifier key: {row['note_verifier_key']}")
+        print(row["pem"], end="")
+    if origin is None:
+        print(
+            "checkpoints are signed per run (key name = the run's origin): "
+            "`tpmledger keys show --run RUN` prints a run's verifier key",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tpmledger.cli.compare_command",
     "tpmledger.cli.summary_commands",
     "tpmledger.cli.key_commands",
+    "tpmledger.cli.witness_commands",
     "tpmledger.cli.token_commands",
     "tpmledger.cli.simulate_command",
     "tpmledger.cli.probe_command",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpmledger.cli import consistency_commands
+from tpmledger.cli import checkpoint_commands, consistency_commands
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
 
 if TYPE_CHECKING:
@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
         help="export sealed version V (a checkpoint, say) instead of sealing and exporting "
         "the newest (docs/provenance.md#versions)",
     )
+    export.add_argument(
+        "--tiles",
+        action="store_true",
+        help="also write the minute tree as C2SP tiles under DIR/tile, so DIR served by any "
+        "web server is a static log beside its checkpoint (docs/provenance.md#tiles)",
+    )
     add_data_dir_option(export)
     export.set_defaults(func=export_summary)
 
@@ -68,6 +74,12 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--envelope", type=Path, metavar="FILE", help="envelope for a proof file without one"
     )
+    verify.add_argument(
+        "--witness",
+        metavar="VKEY",
+        help="require a valid cosignature by this witness (verifier key text, or a file "
+        "holding it) on DIR/checkpoint (docs/provenance.md#witnessing)",
+    )
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
     verify.set_defaults(func=verify_summary)
 
@@ -83,6 +95,7 @@ def register(subparsers: Any) -> None:
     prove.set_defaults(func=prove_minute)
 
     consistency_commands.register(actions)
+    checkpoint_commands.register_summary_actions(actions)
 
 
 # A run still receiving spans can change between sealing and reading its events.
@@ -104,11 +117,15 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
             if version is not None:  # an earlier version as it was sealed: no new seal
-                return build_summary(url, args.run_id, key, version)
+                return build_summary(
+                    url, args.run_id, key, version, log_origin=settings.checkpoint_origin
+                )
             for attempt in range(1, SEAL_ATTEMPTS + 1):
                 seal_run(url, args.run_id)
                 try:
-                    return build_summary(url, args.run_id, key)
+                    return build_summary(
+                        url, args.run_id, key, log_origin=settings.checkpoint_origin
+                    )
                 except SnapshotOutdated:
                     if attempt == SEAL_ATTEMPTS:
                         raise
@@ -150,7 +167,7 @@ def export_summary(args: argparse.Namespace) -> int:
     summary = _summary(args)
     if summary is None:
         return 1
-    for path in write_export(summary, args.out):
+    for path in write_export(summary, args.out, tiles=args.tiles):
         print(path)
     print(f"verify with: tpmledger summary verify {args.out} --key {args.out / 'service.pub'}")
     return 0
@@ -192,7 +209,17 @@ def verify_summary(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    report = verify_path(args.path, key, args.envelope)
+    witness = None
+    if args.witness is not None:
+        witness = checkpoint_commands.witness_verifier(args.witness)
+        if witness is None:
+            return 2
+        if not args.path.is_dir():
+            print(
+                "error: --witness checks DIR/checkpoint: give an export directory", file=sys.stderr
+            )
+            return 2
+    report = verify_path(args.path, key, args.envelope, witness)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

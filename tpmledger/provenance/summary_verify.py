@@ -12,7 +12,9 @@ Checks, each reported pass/fail with what broke:
    line grammar, or parsed and written again) and the lines are in order;
 6. ``figures`` — every figure of the predicate, recomputed from ``events.jsonl`` alone;
 7. ``minute tree`` — the minute Merkle root and size, recomputed from ``events.jsonl``;
-8. ``minute proofs`` — every proof of ``minute-proofs.json`` leads to the signed root.
+8. ``minute proofs`` — every proof of ``minute-proofs.json`` leads to the signed root;
+9. ``checkpoint`` (when the export has one) and, with a witness key, ``cosignature``
+   (:mod:`provenance.checkpoint_verify`).
 
 Checks 4–7 take one pass over ``events.jsonl`` (read a block at a time, never whole) with
 the reference recomputation (:mod:`provenance.summary_recompute`, standard library only),
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpmledger.provenance.checkpoint_verify import checkpoint_checks
 from tpmledger.provenance.dsse import EnvelopeError, verify_envelope
 from tpmledger.provenance.in_toto_statement import (
     RUN_FIGURE_KEYS,
@@ -40,6 +43,7 @@ from tpmledger.provenance.in_toto_statement import (
     subject_sha256,
 )
 from tpmledger.provenance.minute_proofs import check_minute_proof
+from tpmledger.provenance.signed_note import VerifierKey
 from tpmledger.provenance.signing_keys import SigningKeyError, fingerprint, load_public_key_pem
 from tpmledger.provenance.sigstore_bundle import BundleError, envelope_from_bundle
 from tpmledger.provenance.summary_recompute import (
@@ -76,11 +80,15 @@ class VerifyReport:
         return {"ok": self.ok, "checks": [asdict(c) for c in self.checks]}
 
 
-def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport:
-    """Verify an export directory (``tpmledger summary export`` output)."""
+def verify_export(
+    directory: Path, key_path: Path | None = None, witness: VerifierKey | None = None
+) -> VerifyReport:
+    """Verify an export directory (``tpmledger summary export`` output); with ``witness``,
+    require its cosignature on the directory's checkpoint."""
     report = VerifyReport()
     envelope = _read_json(directory / "summary.dsse.json", report, "envelope")
-    predicate = _signed_predicate(envelope, key_path or directory / "service.pub", report, key_path)
+    key_file = key_path or directory / "service.pub"
+    predicate = _signed_predicate(envelope, key_file, report, key_path)
     if predicate is None:
         return report
     _check_bundle(directory / "summary.sigstore.json", envelope, report)
@@ -138,6 +146,10 @@ def verify_export(directory: Path, key_path: Path | None = None) -> VerifyReport
     proofs = _read_json(directory / "minute-proofs.json", report, "minute proofs")
     if proofs is not None:
         _check_proofs(proofs, signed, recomputed.leaves, report)
+    for name, ok, detail in checkpoint_checks(
+        directory, predicate, load_public_key_pem(key_file.read_bytes()), witness
+    ):
+        report.add(name, ok, detail)
     return report
 
 
@@ -322,15 +334,18 @@ def _read_json(path: Path, report: VerifyReport, what: str) -> Any:
 
 
 def verify_path(
-    path: Path, key_path: Path | None = None, envelope_path: Path | None = None
+    path: Path,
+    key_path: Path | None = None,
+    envelope_path: Path | None = None,
+    witness: VerifierKey | None = None,
 ) -> VerifyReport:
     """Verify a directory, an envelope/bundle file (its directory), or a single proof file."""
     if path.is_dir():
-        return verify_export(path, key_path)
+        return verify_export(path, key_path, witness)
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError):
         document = None
     if isinstance(document, dict) and ("payloadType" in document or "mediaType" in document):
-        return verify_export(path.parent, key_path)
+        return verify_export(path.parent, key_path, witness)
     return verify_proof_file(path, key_path, envelope_path)

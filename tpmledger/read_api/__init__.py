@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tpmledger.read_api import compare_routes, runs_routes, summary_routes
+from tpmledger.read_api import compare_routes, log_routes, runs_routes, summary_routes
 from tpmledger.settings import Settings
 
 
@@ -20,4 +20,5 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     router.include_router(runs_routes.build_router(database_url, close_after_s, slo))
     router.include_router(summary_routes.build_router(database_url, settings))
     router.include_router(compare_routes.build_router(database_url, slo))
+    router.include_router(log_routes.build_router(database_url, settings or Settings()))
     return router

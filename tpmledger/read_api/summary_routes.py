@@ -73,13 +73,25 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
             raise HTTPException(status_code=409, detail=str(exc)) from exc
 
     @router.get("/keys", summary="Public keys (SPKI PEM) that sign run summaries")
-    async def get_keys() -> dict[str, Any]:
+    async def get_keys(
+        run: str | None = Query(
+            None,
+            description="also give each key's verifier key for this run's checkpoints "
+            "(docs/provenance.md#checkpoints)",
+        ),
+    ) -> dict[str, Any]:
+        from tpmledger.provenance.checkpoint import log_verifier_key, run_origin
+
         keys = await run_in_threadpool(public_keys, settings)
-        return {
-            "keys": [
-                {"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem} for k in keys
-            ]
-        }
+        rows: list[dict[str, Any]] = []
+        for k in keys:
+            row: dict[str, Any] = {"fingerprint": k.fingerprint, "current": k.current, "pem": k.pem}
+            if run is not None:
+                origin = run_origin(settings.checkpoint_origin, run)
+                row["checkpoint_origin"] = origin
+                row["note_verifier_key"] = log_verifier_key(origin, k.public_key)
+            rows.append(row)
+        return {"keys": rows}
 
     @router.get(
         "/keys/current.pem",

@@ -8,7 +8,9 @@ The predicate's figures are the snapshot's (``snapshots.metrics``, docs/metrics.
 event file and minute leaves are rebuilt from the database and must hash to what the
 snapshot sealed, so the export never signs figures that its ``events.jsonl`` contradicts.
 Export directory: ``events.jsonl``, ``summary.dsse.json``, ``summary.sigstore.json``,
-``service.pub``, ``minute-proofs.json``, ``SUMMARY.txt``.
+``service.pub``, ``minute-proofs.json``, ``SUMMARY.txt``, ``checkpoint`` (the version's
+minute tree head as a C2SP signed note, docs/provenance.md#checkpoints) and, with
+``tiles=True``, the tree as C2SP tiles under ``tile/`` (docs/provenance.md#tiles).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from tpmledger import __version__
 from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
 from tpmledger.analytics.proofs.run_events import load_run_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes, minute_leaves
+from tpmledger.provenance.checkpoint import (
+    Checkpoint,
+    default_log_origin,
+    run_origin,
+    sign_checkpoint,
+)
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.in_toto_statement import (
@@ -34,10 +42,11 @@ from tpmledger.provenance.in_toto_statement import (
     build_statement,
     statement_payload,
 )
-from tpmledger.provenance.minute_proofs import build_minute_proofs
+from tpmledger.provenance.minute_proofs import build_minute_proofs, leaf_bytes
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.sigstore_bundle import bundle_from_envelope
 from tpmledger.provenance.summary_text import summary_text
+from tpmledger.provenance.tiles import tree_tile_files
 from tpmledger.storage.database import read_session, read_view
 from tpmledger.storage.models import Snapshot
 from tpmledger.storage.snapshots_read import snapshot_at
@@ -50,6 +59,7 @@ EXPORT_FILES = (
     "service.pub",
     "minute-proofs.json",
     "SUMMARY.txt",
+    "checkpoint",
 )
 
 
@@ -70,7 +80,7 @@ class VersionNotSealed(LookupError):
         super().__init__(f"run {run_id!r} has no sealed version {version}")
 
 
-def _through_end_ns(snapshot: Snapshot) -> int | None:
+def version_end_ns(snapshot: Snapshot) -> int | None:
     """The end of the version's last minute (None for versions sealed before it was
     recorded: they covered every attempt they saw)."""
     through = (snapshot.document or {}).get("minutes", {}).get("through_minute_utc")
@@ -97,6 +107,7 @@ class RunSummary:
     minute_proofs: dict[str, Any]
     public_pem: str
     key_fingerprint: str
+    checkpoint: str
 
     @property
     def text(self) -> str:
@@ -125,7 +136,14 @@ def summary_envelope(url: str, run_id: str, key: SigningKey) -> dict[str, Any]:
     return _sign(_predicate(snapshot), key)
 
 
-def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = None) -> RunSummary:
+def build_summary(
+    url: str,
+    run_id: str,
+    key: SigningKey,
+    version: int | None = None,
+    *,
+    log_origin: str | None = None,
+) -> RunSummary:
     """Sign a summary of the run's newest snapshot (or of ``version``) with ``key``, with
     its events and proofs.
 
@@ -147,7 +165,7 @@ def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = 
         events = load_run_events(
             url,
             run_id,
-            end_before_ns=_through_end_ns(snapshot),
+            end_before_ns=version_end_ns(snapshot),
             received_by=snapshot.data_as_of,
         )
     event_file = build_event_file(events)
@@ -187,6 +205,7 @@ def build_summary(url: str, run_id: str, key: SigningKey, version: int | None = 
         minute_proofs=proofs,
         public_pem=key.public_pem,
         key_fingerprint=key.fingerprint,
+        checkpoint=signed_checkpoint(run_id, proofs, key, log_origin),
     )
 
 
@@ -198,6 +217,7 @@ def summary_from_events(
     computed_at: str,
     seal: str = "00" * 32,
     version: int = 1,
+    log_origin: str | None = None,
 ) -> RunSummary:
     """A signed summary of canonical ``events`` computed in memory, without a database or a
     stored snapshot (``seal`` and ``version`` are only labels): for benchmarks and tests."""
@@ -226,7 +246,25 @@ def summary_from_events(
         minute_proofs=proofs,
         public_pem=key.public_pem,
         key_fingerprint=key.fingerprint,
+        checkpoint=signed_checkpoint(run_id, proofs, key, log_origin),
     )
+
+
+def signed_checkpoint(
+    run_id: str, proofs: dict[str, Any], key: SigningKey, log_origin: str | None = None
+) -> str:
+    """The minute tree head of ``proofs`` as a checkpoint signed with ``key`` (origin
+    ``<log_origin, default the host name>/tpmledger/runs/<run_id>``)."""
+    return head_checkpoint(run_id, proofs["tree_size"], proofs["merkle_root"], key, log_origin)
+
+
+def head_checkpoint(
+    run_id: str, tree_size: int, merkle_root: str, key: SigningKey, log_origin: str | None = None
+) -> str:
+    """A tree head (hex root) as a signed checkpoint of the run's log."""
+    origin = run_origin(log_origin or default_log_origin(), run_id)
+    checkpoint = Checkpoint(origin, tree_size, bytes.fromhex(merkle_root))
+    return sign_checkpoint(checkpoint, key.private_key)
 
 
 def _predicate(snapshot: Snapshot) -> dict[str, Any]:
@@ -248,8 +286,10 @@ def _sign(predicate: dict[str, Any], key: SigningKey) -> dict[str, Any]:
     return sign_envelope(statement_payload(build_statement(predicate)), key.private_key)
 
 
-def write_export(summary: RunSummary, out_dir: Path) -> list[Path]:
-    """Write the six export files into ``out_dir`` (created if needed); return their paths."""
+def write_export(summary: RunSummary, out_dir: Path, *, tiles: bool = False) -> list[Path]:
+    """Write the export files into ``out_dir`` (created if needed) and, with ``tiles``, the
+    minute tree as C2SP tiles and entry bundles under ``out_dir/tile``; return the paths
+    written (tiles as their one ``tile`` folder)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     contents: dict[str, bytes] = {
         "events.jsonl": summary.events,
@@ -258,13 +298,29 @@ def write_export(summary: RunSummary, out_dir: Path) -> list[Path]:
         "service.pub": summary.public_pem.encode("ascii"),
         "minute-proofs.json": _json_bytes(summary.minute_proofs),
         "SUMMARY.txt": summary.text.encode("utf-8"),
+        "checkpoint": summary.checkpoint.encode("utf-8"),
     }
     paths = []
     for name in EXPORT_FILES:
         path = out_dir / name
         path.write_bytes(contents[name])
         paths.append(path)
+    if tiles:
+        paths.append(write_tiles(summary.minute_proofs, out_dir))
     return paths
+
+
+def write_tiles(proofs: dict[str, Any], out_dir: Path) -> Path:
+    """The tree of ``minute-proofs.json`` as static tiles under ``out_dir/tile``: every full
+    tile and the partial tiles of this tree size, entry bundles holding the leaf bytes."""
+    minutes = proofs["minutes"]
+    hashes = [bytes.fromhex(m["leaf_hash"]) for m in minutes]
+    entries = [leaf_bytes(m["leaf"]) for m in minutes]
+    for tile, data in tree_tile_files(hashes, entries):
+        path = out_dir / tile.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return out_dir / "tile"
 
 
 def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
