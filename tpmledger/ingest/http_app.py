@@ -177,7 +177,9 @@ def build_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="The database is reachable and migrated to head")
+    @app.get(
+        "/readyz", summary="The database is reachable and its schema is this code's"
+    )
     async def readyz() -> Response:
         reason = await _not_ready_reason(database_url)
         if reason:
@@ -215,9 +217,9 @@ def _check_declared_length(content_length: str | None) -> None:
 
 async def _not_ready_reason(database_url: str) -> str | None:
     try:
-        at_head = await asyncio.wait_for(
-            asyncio.to_thread(migrate.is_at_head, database_url), _READY_TIMEOUT_S
+        # Behind or ahead of this code: not ready, saying what to do (never migrated here).
+        return await asyncio.wait_for(
+            asyncio.to_thread(migrate.schema_problem, database_url), _READY_TIMEOUT_S
         )
     except Exception as exc:  # unreachable, refused, timed out: all mean "not ready"
         return f"database unreachable: {type(exc).__name__}"
-    return None if at_head else "database schema is not at the newest migration"
