@@ -90,7 +90,7 @@ def create_app(
 ) -> dash.Dash:
     """The multi-page app over ``database_url``; nothing is read from the database here.
 
-    With ``auth``, every request but ``/healthz`` needs an ingest token once one is
+    With ``auth``, every request but ``/healthz`` needs a read token once any token is
     configured (:mod:`dashboard.auth`).
     """
     config = DashboardConfig(
@@ -146,7 +146,9 @@ def run(settings: Settings) -> None:
 
     if not settings.database_url:
         raise ValueError("the dashboard needs settings.database_url")
-    auth = DashboardAuth(settings.database_url, settings.ingest_tokens)
+    auth = DashboardAuth(
+        settings.database_url, settings.ingest_tokens, read_tokens=settings.read_tokens
+    )
     try:
         # The pages show run data: beyond loopback only behind a token (or --insecure).
         settings.check_bind_is_safe(has_tokens=auth.required)
