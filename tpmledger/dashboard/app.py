@@ -162,7 +162,14 @@ def run(settings: Settings) -> None:
         auth=auth,
     )
     server = waitress.create_server(
-        app.server, host=settings.host, port=settings.dashboard_port, threads=8
+        app.server,
+        host=settings.host,
+        port=settings.dashboard_port,
+        threads=8,
+        # Keep X-Forwarded-Proto: the login cookie is made Secure behind a TLS proxy. Nothing
+        # else reads X-Forwarded-* (no address or host is taken from them), so a forged one
+        # can only make the cookie stricter.
+        clear_untrusted_proxy_headers=False,
     )
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
