@@ -17,8 +17,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tpmledger.cli.main import main
-from tpmledger.provenance.consistency_document import consistency_document, proof_problem
-from tpmledger.provenance.consistency_document import parse_document
+from tpmledger.provenance.consistency_document import (
+    consistency_document,
+    parse_document,
+    proof_problem,
+)
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.in_toto_statement import (
     RUN_FIGURE_KEYS,

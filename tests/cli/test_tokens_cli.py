@@ -71,7 +71,7 @@ def test_create_with_a_scope_and_list_shows_it(
     from tpmledger.storage.ingest_tokens import active_tokens
 
     assert main(["tokens", "create", "readers", "--scope", "read"]) == 0
-    out, err = capsys.readouterr()
+    _, err = capsys.readouterr()
     assert "read token 'readers' created" in err and "/?token=" in err
     assert main(["tokens", "create", "fleet"]) == 0  # ingest unless told otherwise
     fleet = capsys.readouterr().out.strip()

@@ -181,8 +181,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _fail(message: str, *, code: int = EXIT_REFUSED) -> int:
-    print(f"FAILED: {_one_line(message)}" if code == EXIT_REFUSED else f"error: {message}",
-          file=sys.stdout if code == EXIT_REFUSED else sys.stderr)
+    print(
+        f"FAILED: {_one_line(message)}" if code == EXIT_REFUSED else f"error: {message}",
+        file=sys.stdout if code == EXIT_REFUSED else sys.stderr,
+    )
     return code
 
 

@@ -119,6 +119,10 @@ def create_app(
         _THEME_JS, Output("theme-applied", "children"), Input("theme-dark", "value")
     )
 
+    # Dash serves its page for "/<path:path>", whose pattern stops at a newline: a run id
+    # holding one (%0A in the URL) would be a 404. Any run id reaches the run page.
+    app.server.add_url_rule("/runs/<run_id>", endpoint="run-page", view_func=app.index)
+
     @app.server.route("/healthz")
     def healthz() -> tuple[str, int]:
         return "ok", 200

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable
 from urllib.parse import urlencode
 
-from flask import Request, Response, g, redirect
+from flask import Request, Response, g
 
 from tpmledger.storage.ingest_tokens import active_tokens
 from tpmledger.token_scopes import COOKIE, READ, ScopedTokens, scoped_tokens
@@ -112,7 +112,7 @@ class DashboardAuth:
             return self._refusal(token)
         rest = [(k, v) for k, v in request.args.items(multi=True) if k != LOGIN_PARAMETER]
         clean = request.path + (f"?{urlencode(rest)}" if rest else "")
-        answer = redirect(clean, code=303)
+        answer = Response(status=303, headers={"Location": clean})
         answer.headers["Cache-Control"] = "no-store"
         answer.headers["Referrer-Policy"] = "no-referrer"
         if self.required:

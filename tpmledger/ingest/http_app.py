@@ -184,9 +184,7 @@ def build_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get(
-        "/readyz", summary="The database is reachable and its schema is this code's"
-    )
+    @app.get("/readyz", summary="The database is reachable and its schema is this code's")
     async def readyz() -> Response:
         reason = await _not_ready_reason(database_url)
         if reason:

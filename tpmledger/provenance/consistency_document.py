@@ -166,9 +166,7 @@ def signed_tree_head(envelope: object, trusted_keys: Sequence[Ed25519PublicKey])
     return SignedTreeHead(run_id, head, verified.key_fingerprint)
 
 
-def check_against_signed(
-    claim: ConsistencyClaim, side: str, signed: SignedTreeHead
-) -> str | None:
+def check_against_signed(claim: ConsistencyClaim, side: str, signed: SignedTreeHead) -> str | None:
     """``None`` when the ``side`` ("from"/"to") of the claim is exactly the signed one:
     same run id, version, tree size and root; else every field that differs."""
     mine = claim.head(side)
@@ -201,9 +199,7 @@ def _tree_head(value: object, side: str) -> TreeHead:
 def _positive_integer(value: object, name: str) -> int:
     # bool is an int subclass in Python: `true` must not pass for 1.
     if type(value) is not int:
-        raise ConsistencyDocumentError(
-            f"{name} is {_shown(value)}, not an integer"
-        )
+        raise ConsistencyDocumentError(f"{name} is {_shown(value)}, not an integer")
     if not 1 <= value <= MAX_INTEGER:
         raise ConsistencyDocumentError(f"{name} is {_shown(value)}, not in 1..{MAX_INTEGER}")
     return value

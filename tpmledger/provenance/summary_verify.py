@@ -176,7 +176,9 @@ def verify_proof_file(
     if proof is None:
         return report
     if not isinstance(proof, dict):
-        report.add("proof file", False, f"{path} holds a JSON {type(proof).__name__}, not an object")
+        report.add(
+            "proof file", False, f"{path} holds a JSON {type(proof).__name__}, not an object"
+        )
         return report
     envelope = (
         _read_json(envelope_path, report, "envelope") if envelope_path else proof.get("envelope")

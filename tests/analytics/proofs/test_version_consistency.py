@@ -101,6 +101,14 @@ def test_cli_and_api(
     assert refused.status_code == 409 and "03:45:00Z" in refused.json()["detail"]
     missing = client.get("/v1/runs/grow/consistency", params={"from": 1, "to": 9})
     assert missing.status_code == 404
+    # Versions beyond PostgreSQL's integer (or below 1) name no version: 422, never a 500.
+    for old, new in ((1, 2**31), (1, 10**30), (0, 2), (-1, 2), (2**31, 2**31 + 1)):
+        answer = client.get("/v1/runs/grow/consistency", params={"from": old, "to": new})
+        assert answer.status_code == 422, (old, new, answer.text)
+    capsys.readouterr()
+    assert main(["summary", "prove-consistency", "grow", "--from", "1", "--to",
+                 str(2**31)]) == 1  # fmt: skip
+    assert "has no sealed version 2147483648" in capsys.readouterr().err
 
 
 def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
