@@ -7,6 +7,9 @@ changes nothing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 from sqlalchemy import inspect
@@ -65,6 +68,14 @@ def test_a_schema_behind_the_code_is_refused_and_left_as_it_was(
         line = _refused(capsys, argv)
         assert "behind" in line and "run `tpmledger migrate`" in line, (argv, line)
         assert _schema(external) == before, argv
+    up = subprocess.run(  # its own process: `up` installs signal handlers
+        [sys.executable, "-m", "tpmledger.cli.main", "up", "--http-port", "0",
+         "--grpc-port", "0", "--dashboard-port", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert up.returncode == 2 and up.stderr.strip().startswith("error: the database schema")
+    assert "run `tpmledger migrate`" in up.stderr and len(up.stderr.strip().splitlines()) == 1
+    assert _schema(external) == before
     assert main(["migrate"]) == 0  # the one command that changes it
     assert migrate.is_at_head(external)
     assert main(["runs"]) == 0
@@ -80,6 +91,10 @@ def test_a_schema_ahead_of_the_code_is_refused_and_left_as_it_was(
         line = _refused(capsys, argv)
         assert "ahead" in line and "f00d_from_a_newer_release" in line, (argv, line)
         assert _schema(external) == before, argv
+    # Not even `migrate` touches a schema it does not know (it would be a downgrade).
+    assert main(["migrate"]) == 2
+    assert "ahead" in capsys.readouterr().err
+    assert _schema(external) == before
 
 
 def test_a_database_without_a_schema_is_refused(

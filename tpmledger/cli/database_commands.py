@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
@@ -37,6 +38,9 @@ def run_migrate(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     with database(settings, any_schema=True) as url:  # the one command that changes it
+        if migrate.is_ahead(url):
+            print(f"error: {migrate.schema_problem(url)}", file=sys.stderr)
+            return 2
         migrate.upgrade(url, args.revision)
         print(f"database at revision {migrate.current_revision(url)}")
     return 0
