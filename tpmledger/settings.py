@@ -55,11 +55,22 @@ class Settings(BaseSettings):
     )
     ingest_tokens: list[str] = Field(
         default_factory=list,
-        description="Bearer tokens accepted by ingest in addition to those stored in the database.",
+        description="Bearer tokens of scope 'ingest' (write spans, metrics, logs) besides those "
+        "stored in the database; they also read while no read token is configured "
+        "(docs/ingest.md#token-scopes).",
     )
     ingest_tokens_file: Path | None = Field(
         default=None,
-        description="File with one accepted bearer token per line (e.g. a compose secret).",
+        description="File with one ingest-scope bearer token per line (e.g. a compose secret).",
+    )
+    read_tokens: list[str] = Field(
+        default_factory=list,
+        description="Bearer tokens of scope 'read' (read API, dashboard, /metrics) besides "
+        "those stored in the database (docs/ingest.md#token-scopes).",
+    )
+    read_tokens_file: Path | None = Field(
+        default=None,
+        description="File with one read-scope bearer token per line (e.g. a compose secret).",
     )
     queue_max_spans: int = Field(
         default=64_000,
@@ -185,17 +196,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _read_token_file(self) -> Settings:
-        """Tokens from ``ingest_tokens_file`` join ``ingest_tokens`` (blank lines and # skipped)."""
-        if self.ingest_tokens_file is not None:
-            try:
-                text = self.ingest_tokens_file.read_text()
-            except OSError as exc:
-                raise ValueError(
-                    f"cannot read TPMLEDGER_INGEST_TOKENS_FILE {self.ingest_tokens_file}: {exc}"
-                ) from exc
-            lines = [line.strip() for line in text.splitlines()]
-            extra = [t for t in lines if t and not t.startswith("#")]
-            self.ingest_tokens = [*self.ingest_tokens, *extra]
+        """Tokens from ``ingest_tokens_file`` / ``read_tokens_file`` join ``ingest_tokens`` /
+        ``read_tokens`` (blank lines and # skipped)."""
+        self.ingest_tokens = [*self.ingest_tokens, *_token_lines(self.ingest_tokens_file, "INGEST")]
+        self.read_tokens = [*self.read_tokens, *_token_lines(self.read_tokens_file, "READ")]
         return self
 
     @property
@@ -219,6 +223,17 @@ class Settings(BaseSettings):
             "`tpmledger tokens create NAME` (or set TPMLEDGER_INGEST_TOKENS), bind 127.0.0.1, "
             "or pass --insecure to accept unauthenticated spans from the network"
         )
+
+
+def _token_lines(path: Path | None, scope: str) -> list[str]:
+    if path is None:
+        return []
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read TPMLEDGER_{scope}_TOKENS_FILE {path}: {exc}") from exc
+    lines = [line.strip() for line in text.splitlines()]
+    return [t for t in lines if t and not t.startswith("#")]
 
 
 def is_loopback(host: str) -> bool:

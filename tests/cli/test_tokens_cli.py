@@ -32,7 +32,7 @@ def test_create_prints_the_token_once_and_stores_its_hash(
 
 def test_list_shows_names_never_tokens(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tokens", "list"]) == 0
-    assert "no ingest tokens" in capsys.readouterr().out
+    assert "no tokens" in capsys.readouterr().out
     main(["tokens", "create", "fleet-a"])
     token = capsys.readouterr().out.strip()
     assert main(["tokens", "list", "--json"]) == 0
@@ -63,3 +63,22 @@ def test_help_explains_every_action(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for action in ("create", "list", "revoke"):
         assert action in text
+
+
+def test_create_with_a_scope_and_list_shows_it(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpmledger.storage.ingest_tokens import active_tokens
+
+    assert main(["tokens", "create", "readers", "--scope", "read"]) == 0
+    _, err = capsys.readouterr()
+    assert "read token 'readers' created" in err and "/?token=" in err
+    assert main(["tokens", "create", "fleet"]) == 0  # ingest unless told otherwise
+    fleet = capsys.readouterr().out.strip()
+    assert sorted(scope for _, scope in active_tokens(cli_env)) == ["ingest", "read"]
+    assert (hash_token(fleet), "ingest") in active_tokens(cli_env)
+    main(["tokens", "list", "--json"])
+    rows = {r["name"]: r["scopes"] for r in json.loads(capsys.readouterr().out)["tokens"]}
+    assert rows == {"readers": ["read"], "fleet": ["ingest"]}
+    with pytest.raises(SystemExit):
+        main(["tokens", "create", "x", "--scope", "admin"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from tpmledger.dashboard.display import fmt_int, fmt_rate, fmt_seconds, fmt_utc, plot_minute
 
 
@@ -37,4 +39,35 @@ def test_verify_commands_quote_hostile_run_ids() -> None:
         words = shlex.split(command)
         assert words[0] in ("tpmledger", "sha256sum")
         assert all(";" not in w or hostile in w for w in words)  # one argument, never a command
-    assert "tpmledger verify 'x; touch /tmp/PWNED #'" in verify_commands(hostile, "00")
+    assert "tpmledger verify -- 'x; touch /tmp/PWNED #'" in verify_commands(hostile, "00")
+
+
+@pytest.mark.parametrize(
+    "run_id", ["--help", "-x", "-", "--out=/tmp/evil", "a b", "line\nbreak", "tab\there", "it's"]
+)
+def test_copyable_commands_never_turn_a_run_id_into_an_option(run_id: str) -> None:
+    """The real `tpmledger` parser reads every copyable line back: the run id (and the
+    export folder) come back as values, whatever they start with or contain."""
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    from tpmledger.cli.main import build_parser
+    from tpmledger.dashboard.components.provenance_panel import verify_commands
+
+    lines = verify_commands(run_id, "ab" * 32).splitlines()
+    assert len(lines) == 4  # one command a line, even for a run id with a newline
+    parsed = []
+    for line in lines[:3]:
+        # What a POSIX shell makes of the line (bash: $'…' quoting included).
+        printed = subprocess.run(
+            ["bash", "-c", "printf '%s\\0' " + line.split(" ", 1)[1]],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        words = printed.split("\0")[:-1]
+        parsed.append(vars(build_parser().parse_args(words)))
+    assert parsed[0]["command"] == "verify" and parsed[0]["run_id"] == run_id
+    assert parsed[1]["run_id"] == run_id and parsed[1]["out"] == Path(f"./{run_id}-summary")
+    assert parsed[2]["path"] == Path(f"./{run_id}-summary")
+    sha = shlex.split(lines[3].split("   #")[0]) if "\n" not in run_id else None
+    assert sha is None or sha[:2] == ["sha256sum", "--"]

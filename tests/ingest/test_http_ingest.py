@@ -233,12 +233,25 @@ def test_health_and_readiness(running_ingest: RunningIngest) -> None:
     assert "/v1/traces" in openapi["paths"] and "/v1/runs" in openapi["paths"]
 
 
-def test_readyz_is_503_when_migrations_are_behind(empty_database_url: str) -> None:
-    server = start_ingest(empty_database_url, ready_path="/healthz")
+def test_ingest_refuses_to_start_on_a_schema_behind_the_code(empty_database_url: str) -> None:
+    with pytest.raises(RuntimeError, match=r"(?s)exited with 2:.*run `tpmledger migrate`"):
+        start_ingest(empty_database_url, ready_path="/healthz")
+
+
+def test_readyz_is_503_when_the_schema_falls_behind_and_nothing_migrates_it(
+    database_url: str,
+) -> None:
+    from tpmledger.storage import migrate
+
+    server = start_ingest(database_url)
     try:
+        migrate.downgrade(database_url, "-1")  # an operator rolls the schema back under it
         answer = httpx.get(f"{server.http_url}/readyz")
         assert answer.status_code == 503
-        assert "migration" in answer.json()["reason"]
+        assert "run `tpmledger migrate`" in answer.json()["reason"]
+        assert not migrate.is_at_head(database_url)  # ingest changed nothing
+        migrate.upgrade(database_url)
+        assert httpx.get(f"{server.http_url}/readyz").status_code == 200
     finally:
         server.stop()
 

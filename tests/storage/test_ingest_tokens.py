@@ -47,3 +47,26 @@ def test_revoked_tokens_are_listed_but_not_active(database_url: str) -> None:
     assert active_token_hashes(database_url) == [hash_token(keep)]
     status = {t.name: t.revoked_at is not None for t in list_tokens(database_url)}
     assert status == {"keep": False, "drop": True}
+
+
+def test_tokens_created_before_scopes_keep_both(database_url: str) -> None:
+    from tpmledger.storage import migrate
+    from tpmledger.storage.database import get_engine
+    from tpmledger.storage.ingest_tokens import active_tokens
+
+    migrate.downgrade(database_url, "0006")  # the schema before scopes
+    get_engine(database_url).dispose()
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO ingest_tokens (name, token_sha256) VALUES ('old', %s)",
+            (hash_token("an-old-token"),),
+        )
+    migrate.upgrade(database_url)
+    get_engine(database_url).dispose()
+    new = create_token(database_url, "new", "read")
+    assert sorted(active_tokens(database_url)) == sorted(
+        [(hash_token("an-old-token"), "all"), (hash_token(new), "read")]
+    )
+    assert [t.scope for t in list_tokens(database_url)] == ["all", "read"]
+    with pytest.raises(ValueError, match="scope"):
+        create_token(database_url, "bad", "admin")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
@@ -14,7 +15,9 @@ def register(subparsers: Any) -> None:
         "migrate",
         help="bring the database schema to the newest version",
         description="Run the Alembic migrations against TPMLEDGER_DATABASE_URL "
-        "(or the embedded PostgreSQL). Safe to run again.",
+        "(or the embedded PostgreSQL). Safe to run again. The only command that changes an "
+        "external database's schema: every other command and service refuses a schema "
+        "behind or ahead of its code (docs/configuration.md#schema-migrations).",
     )
     add_data_dir_option(p)
     p.add_argument("--revision", default="head", help="target revision (default: head)")
@@ -34,7 +37,10 @@ def run_migrate(args: argparse.Namespace) -> int:
     from tpmledger.storage import migrate
 
     settings = settings_from_args(args)
-    with database(settings) as url:
+    with database(settings, any_schema=True) as url:  # the one command that changes it
+        if migrate.is_ahead(url):
+            print(f"error: {migrate.schema_problem(url)}", file=sys.stderr)
+            return 2
         migrate.upgrade(url, args.revision)
         print(f"database at revision {migrate.current_revision(url)}")
     return 0
@@ -46,7 +52,7 @@ def run_runs(args: argparse.Namespace) -> int:
     from tpmledger.storage.retention_store import stored_bytes
 
     settings = settings_from_args(args)
-    with database(settings, migrate_to_head=True) as url, read_view(url) as session:
+    with database(settings) as url, read_view(url) as session:
         runs = run_list(session)
         if args.json:
             sizes = stored_bytes(session)

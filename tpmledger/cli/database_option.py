@@ -92,12 +92,21 @@ class DatabaseInUse:
 
 @contextmanager
 def database_in_use(
-    settings: Settings, *, migrate_to_head: bool = False
+    settings: Settings, *, any_schema: bool = False, migrate_to_head: bool | None = None
 ) -> Iterator[DatabaseInUse]:
-    """The configured database, or an embedded server started for the block."""
+    """The configured database, or an embedded server started for the block.
+
+    Only the embedded database is migrated automatically (brought to the newest schema).
+    An external one (``TPMLEDGER_DATABASE_URL``) is checked, never changed: a schema
+    behind or ahead of this code is refused with one line on stderr and exit status 2
+    (docs/configuration.md#schema-migrations). ``any_schema`` skips both, for ``tpmledger
+    migrate`` alone. ``migrate_to_head`` is kept for the call sites that pass it and
+    changes nothing: every database is made (embedded) or checked (external) current.
+    """
     from tpmledger.storage import migrate
     from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
+    del migrate_to_head
     embedded: EmbeddedPostgres | None = None
     url = settings.database_url
     if not url:
@@ -105,8 +114,15 @@ def database_in_use(
         embedded = EmbeddedPostgres(settings.data_dir)
         url = embedded.start()
     try:
-        if migrate_to_head:
-            migrate.upgrade(url)
+        if not any_schema:
+            try:
+                if embedded is not None and not migrate.is_ahead(url):
+                    migrate.upgrade(url)  # ours alone: it follows the code
+                else:
+                    migrate.check_schema(url)
+            except migrate.SchemaMismatch as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
         yield DatabaseInUse(url, embedded)
     finally:
         if embedded is not None:
@@ -114,7 +130,10 @@ def database_in_use(
 
 
 @contextmanager
-def database(settings: Settings, *, migrate_to_head: bool = False) -> Iterator[str]:
-    """Yield a database URL: the configured one, or an embedded server started for the block."""
-    with database_in_use(settings, migrate_to_head=migrate_to_head) as in_use:
+def database(
+    settings: Settings, *, any_schema: bool = False, migrate_to_head: bool | None = None
+) -> Iterator[str]:
+    """Yield a database URL: the configured one, or an embedded server started for the block
+    (schema rule as in :func:`database_in_use`)."""
+    with database_in_use(settings, any_schema=any_schema) as in_use:
         yield in_use.url

@@ -70,11 +70,14 @@ CHATTY_LIBRARIES = ("pgserver", "alembic", "uvicorn")
 def configure_logging(command: str | None, verbose: bool) -> None:
     """Quiet by default: services log their own INFO lines, one-shot commands only
     warnings; ``-v`` shows everything, libraries' lines included."""
+    from tpmledger.cli.log_lines import one_line_handler
+
+    # One record, one line: a run id holding a newline never splits (or forges) a line.
     if verbose:
-        logging.basicConfig(level=logging.DEBUG, format=LOG_FORMAT)
+        logging.basicConfig(level=logging.DEBUG, handlers=[one_line_handler(LOG_FORMAT)])
         return
     quiet = logging.INFO if command in ("serve", "up") else logging.WARNING
-    logging.basicConfig(level=quiet, format=LOG_FORMAT)
+    logging.basicConfig(level=quiet, handlers=[one_line_handler(LOG_FORMAT)])
     for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
 

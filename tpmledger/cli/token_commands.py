@@ -1,4 +1,5 @@
-"""``tpmledger tokens create|list|revoke``: ingest bearer tokens (docs/ingest.md "Auth")."""
+"""``tpmledger tokens create|list|revoke``: bearer tokens with a scope, ``ingest`` or
+``read`` (docs/ingest.md#token-scopes)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ def register(subparsers: Any) -> None:
     """Add ``tokens`` with its ``create``, ``list`` and ``revoke`` subcommands."""
     tokens = subparsers.add_parser(
         "tokens",
-        help="manage ingest bearer tokens (create, list, revoke)",
-        description="Bearer tokens that exporters send as 'Authorization: Bearer <token>' "
-        "(OTLP/HTTP) or 'authorization' metadata (OTLP/gRPC). Once any token exists, ingest "
-        "and the read API refuse requests without one. Only a SHA-256 of each token is stored.",
+        help="manage bearer tokens (create, list, revoke)",
+        description="Bearer tokens of scope 'ingest' (exporters send them as 'Authorization: "
+        "Bearer <token>' over OTLP/HTTP or 'authorization' metadata over OTLP/gRPC) or "
+        "'read' (the read API, the dashboard, /metrics). A token of one scope cannot use the "
+        "other. Once any token exists, ingest, the read API and the dashboard refuse "
+        "requests without one. Only a SHA-256 of each token is stored "
+        "(docs/ingest.md#token-scopes).",
     )
     commands = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
 
@@ -27,9 +31,18 @@ def register(subparsers: Any) -> None:
         "create",
         help="create a token and print it (it is shown only this once)",
         description="Create a named token and print it once; it cannot be shown again. "
-        "Give it to exporters with OTEL_EXPORTER_OTLP_HEADERS='Authorization=Bearer <token>'.",
+        "An ingest token goes to exporters (OTEL_EXPORTER_OTLP_HEADERS='Authorization=Bearer "
+        "<token>'); a read token to people and tools that read (the dashboard's "
+        "/?token=<token> login, the read API, Prometheus scraping /metrics).",
     )
     p.add_argument("name", help="a name for the token, e.g. the fleet or team using it")
+    p.add_argument(
+        "--scope",
+        choices=("ingest", "read"),
+        default="ingest",
+        help="ingest: write spans, metrics and logs; read: the read API, the dashboard and "
+        "/metrics (default: ingest)",
+    )
     add_data_dir_option(p)
     p.set_defaults(func=run_create)
 
@@ -53,14 +66,19 @@ def run_create(args: argparse.Namespace) -> int:
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
-            token = create_token(url, args.name)
+            token = create_token(url, args.name, args.scope)
         except TokenNameTaken as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     print(token)
+    use = (
+        "Exporters send it as\n  OTEL_EXPORTER_OTLP_HEADERS='Authorization=Bearer <token>'"
+        if args.scope == "ingest"
+        else "Open the dashboard once at /?token=<token>, or send 'Authorization: Bearer "
+        "<token>' to the read API and /metrics"
+    )
     print(
-        f"token {args.name!r} created; it is shown only once. Exporters send it as\n"
-        f"  OTEL_EXPORTER_OTLP_HEADERS='Authorization=Bearer <token>'",
+        f"{args.scope} token {args.name!r} created; it is shown only once. {use}",
         file=sys.stderr,
     )
     return 0
@@ -77,18 +95,24 @@ def run_list(args: argparse.Namespace) -> int:
             "created_utc": _utc(t.created_at),
             "revoked_utc": _utc(t.revoked_at) if t.revoked_at else None,
             "status": "revoked" if t.revoked_at else "active",
+            # Tokens created before scopes ("all") keep both.
+            "scopes": ["ingest", "read"] if t.scope == "all" else [t.scope],
         }
         for t in tokens
     ]
     if args.json:
         print(json.dumps({"tokens": rows}, indent=2))
     elif not rows:
-        print("no ingest tokens: ingest accepts unauthenticated spans on loopback")
+        print("no tokens: ingest and the dashboard are open (on loopback only)")
     else:
         width = max(len("name"), *(len(r["name"]) for r in rows))
-        print(f"{'name'.ljust(width)}  status   created_utc")
+        print(f"{'name'.ljust(width)}  status   {'scopes'.ljust(11)}  created_utc")
         for r in rows:
-            print(f"{r['name'].ljust(width)}  {r['status'].ljust(7)}  {r['created_utc']}")
+            scopes = ",".join(r["scopes"])
+            print(
+                f"{r['name'].ljust(width)}  {r['status'].ljust(7)}  {scopes.ljust(11)}  "
+                f"{r['created_utc']}"
+            )
     return 0
 
 

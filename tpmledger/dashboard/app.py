@@ -90,7 +90,7 @@ def create_app(
 ) -> dash.Dash:
     """The multi-page app over ``database_url``; nothing is read from the database here.
 
-    With ``auth``, every request but ``/healthz`` needs an ingest token once one is
+    With ``auth``, every request but ``/healthz`` needs a read token once any token is
     configured (:mod:`dashboard.auth`).
     """
     config = DashboardConfig(
@@ -119,6 +119,10 @@ def create_app(
         _THEME_JS, Output("theme-applied", "children"), Input("theme-dark", "value")
     )
 
+    # Dash serves its page for "/<path:path>", whose pattern stops at a newline: a run id
+    # holding one (%0A in the URL) would be a 404. Any run id reaches the run page.
+    app.server.add_url_rule("/runs/<run_id>", endpoint="run-page", view_func=app.index)
+
     @app.server.route("/healthz")
     def healthz() -> tuple[str, int]:
         return "ok", 200
@@ -146,7 +150,9 @@ def run(settings: Settings) -> None:
 
     if not settings.database_url:
         raise ValueError("the dashboard needs settings.database_url")
-    auth = DashboardAuth(settings.database_url, settings.ingest_tokens)
+    auth = DashboardAuth(
+        settings.database_url, settings.ingest_tokens, read_tokens=settings.read_tokens
+    )
     try:
         # The pages show run data: beyond loopback only behind a token (or --insecure).
         settings.check_bind_is_safe(has_tokens=auth.required)
@@ -160,7 +166,14 @@ def run(settings: Settings) -> None:
         auth=auth,
     )
     server = waitress.create_server(
-        app.server, host=settings.host, port=settings.dashboard_port, threads=8
+        app.server,
+        host=settings.host,
+        port=settings.dashboard_port,
+        threads=8,
+        # Keep X-Forwarded-Proto: the login cookie is made Secure behind a TLS proxy. Nothing
+        # else reads X-Forwarded-* (no address or host is taken from them), so a forged one
+        # can only make the cookie stricter.
+        clear_untrusted_proxy_headers=False,
     )
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

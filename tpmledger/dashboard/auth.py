@@ -1,31 +1,40 @@
-"""The dashboard asks for an ingest token when tokens are configured (docs/dashboard.md#auth).
+"""The dashboard asks for a read token when tokens are configured (docs/dashboard.md#auth).
 
-The pages show the same run data as the read API, which requires a token once any is
-configured (``tpmledger tokens create``, ``TPMLEDGER_INGEST_TOKENS``): so does every
-dashboard request but ``/healthz``. A browser gets HTTP Basic authentication (any user
-name, the token as password), or opens ``/?token=<token>`` once; either sets an HttpOnly,
-same-site cookie that the page's own requests then carry. Scripts may send
-``Authorization: Bearer <token>``. Tokens
-are compared as SHA-256 digests in constant time and re-read every few seconds, so a
-revoke takes effect without a restart. With no token configured the dashboard is open,
-and ``serve dashboard`` refuses a non-loopback address unless told ``--insecure``.
+The pages show the same run data as the read API, so they need a token of scope ``read``
+once any token is configured (``tpmledger tokens create NAME --scope read``,
+``TPMLEDGER_READ_TOKENS``; docs/ingest.md#token-scopes); so does every dashboard request
+but ``/healthz``. An ingest-only token is refused (403).
+
+A browser logs in once, by HTTP Basic authentication (any user name, the token as
+password) or by opening ``/?token=<token>``: the answer sets an ``HttpOnly``,
+``SameSite=Lax`` cookie (``Secure`` too when served over TLS or behind a proxy that says
+``X-Forwarded-Proto: https``), and a ``?token=`` login redirects to the same URL without
+the token, so it does not stay in the address bar, history or logs. The cookie then
+carries the page's own requests, and the read API accepts it too (download links), when
+both are served under the same host name. Scripts may send ``Authorization: Bearer
+<token>``. Tokens are compared as SHA-256 digests in constant time and re-read every few
+seconds, so a revoke takes effect without a restart. With no token configured the
+dashboard is open, and ``serve dashboard`` refuses a non-loopback address unless told
+``--insecure``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import time
 from collections.abc import Iterable
+from urllib.parse import urlencode
 
 from flask import Request, Response, g
 
-from tpmledger.storage.ingest_tokens import active_token_hashes, hash_token
+from tpmledger.storage.ingest_tokens import active_tokens
+from tpmledger.token_scopes import COOKIE, READ, ScopedTokens, scoped_tokens
 
-REALM = 'Basic realm="tpmledger dashboard: any user name, an ingest token as password"'
+REALM = 'Basic realm="tpmledger dashboard: any user name, a read token as password"'
 OPEN_PATHS = frozenset({"/healthz"})
-COOKIE = "tpmledger_token"
+LOGIN_PARAMETER = "token"
+__all__ = ["COOKIE", "DashboardAuth", "presented_token", "remember"]
 
 
 def presented_token(request: Request) -> str | None:
@@ -45,63 +54,106 @@ def presented_token(request: Request) -> str | None:
 
 
 class DashboardAuth:
-    """The accepted token digests (database and settings), re-read every ``refresh_s``."""
+    """The accepted tokens and scopes (database and settings), re-read every ``refresh_s``."""
 
     def __init__(
-        self, database_url: str, static_tokens: Iterable[str] = (), refresh_s: float = 5.0
+        self,
+        database_url: str,
+        static_tokens: Iterable[str] = (),
+        refresh_s: float = 5.0,
+        *,
+        read_tokens: Iterable[str] = (),
     ) -> None:
         self.database_url = database_url
-        self.static = [hash_token(t) for t in static_tokens]
+        self.ingest_static = list(static_tokens)
+        self.read_static = list(read_tokens)
         self.refresh_s = refresh_s
-        self._digests: list[bytes] = []
+        self._tokens = ScopedTokens()
         self._read_at = float("-inf")
 
-    def digests(self) -> list[bytes]:
+    def tokens(self) -> ScopedTokens:
         if time.monotonic() - self._read_at > self.refresh_s:
-            self._digests = [*self.static, *active_token_hashes(self.database_url)]
+            stored = active_tokens(self.database_url)
+            self._tokens = scoped_tokens(self.ingest_static, self.read_static, stored)
             self._read_at = time.monotonic()
-        return self._digests
+        return self._tokens
 
     @property
     def required(self) -> bool:
-        return bool(self.digests())
+        return self.tokens().required
 
     def allows(self, token: str | None) -> bool:
-        digests = self.digests()
-        if not digests:
-            return True
-        if token is None:
-            return False
-        presented = hash_token(token)
-        # Compare with every digest (no early exit): the time does not tell which matched.
-        matches = [hmac.compare_digest(presented, d) for d in digests]
-        return any(matches)
+        """True when no token is required or ``token`` grants the read scope."""
+        tokens = self.tokens()
+        return not tokens.required or READ in tokens.scopes_of(token)
 
     def check(self, request: Request) -> Response | None:
-        """``None`` to let the request through, else the 401 answer."""
+        """``None`` to let the request through, else the answer (401, 403, or the redirect
+        that ends a ``?token=`` login)."""
         if request.path in OPEN_PATHS:
             return None
+        login = request.args.get(LOGIN_PARAMETER)
+        if login is not None:
+            return self._login(request, login)
         cookie = request.cookies.get(COOKIE)
-        given = presented_token(request) or request.args.get("token")
+        given = presented_token(request)
         if given is not None and self.allows(given):
             if given != cookie and self.required:
                 g.tpmledger_token = given  # set as a cookie on the answer (remember)
             return None
-        if cookie is not None and self.allows(cookie):
+        if given is None and self.allows(cookie):
             return None
-        if not self.required:
-            return None
+        return self._refusal(given if given is not None else cookie)
+
+    def _login(self, request: Request, token: str) -> Response:
+        """``?token=``: a valid read token is kept in the cookie and the browser sent on to
+        the same URL without it; anything else is refused."""
+        if not self.allows(token):
+            return self._refusal(token)
+        rest = [(k, v) for k, v in request.args.items(multi=True) if k != LOGIN_PARAMETER]
+        clean = request.path + (f"?{urlencode(rest)}" if rest else "")
+        answer = Response(status=303, headers={"Location": clean})
+        answer.headers["Cache-Control"] = "no-store"
+        answer.headers["Referrer-Policy"] = "no-referrer"
+        if self.required:
+            set_cookie(answer, request, token)
+        return answer
+
+    def _refusal(self, token: str | None) -> Response:
+        if token and self.tokens().scopes_of(token):
+            return Response(
+                "this token cannot read: the dashboard needs a read token "
+                "(tpmledger tokens create NAME --scope read)\n",
+                status=403,
+                mimetype="text/plain",
+            )
         return Response(
-            "an ingest token is required (tpmledger tokens create NAME)\n",
+            "a read token is required (tpmledger tokens create NAME --scope read)\n",
             status=401,
             headers={"WWW-Authenticate": REALM},
             mimetype="text/plain",
         )
 
 
+def served_over_tls(request: Request) -> bool:
+    """True on HTTPS, directly or behind a proxy that says so (``X-Forwarded-Proto``)."""
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return request.scheme == "https" or forwarded == "https"
+
+
+def set_cookie(response: Response, request: Request, token: str) -> None:
+    """The login cookie: never readable by scripts, never sent on cross-site requests
+    that change anything, and over TLS never sent in clear."""
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="Lax", secure=served_over_tls(request), path="/"
+    )
+
+
 def remember(response: Response) -> Response:
-    """``after_request``: keep an accepted token in an HttpOnly, same-site cookie."""
+    """``after_request``: keep a token accepted from a header in the login cookie."""
+    from flask import request
+
     token = g.pop("tpmledger_token", None)
     if token is not None:
-        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
+        set_cookie(response, request, token)
     return response

@@ -1,23 +1,25 @@
-"""Bearer-token check for both listeners (docs/ingest.md "Auth").
+"""Bearer-token check with scopes for both listeners (docs/ingest.md#token-scopes).
 
-Tokens come from the database (``tpmledger tokens create``) and from
-``settings.ingest_tokens``. Only SHA-256 digests are held; a presented token is hashed
-and compared with every known digest by :func:`hmac.compare_digest`, so the time taken
-does not depend on how much of a token matched. With no token configured anywhere,
-ingest is open (and :meth:`Settings.check_bind_is_safe` keeps it on loopback).
-Database tokens are re-read every ``refresh_s`` seconds, so a revoke takes effect
-without a restart. Tokens never appear in logs or error messages.
+Tokens come from the database (``tpmledger tokens create NAME --scope ingest|read``) and
+from settings (``TPMLEDGER_INGEST_TOKENS``, ``TPMLEDGER_READ_TOKENS``). Exports (HTTP
+and gRPC) need the ``ingest`` scope; the read API and ``/metrics`` need ``read``
+(:mod:`tpmledger.token_scopes` has the rules). Only SHA-256 digests are held and compared
+in constant time. With no token configured anywhere, everything is open (and
+:meth:`Settings.check_bind_is_safe` keeps it on loopback); once any token exists, every
+guarded request needs one of the right scope: none or an unknown one is 401, one of the
+other scope 403. Database tokens are re-read every ``refresh_s`` seconds, so a revoke
+takes effect without a restart. Tokens never appear in logs or error messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Iterable
 
-from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
-from tpmledger.storage.ingest_tokens import active_token_hashes, hash_token
+from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Forbidden, Unauthenticated
+from tpmledger.storage.ingest_tokens import active_tokens
+from tpmledger.token_scopes import INGEST, ScopedTokens, scoped_tokens
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +35,21 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class TokenVerifier:
-    """Knows the accepted token digests and checks presented tokens in constant time."""
+    """Knows the accepted token digests and scopes; checks presented tokens in constant time."""
 
     def __init__(
-        self, database_url: str | None, static_tokens: Iterable[str] = (), refresh_s: float = 5.0
+        self,
+        database_url: str | None,
+        static_tokens: Iterable[str] = (),
+        refresh_s: float = 5.0,
+        *,
+        read_tokens: Iterable[str] = (),
     ) -> None:
         self._url = database_url
-        self._static = [hash_token(t) for t in static_tokens if t]
-        self._stored: list[bytes] = []
+        self._ingest_static = [t for t in static_tokens if t]
+        self._read_static = [t for t in read_tokens if t]
+        self._static = scoped_tokens(self._ingest_static, self._read_static)
+        self._tokens: ScopedTokens = self._static
         self._refresh_s = refresh_s
         # Until the database tokens were read once, nobody knows whether auth is required.
         self._loaded = not database_url
@@ -48,12 +57,13 @@ class TokenVerifier:
     @property
     def required(self) -> bool:
         """True when at least one token is configured, so every request must carry one."""
-        return bool(self._static or self._stored)
+        return self._tokens.required
 
     def load(self) -> None:
         """Re-read the active database tokens (blocking; run it off the event loop)."""
         if self._url:
-            self._stored = active_token_hashes(self._url)
+            stored = active_tokens(self._url)
+            self._tokens = scoped_tokens(self._ingest_static, self._read_static, stored)
             self._loaded = True
 
     async def refresh_forever(self) -> None:
@@ -63,31 +73,30 @@ class TokenVerifier:
             try:
                 await asyncio.to_thread(self.load)
             except Exception as exc:  # the database may be down; keep the known tokens
-                log.debug("could not refresh ingest tokens: %s", type(exc).__name__)
+                log.debug("could not refresh tokens: %s", type(exc).__name__)
 
-    def is_valid(self, token: str | None) -> bool:
-        """True if no token is required, or ``token`` is one of the accepted tokens."""
-        if not self.required:
-            return True
-        if not token:
-            return False
-        digest = hash_token(token)
-        matched = False
-        for known in (*self._static, *self._stored):
-            # No early exit: every digest is compared.
-            matched |= hmac.compare_digest(digest, known)
-        return matched
+    def is_valid(self, token: str | None, scope: str = INGEST) -> bool:
+        """True if no token is required, or ``token`` grants ``scope``."""
+        return not self.required or scope in self._tokens.scopes_of(token)
 
-    def check_authorization(self, authorization: str | None) -> None:
-        """Raise :class:`Unauthenticated` unless the header carries an accepted token.
+    def check_token(self, token: str | None, scope: str = INGEST) -> None:
+        """Raise unless ``token`` grants ``scope`` (401 unknown, 403 the other scope).
 
         Before the database tokens could be read (database down at start), only a static
         token is accepted; anything else is a retryable 503, never an open door.
         """
-        token = bearer_token(authorization)
         if not self._loaded:
-            if self._static and self.is_valid(token):
+            if scope in self._static.scopes_of(token):
                 return
-            raise DatabaseUnavailable("ingest tokens not loaded yet (database unreachable)")
-        if not self.is_valid(token):
-            raise Unauthenticated("missing or invalid bearer token")
+            raise DatabaseUnavailable("tokens not loaded yet (database unreachable)")
+        if self.is_valid(token, scope):
+            return
+        if self._tokens.scopes_of(token):
+            raise Forbidden(
+                f"this token's scope does not include {scope!r} (docs/ingest.md#token-scopes)"
+            )
+        raise Unauthenticated("missing or invalid bearer token")
+
+    def check_authorization(self, authorization: str | None, scope: str = INGEST) -> None:
+        """:meth:`check_token` on the token of an ``Authorization: Bearer`` header."""
+        self.check_token(bearer_token(authorization), scope)

@@ -89,6 +89,13 @@ class Unauthenticated(IngestError):
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class Forbidden(IngestError):
+    """A valid token of the other scope (docs/ingest.md#token-scopes); not retryable."""
+
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
 # --- retryable: try the same payload later (OTLP: 503 / UNAVAILABLE) --------------------
 
 

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from starlette.requests import ClientDisconnect
 
 import tpmledger.read_api as read_api
-from tpmledger.ingest.auth import TokenVerifier
+from tpmledger.ingest.auth import TokenVerifier, bearer_token
 from tpmledger.ingest.body_budget import BodyBudget
 from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge
 from tpmledger.ingest.export_handler import TraceExportHandler
@@ -43,6 +43,7 @@ from tpmledger.ingest.otlp_http_codec import (
 )
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
+from tpmledger.token_scopes import COOKIE, INGEST, READ
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,15 @@ def build_app(
     budget = bodies
     metrics.body_bytes_in_flight.set_function(lambda: budget.in_use)
 
-    async def require_token(request: Request) -> None:
-        # Raises Unauthenticated, answered 401 by the IngestError handler below.
-        verifier.check_authorization(request.headers.get("authorization"))
+    async def require_read(request: Request) -> None:
+        """The one read-scope check: the read API, ``/metrics`` (and whatever else reads)
+        depend on it. A Bearer header, or the dashboard's login cookie (so its download
+        links work); never a token in the URL. Raises Unauthenticated (401) / Forbidden
+        (403), answered by the IngestError handler below."""
+        token = bearer_token(request.headers.get("authorization"))
+        verifier.check_token(token or request.cookies.get(COOKIE), READ)
+
+    app.state.require_read = require_read
 
     @app.exception_handler(IngestError)
     async def _answer_ingest_error(request: Request, err: IngestError) -> Response:
@@ -89,7 +96,7 @@ def build_app(
         content_type = request.headers.get("content-type")
         error_media = JSON if (content_type or "").lower().startswith(JSON) else None
         try:
-            verifier.check_authorization(request.headers.get("authorization"))
+            verifier.check_authorization(request.headers.get("authorization"), INGEST)
             media = media_type(content_type)
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
@@ -123,7 +130,7 @@ def build_app(
 
     async def read_signal(request: Request) -> tuple[str, bytes]:
         """Auth, type, limits and budget as for traces; the decoded body and its type."""
-        verifier.check_authorization(request.headers.get("authorization"))
+        verifier.check_authorization(request.headers.get("authorization"), INGEST)
         media = media_type(request.headers.get("content-type"))
         _check_declared_length(request.headers.get("content-length"))
         with bodies.hold(request.headers.get("content-length")) as charge:
@@ -177,19 +184,23 @@ def build_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="The database is reachable and migrated to head")
+    @app.get("/readyz", summary="The database is reachable and its schema is this code's")
     async def readyz() -> Response:
         reason = await _not_ready_reason(database_url)
         if reason:
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", summary="Prometheus metrics of this ingest process")
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics of this ingest process (read scope)",
+        dependencies=[Depends(require_read)],
+    )
     async def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)
 
     app.include_router(
-        read_api.build_router(database_url, settings), dependencies=[Depends(require_token)]
+        read_api.build_router(database_url, settings), dependencies=[Depends(require_read)]
     )
     return app
 
@@ -215,9 +226,9 @@ def _check_declared_length(content_length: str | None) -> None:
 
 async def _not_ready_reason(database_url: str) -> str | None:
     try:
-        at_head = await asyncio.wait_for(
-            asyncio.to_thread(migrate.is_at_head, database_url), _READY_TIMEOUT_S
+        # Behind or ahead of this code: not ready, saying what to do (never migrated here).
+        return await asyncio.wait_for(
+            asyncio.to_thread(migrate.schema_problem, database_url), _READY_TIMEOUT_S
         )
     except Exception as exc:  # unreachable, refused, timed out: all mean "not ready"
         return f"database unreachable: {type(exc).__name__}"
-    return None if at_head else "database schema is not at the newest migration"

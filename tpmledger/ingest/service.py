@@ -68,7 +68,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
 
     metrics = IngestMetrics()
-    verifier = TokenVerifier(url, settings.ingest_tokens)
+    verifier = TokenVerifier(url, settings.ingest_tokens, read_tokens=settings.read_tokens)
     try:
         await asyncio.to_thread(verifier.load)
     except Exception as exc:  # start anyway: /readyz reports the database, writes get 503

@@ -116,14 +116,19 @@ def check_minute_proof(entry: Mapping[str, Any], merkle_root: str, tree_size: in
     """``None`` if the entry's leaf is included under the signed root, else what broke."""
     try:
         leaf = entry["leaf"]
-        index = int(entry["index"])
+        index = entry["index"]
         path = [bytes.fromhex(h) for h in entry["proof"]]
         root = bytes.fromhex(merkle_root)
     except (KeyError, TypeError, ValueError) as exc:
         return f"malformed proof entry ({exc})"
+    if type(index) is not int:  # not 3.9, not "3", not true
+        return f"malformed proof entry (index {index!r} is not an integer)"
     if not isinstance(leaf, dict) or set(leaf) != LEAF_KEYS:
         return "leaf does not have exactly the minute-leaf fields"
-    computed = leaf_hash(leaf_bytes(leaf))
+    try:
+        computed = leaf_hash(leaf_bytes(leaf))
+    except (TypeError, ValueError) as exc:  # rfc8785 refuses NaN, huge ints, odd types
+        return f"malformed proof entry (leaf cannot be canonicalized: {exc})"
     label = leaf.get("minute_utc")
     if entry.get("leaf_hash") not in (None, computed.hex()):
         return f"minute {label}: leaf_hash does not match the leaf's JCS hash"

@@ -187,6 +187,11 @@ def verify_proof_file(
     proof = _read_json(path, report, "proof file")
     if proof is None:
         return report
+    if not isinstance(proof, dict):
+        report.add(
+            "proof file", False, f"{path} holds a JSON {type(proof).__name__}, not an object"
+        )
+        return report
     envelope = (
         _read_json(envelope_path, report, "envelope") if envelope_path else proof.get("envelope")
     )
@@ -328,8 +333,8 @@ def _read_json(path: Path, report: VerifyReport, what: str) -> Any:
         return json.loads(path.read_bytes())
     except FileNotFoundError:
         report.add(what, False, f"{path} is missing")
-    except (OSError, ValueError) as exc:
-        report.add(what, False, f"{path} is not readable JSON: {exc}")
+    except (OSError, ValueError, RecursionError) as exc:
+        report.add(what, False, f"{path} is not readable JSON: {' '.join(str(exc).split())}")
     return None
 
 
@@ -344,7 +349,7 @@ def verify_path(
         return verify_export(path, key_path, witness)
     try:
         document = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         document = None
     if isinstance(document, dict) and ("payloadType" in document or "mediaType" in document):
         return verify_export(path.parent, key_path, witness)

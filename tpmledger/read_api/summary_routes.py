@@ -18,6 +18,8 @@ from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
 
 PEM_MEDIA_TYPE = "application/x-pem-file"
+#: Versions are PostgreSQL ``integer``: a larger one names no version (422, not a 500).
+MAX_VERSION = 2**31 - 1
 
 
 def build_router(database_url: str, settings: Settings | None = None) -> APIRouter:
@@ -56,8 +58,10 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     )
     async def get_consistency(
         run_id: str,
-        old: int = Query(..., alias="from", description="the earlier version"),
-        new: int = Query(..., alias="to", description="the later version"),
+        old: int = Query(
+            ..., alias="from", ge=1, le=MAX_VERSION, description="the earlier version"
+        ),
+        new: int = Query(..., alias="to", ge=1, le=MAX_VERSION, description="the later version"),
     ) -> dict[str, Any]:
         from tpmledger.analytics.proofs.version_consistency import (
             ConsistencyRefused,

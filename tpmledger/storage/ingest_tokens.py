@@ -1,11 +1,11 @@
-"""Ingest bearer tokens: created once, stored only as SHA-256, revocable (docs/ingest.md).
+"""Bearer tokens: created once with a scope, stored only as SHA-256, revocable
+(docs/ingest.md#token-scopes).
 
 The plaintext is returned exactly once by :func:`create_token` and never stored or logged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +14,9 @@ from sqlalchemy import select
 
 from tpmledger.storage.database import read_session, transaction
 from tpmledger.storage.models import IngestToken
+from tpmledger.token_scopes import INGEST, SCOPES, hash_token
+
+__all__ = ["hash_token"]  # re-exported: where tokens are stored, their digest is defined
 
 
 class TokenNameTaken(ValueError):
@@ -27,20 +30,19 @@ class TokenInfo:
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    scope: str  # "ingest", "read" or "all" (created before scopes)
 
 
-def hash_token(token: str) -> bytes:
-    """The SHA-256 digest under which a token is stored and compared."""
-    return hashlib.sha256(token.encode("utf-8")).digest()
-
-
-def create_token(url: str, name: str) -> str:
-    """Create a token named ``name``; returns the plaintext (shown to the user once)."""
+def create_token(url: str, name: str, scope: str = INGEST) -> str:
+    """Create a token named ``name`` of ``scope`` ("ingest" or "read"); returns the
+    plaintext (shown to the user once)."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
     token = "tpml_" + secrets.token_urlsafe(32)
     with transaction(url) as session:
         if session.scalar(select(IngestToken.id).where(IngestToken.name == name)) is not None:
             raise TokenNameTaken(f"a token named {name!r} already exists")
-        session.add(IngestToken(name=name, token_sha256=hash_token(token)))
+        session.add(IngestToken(name=name, token_sha256=hash_token(token), scope=scope))
     return token
 
 
@@ -48,7 +50,7 @@ def list_tokens(url: str) -> list[TokenInfo]:
     """Every token, active and revoked, oldest first."""
     with read_session(url) as session:
         rows = session.scalars(select(IngestToken).order_by(IngestToken.created_at, IngestToken.id))
-        return [TokenInfo(t.name, t.created_at, t.revoked_at) for t in rows]
+        return [TokenInfo(t.name, t.created_at, t.revoked_at, t.scope) for t in rows]
 
 
 def revoke_token(url: str, name: str) -> bool:
@@ -68,3 +70,12 @@ def active_token_hashes(url: str) -> list[bytes]:
     with read_session(url) as session:
         query = select(IngestToken.token_sha256).where(IngestToken.revoked_at.is_(None))
         return [bytes(digest) for digest in session.scalars(query)]
+
+
+def active_tokens(url: str) -> list[tuple[bytes, str]]:
+    """``(SHA-256 digest, scope)`` of every token that is not revoked."""
+    with read_session(url) as session:
+        query = select(IngestToken.token_sha256, IngestToken.scope).where(
+            IngestToken.revoked_at.is_(None)
+        )
+        return [(bytes(digest), scope) for digest, scope in session.execute(query)]

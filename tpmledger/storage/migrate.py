@@ -1,4 +1,11 @@
-"""Run Alembic migrations programmatically (``tpmledger migrate``, ``/readyz``)."""
+"""Run Alembic migrations programmatically (``tpmledger migrate``) and check a schema.
+
+Only the embedded database is migrated automatically; against an external database
+(``TPMLEDGER_DATABASE_URL``) every command and service but ``tpmledger migrate`` checks
+the schema with :func:`check_schema` and refuses one behind or ahead of the code, changing
+nothing (docs/configuration.md#schema-migrations): a newer CLI must never upgrade a shared
+schema under older services still running against it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,16 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 
 import tpmledger.migrations as migrations
 from tpmledger.storage.database import get_engine
+
+MIGRATION_DOCS = "docs/configuration.md#schema-migrations"
+
+
+class SchemaMismatch(RuntimeError):
+    """The database schema is not the one this code was written for (one line: what to do)."""
 
 
 def alembic_config(url: str) -> Config:
@@ -29,8 +43,12 @@ def downgrade(url: str, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
 
 
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql://"))
+
+
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+    return _scripts().get_current_head()
 
 
 def current_revision(url: str) -> str | None:
@@ -40,3 +58,53 @@ def current_revision(url: str) -> str | None:
 
 def is_at_head(url: str) -> bool:
     return current_revision(url) == head_revision()
+
+
+def schema_problem(url: str) -> str | None:
+    """``None`` when the schema is this code's, else one line saying what is wrong and what
+    to do. Reads ``alembic_version`` only; never writes."""
+    head = head_revision()
+    with get_engine(url).connect() as conn:
+        heads = MigrationContext.configure(conn).get_current_heads()
+    if heads == (head,):
+        return None
+    if not heads:
+        return (
+            "the database has no tpmledger schema yet: run `tpmledger migrate` against it "
+            f"first ({MIGRATION_DOCS})"
+        )
+    known = _known(heads)
+    shown = ", ".join(heads)
+    if known:
+        return (
+            f"the database schema (revision {shown}) is behind this tpmledger (revision "
+            f"{head}): run `tpmledger migrate`, after stopping or upgrading the services "
+            f"that use it ({MIGRATION_DOCS})"
+        )
+    return (
+        f"the database schema (revision {shown}) is ahead of this tpmledger (newest known "
+        f"revision {head}): use the tpmledger release that migrated it; nothing was changed "
+        f"({MIGRATION_DOCS})"
+    )
+
+
+def check_schema(url: str) -> None:
+    """Raise :class:`SchemaMismatch` unless the schema is exactly this code's."""
+    problem = schema_problem(url)
+    if problem:
+        raise SchemaMismatch(problem)
+
+
+def is_ahead(url: str) -> bool:
+    """True when the database holds a revision this code does not know (a newer release's)."""
+    with get_engine(url).connect() as conn:
+        heads = MigrationContext.configure(conn).get_current_heads()
+    return bool(heads) and not _known(heads)
+
+
+def _known(revisions: tuple[str, ...]) -> bool:
+    scripts = _scripts()
+    try:
+        return all(scripts.get_revision(r) is not None for r in revisions)
+    except CommandError:  # "No such revision or branch"
+        return False

@@ -172,6 +172,8 @@ class IngestToken(Base):
     token_sha256: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # "ingest" | "read" | "all" (tokens created before scopes: both); docs/ingest.md#token-scopes
+    scope: Mapped[str] = mapped_column(Text)
 
 
 class Snapshot(Base):

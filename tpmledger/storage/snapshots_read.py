@@ -38,7 +38,10 @@ def latest_snapshot(session: Session, run_id: str) -> Snapshot | None:
 
 
 def snapshot_at(session: Session, run_id: str, version: int) -> Snapshot | None:
-    """One version of ``run_id`` (detached ORM row), or None."""
+    """One version of ``run_id`` (detached ORM row), or None (also for a version no
+    PostgreSQL ``integer`` holds: it names no version, and must not be a database error)."""
+    if not -(2**31) <= version < 2**31:
+        return None
     return session.get(Snapshot, (run_id, version))
 
 

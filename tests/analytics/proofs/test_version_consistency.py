@@ -72,12 +72,22 @@ def test_cli_and_api(
     proof = tmp_path / "proof.json"
     assert main(["summary", "prove-consistency", "grow", "--from", "1", "--to", "2",
                  "--out", str(proof)]) == 0  # fmt: skip
-    assert main(["summary", "verify-consistency", str(proof)]) == 0
+    for version in (1, 2):
+        assert main(["summary", "export", "grow", "--version", str(version),
+                     "--out", str(tmp_path / f"v{version}"),
+                     "--data-dir", str(tmp_path / "data")]) == 0  # fmt: skip
+    signed = ["--from-summary", str(tmp_path / "v1" / "summary.dsse.json"),
+              "--to-summary", str(tmp_path / "v2")]  # fmt: skip
+    capsys.readouterr()
+    assert main(["summary", "verify-consistency", str(proof), *signed]) == 0
     assert "OK: version 2 of grow (5 minutes" in capsys.readouterr().out
+    # The proof file alone ties nothing to a signed summary: refused unless --unsigned.
+    assert main(["summary", "verify-consistency", str(proof)]) == 2
+    assert main(["summary", "verify-consistency", str(proof), "--unsigned"]) == 0
     document = json.loads(proof.read_text())
     document["proof"][0] = "00" * 32
     proof.write_text(json.dumps(document))
-    assert main(["summary", "verify-consistency", str(proof)]) == 1
+    assert main(["summary", "verify-consistency", str(proof), *signed]) == 1
     capsys.readouterr()
     assert main(["summary", "prove-consistency", "grow", "--from", "2", "--to", "3"]) == 1
     assert "03:45:00Z" in capsys.readouterr().err
@@ -91,6 +101,14 @@ def test_cli_and_api(
     assert refused.status_code == 409 and "03:45:00Z" in refused.json()["detail"]
     missing = client.get("/v1/runs/grow/consistency", params={"from": 1, "to": 9})
     assert missing.status_code == 404
+    # Versions beyond PostgreSQL's integer (or below 1) name no version: 422, never a 500.
+    for old, new in ((1, 2**31), (1, 10**30), (0, 2), (-1, 2), (2**31, 2**31 + 1)):
+        answer = client.get("/v1/runs/grow/consistency", params={"from": old, "to": new})
+        assert answer.status_code == 422, (old, new, answer.text)
+    capsys.readouterr()
+    assert main(["summary", "prove-consistency", "grow", "--from", "1", "--to",
+                 str(2**31)]) == 1  # fmt: skip
+    assert "has no sealed version 2147483648" in capsys.readouterr().err
 
 
 def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(

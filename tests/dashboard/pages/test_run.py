@@ -106,7 +106,7 @@ def test_run_page_shows_sealed_figures_and_switches_token_type(
         f"{API_BASE_URL}/v1/keys",
         f"{API_BASE_URL}/v1/keys/current.pem",
     ]
-    assert f"tpmledger summary verify {RUN_ID}-summary" in text_of(browser, "run-prov-verify")
+    assert f"tpmledger summary verify -- ./{RUN_ID}-summary" in text_of(browser, "run-prov-verify")
 
     # Dark mode: the switch sets Bootstrap's colour mode; charts have no fixed background.
     browser.find_element(By.CSS_SELECTOR, "#theme-dark").click()
@@ -174,3 +174,17 @@ def test_pitfall_diagnostics_are_shown_from_the_sealed_version(
     assert "not measured (the run stored no tool span)" in card
     assert "no SLO declared" in card
     screenshot(browser, output_dir, "run-page-diagnostics")
+
+
+def test_a_run_id_with_a_newline_or_a_leading_dash_has_a_run_page(
+    page_database_url: str, dashboard_server: RunningDashboard, browser: Any
+) -> None:
+    expected = {
+        "line\nbreak": "tpmledger verify -- $'line\\nbreak'",
+        "--help": "tpmledger verify -- --help",
+    }
+    for run_id, command in expected.items():
+        seed_sealed_run(page_database_url, run_id, shards=3)
+        browser.get(f"{dashboard_server.url}/runs/{quote(run_id, safe='')}")
+        assert wait_text(browser, "run-kpi-shards-value") == "3", run_id
+        assert command in text_of(browser, "run-prov-verify"), run_id

@@ -19,6 +19,8 @@ from tpmledger.storage.database import read_view
 from tpmledger.storage.snapshots_read import snapshot_at
 from tpmledger.storage.time_text import minute_text
 
+MAX_VERSION = 2**31 - 1
+
 
 class ConsistencyRefused(ValueError):
     """No consistency proof exists (or can be built) between the two versions."""
@@ -39,6 +41,9 @@ def _leaves(blob: bytes | None, version: int, run_id: str) -> list[bytes]:
 
 def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, Any]:
     """The proof that version ``new``'s minute tree extends version ``old``'s."""
+    for version in (old, new):
+        if not 1 <= version <= MAX_VERSION:  # versions are PostgreSQL integers from 1
+            raise VersionNotFound(f"run {run_id!r} has no sealed version {version}")
     if old >= new:
         raise ConsistencyRefused(f"--from ({old}) must be an earlier version than --to ({new})")
     with read_view(url) as session:

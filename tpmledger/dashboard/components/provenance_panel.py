@@ -32,17 +32,48 @@ def verify_commands(run_id: str, events_sha256: str) -> str:
     """Shell lines anyone can run to re-check this run's seal and summary.
 
     Run ids are whatever exporters sent: every one is shell-quoted, so a pasted line can
-    never run anything but tpmledger (``x; touch /tmp/PWNED #`` stays one argument).
+    never run anything but tpmledger (``x; touch /tmp/PWNED #`` stays one argument), and
+    comes after ``--``, so one beginning with ``-`` (``--help``) is never read as an
+    option. The export folder starts with ``./`` for the same reason.
     """
-    run = shlex.quote(run_id)
-    out = shlex.quote(f"{run_id}-summary")
+    run = shell_word(run_id)
+    folder = f"./{run_id}-summary"
+    out = shell_word(folder)
     return "\n".join(
         [
-            f"tpmledger verify {run}",
-            f"tpmledger summary export {run} --out {out}",
-            f"tpmledger summary verify {out}",
-            f"sha256sum {shlex.quote(f'{run_id}-summary/events.jsonl')}   # expect {events_sha256}",
+            f"tpmledger verify -- {run}",
+            f"tpmledger summary export --out {out} -- {run}",
+            f"tpmledger summary verify -- {out}",
+            f"sha256sum -- {shell_word(f'{folder}/events.jsonl')}   # expect {events_sha256}",
         ]
+    )
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word on one line: single-quoted, or, when it holds a newline
+    or another control character, ANSI-C quoted (``$'a\\nb'``, POSIX.1-2024, bash, zsh)."""
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(_ansi_c(c) for c in text) + "'"
+
+
+_ANSI_C_NAMES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _ansi_c(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char in _ANSI_C_NAMES:
+        return _ANSI_C_NAMES[char]
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x80
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
     )
 
 
