@@ -38,6 +38,7 @@ from tpmledger.analytics.seal.run_computation import (
 )
 from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
 from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream
+from tpmledger.analytics.seal.stored_leaves import store_version_leaves
 from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_file import EVENTS_FORMAT
 from tpmledger.storage.database import in_one_snapshot, transaction
@@ -287,9 +288,11 @@ def seal_computation(
             "data_as_of": computation.facts.updated_at,
             "final": final,
             "leaf_hashes": b"".join(computation.tree.leaf_hashes),
+            "leaves_stored": True,
         }
         records = minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)
+        store_version_leaves(session, run_id, version + 1, computation.tree)
         store_sealed_figures(session, run_id, version + 1, figures)
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
