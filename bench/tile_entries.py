@@ -107,7 +107,11 @@ class Ingest:
 
 
 def serve_rounds(
-    ingest: Ingest, run_id: str, tiles: list[TileRef], rounds: int, check: Callable[[TileRef, bytes], None]
+    ingest: Ingest,
+    run_id: str,
+    tiles: list[TileRef],
+    rounds: int,
+    check: Callable[[TileRef, bytes], None],
 ) -> list[float]:
     """Fetch every tile ``rounds`` times; the wall seconds of each round."""
     seconds = []

@@ -61,9 +61,8 @@ def _served(url: str, version: int) -> list[bytes]:
         first = first_leaf_minute(snapshot.document, snapshot.tree_size)
         hashes = leaf_list(snapshot.leaf_hashes)
         leaves = leaves_from_storage(session, "gaps", version, first, hashes)
-        assert root_from_leaf_hashes([leaf_hash(e) for e in leaves]).hex() == (
-            snapshot.merkle_root
-        )
+        root = root_from_leaf_hashes([leaf_hash(e) for e in leaves])
+        assert root.hex() == snapshot.merkle_root
         return leaves
 
 

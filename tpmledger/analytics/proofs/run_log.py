@@ -150,9 +150,7 @@ def version_bundle(url: str, snapshot: Snapshot, tile: TileRef) -> bytes:
     try:
         first = first_leaf_minute(snapshot.document, snapshot.tree_size) + start * MINUTE
         with read_session(url) as session:
-            entries = leaves_from_storage(
-                session, snapshot.run_id, snapshot.version, first, hashes
-            )
+            entries = leaves_from_storage(session, snapshot.run_id, snapshot.version, first, hashes)
     except StoredLeavesMismatch as exc:
         raise SnapshotOutdated(str(exc)) from exc
     return entry_bundle(entries)
