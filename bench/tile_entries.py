@@ -196,6 +196,7 @@ def main() -> int:
             say(f"{name}: ingest peak RSS (ready: {idle} MiB)", f"{hwm:8,} MiB")
             say(f"  first round ({len(tiles)} tiles)", f"{seconds[0]:8.3f} s")
             say(f"  round {args.rounds}", f"{seconds[-1]:8.3f} s")
+            say(f"  round {args.rounds}, per tile", f"{seconds[-1] / len(tiles) * 1000:8.1f} ms")
         served = [e for index in sorted(entries) for e in entries[index]]
         rebuilt = root_from_leaf_hashes([leaf_hash(e) for e in served]).hex()
         say("root of the served entries equals the sealed root", str(rebuilt == root))
