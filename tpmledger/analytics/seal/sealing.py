@@ -5,7 +5,8 @@ Document = ``{run_id, version, computed_at, generator {name, version}, params,
 events {sha256, count, format}, minutes {merkle_root, tree_size, through_minute_utc},
 metrics_sha256, previous_seal}`` (plus ``rebased`` when late data changed minutes an
 earlier version sealed: :mod:`analytics.seal.minute_log`) and ``seal`` = SHA-256 of its JCS.
-The run object (the API's names plus extra keys) and the minute table are stored with it.
+The run object (the API's names plus extra keys), the minute table and the minute leaves
+(:mod:`analytics.seal.stored_leaves`, what entry bundles serve) are stored with it.
 A **checkpoint** (``end_before_ns``) seals the minutes that are closed while the run is
 still receiving data (docs/provenance.md#versions).
 
