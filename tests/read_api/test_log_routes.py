@@ -220,6 +220,7 @@ def test_entry_bundles_are_served_from_stored_leaves_without_the_runs_attempts(
     from fastapi.testclient import TestClient
 
     import tpmledger.read_api as read_api
+    from tpmledger.analytics.proofs.run_archive import prune
     from tpmledger.storage.database import raw_transaction
 
     app = FastAPI()
@@ -234,9 +235,12 @@ def test_entry_bundles_are_served_from_stored_leaves_without_the_runs_attempts(
         return independent.root_of_entries(independent.entries_from_tiles(fetch, 7))
 
     assert served_root() == root
-    # Prune deletes the run's raw attempts: its entries are still served, still the root.
+    # Prune archives the run and deletes its raw attempts: its entries are still served.
+    key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+    [pruned] = prune(database_url, 0, tmp_path / "archive", key).runs
+    assert pruned.run_id == "grow"
     with raw_transaction(database_url) as conn:
-        assert conn.execute("DELETE FROM attempts WHERE run_id = 'grow'").rowcount == 5
+        assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (0,)
     assert served_root() == root
 
     # A version sealed before leaves were stored (a copy of the newest, flagged so):
