@@ -211,3 +211,51 @@ def test_unsealed_runs_and_bad_tile_paths(database_url: str, tmp_path: Path) -> 
         "/v1/runs/grow/tile/entries/000.p/3", headers={"Accept-Encoding": "identity"}
     )
     assert "content-encoding" not in plain.headers and plain.content == bundle.content
+
+
+def test_entry_bundles_are_served_from_stored_leaves_without_the_runs_attempts(
+    database_url: str, tmp_path: Path
+) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    import tpmledger.read_api as read_api
+    from tpmledger.analytics.proofs.run_archive import prune
+    from tpmledger.storage.database import raw_transaction
+
+    app = FastAPI()
+    app.include_router(read_api.build_router(database_url, Settings(data_dir=tmp_path)))  # type: ignore[call-arg]
+    client = TestClient(app)
+    store(database_url, _calls(range(2)) + _calls(range(4, 7)))  # 03:46, 03:47 are empty
+    sealed = seal_run(database_url, "grow")
+    root = bytes.fromhex(sealed.document["minutes"]["merkle_root"])
+
+    def served_root() -> bytes:
+        fetch = lambda path: client.get(f"/v1/runs/grow/{path}").content  # noqa: E731
+        return independent.root_of_entries(independent.entries_from_tiles(fetch, 7))
+
+    assert served_root() == root
+    # Prune archives the run and deletes its raw attempts: its entries are still served.
+    key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+    [pruned] = prune(database_url, 0, tmp_path / "archive", key).runs
+    assert pruned.run_id == "grow"
+    with raw_transaction(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM attempts").fetchone() == (0,)
+    assert served_root() == root
+
+    # A version sealed before leaves were stored (a copy of the newest, flagged so):
+    # its hash tiles are served, its entry bundles refused with what to do.
+    with raw_transaction(database_url) as conn:
+        columns = (
+            "run_id, computed_at, previous_seal, events_sha256, events_count, merkle_root, "
+            "tree_size, metrics_sha256, document, metrics, data_as_of, final, leaf_hashes"
+        )
+        conn.execute(
+            f"INSERT INTO snapshots (version, seal, leaves_stored, {columns}) "
+            f"SELECT version + 1, seal || '-old', false, {columns} FROM snapshots "
+            "WHERE run_id = 'grow' AND version = 1"
+        )
+    assert client.get("/v1/runs/grow/tile/0/000.p/7").status_code == 200
+    refused = client.get("/v1/runs/grow/tile/entries/000.p/7")
+    assert refused.status_code == 409
+    assert "tpmledger analyze grow --force" in refused.json()["detail"]

@@ -77,6 +77,10 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
         responses={
             400: {"description": "not a tile path"},
             404: {"description": "no such tile in the run's newest tree"},
+            409: {
+                "description": "an entry bundle of a version sealed before its minute leaves "
+                "were stored (seal the run again), or stored leaves that do not hash to it"
+            },
         },
     )
     async def get_tile(request: Request, run_id: str, tile_path: str) -> Response:

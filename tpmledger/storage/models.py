@@ -203,6 +203,9 @@ class Snapshot(Base):
     # The version's minute leaf hashes, 32 bytes each in minute order (consistency proofs
     # between versions need no recomputation); NULL for versions sealed before 0003.
     leaf_hashes: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # True when the version's minute leaves were stored with it (``minute_leaves``): its
+    # entry bundles are served from them; false for versions sealed before 0007.
+    leaves_stored: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class MinuteFigures:
@@ -242,6 +245,22 @@ class MinuteMetric(MinuteFigures, Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     shard_id: Mapped[str] = mapped_column(Text, primary_key=True)
     minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+
+
+class MinuteLeaf(Base):
+    """The leaf bytes of one minute of a sealed version (docs/provenance.md#tiles), stored
+    only where they differ from what the versions before it hold and the minute has
+    attempts: the leaves **of version V** are, per minute, the newest row stored at a
+    version <= V, and an empty minute without a row has the empty leaf
+    (storage/minute_leaf_store.py)."""
+
+    __tablename__ = "minute_leaves"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The RFC 8785 bytes of the minute's leaf, exactly as hashed into the minute tree.
+    leaf: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class LiveMinute(MinuteFigures, Base):

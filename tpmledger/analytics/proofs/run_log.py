@@ -10,7 +10,9 @@ not extend the earlier ones, its tiles differ from those served before, and witn
 refuse its checkpoint (docs/provenance.md#witnessing).
 
 Hash tiles come from the leaf hashes stored with each version; entry bundles hold the
-minute leaf bytes, rebuilt from the version's events and checked against those hashes.
+minute leaf bytes stored with it (analytics/seal/stored_leaves.py), read one tile's 256
+minutes at a time and checked against those hashes: serving a bundle never reads the run's
+attempts, so it costs the same for any run size and keeps working after ``prune``.
 """
 
 from __future__ import annotations
@@ -21,20 +23,27 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from tpmledger.analytics.proofs.run_events import load_run_events
 from tpmledger.analytics.proofs.summary_export import (
     RunNotSealed,
     SnapshotOutdated,
     VersionNotSealed,
     head_checkpoint,
-    version_end_ns,
 )
-from tpmledger.analytics.seal.minute_leaves import minute_leaves
-from tpmledger.analytics.seal.minute_log import leaf_list
-from tpmledger.provenance.merkle import leaf_hash
-from tpmledger.provenance.minute_proofs import leaf_bytes
+from tpmledger.analytics.seal.minute_log import HASH_BYTES, MINUTE, leaf_list
+from tpmledger.analytics.seal.stored_leaves import (
+    StoredLeavesMismatch,
+    first_leaf_minute,
+    leaves_from_storage,
+)
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.provenance.tiles import TileError, TileRef, bundle_for, level_hashes, tile_data
+from tpmledger.provenance.tiles import (
+    TILE_WIDTH,
+    TileError,
+    TileRef,
+    entry_bundle,
+    level_hashes,
+    tile_data,
+)
 from tpmledger.storage.database import read_session, read_view
 from tpmledger.storage.models import Snapshot
 from tpmledger.storage.snapshots_read import snapshot_at
@@ -73,11 +82,10 @@ class _Tree:
     version: int
     leaf_hashes: list[bytes]
     levels: dict[int, list[bytes]]
-    entries: list[bytes] | None = None
 
 
 class RunLogTiles:
-    """Tiles of each run's newest sealed tree, the trees of a few runs kept in memory."""
+    """Tiles of each run's newest sealed tree, the hash levels of a few trees kept in memory."""
 
     def __init__(self, url: str, keep: int = 8) -> None:
         self.url = url
@@ -88,9 +96,9 @@ class RunLogTiles:
     def tile(self, run_id: str, tile: TileRef) -> bytes:
         """The bytes of ``tile`` in the run's newest tree; ``TileError`` if it has none."""
         snapshot = _snapshot(self.url, run_id, None)
-        tree = self._tree(snapshot)
         if tile.level is None:
-            return bundle_for(self._entries(snapshot, tree), tile)
+            return version_bundle(self.url, snapshot, tile)
+        tree = self._tree(snapshot)
         return tile_data(self._level(tree, tile.level), tile)
 
     def _tree(self, snapshot: Snapshot) -> _Tree:
@@ -99,22 +107,14 @@ class RunLogTiles:
             if key in self._trees:
                 self._trees.move_to_end(key)
                 return self._trees[key]
-        if snapshot.leaf_hashes is None:
-            raise TileError(
-                f"version {snapshot.version} of {snapshot.run_id} was sealed before leaf hashes "
-                "were stored; seal it again (tpmledger analyze --force)"
-            )
-        hashes = leaf_list(snapshot.leaf_hashes)
+        hashes = leaf_list(_leaf_hashes(snapshot))
         tree = _Tree(snapshot.version, hashes, {0: hashes})
-        self._remember(key, tree)
-        return tree
-
-    def _remember(self, key: tuple[str, str], tree: _Tree) -> None:
         with self._lock:
             self._trees[key] = tree
             self._trees.move_to_end(key)
             while len(self._trees) > self.keep:
                 self._trees.popitem(last=False)
+        return tree
 
     def _level(self, tree: _Tree, level: int) -> list[bytes]:
         with self._lock:
@@ -123,29 +123,34 @@ class RunLogTiles:
                     tree.levels[at] = level_hashes(tree.levels[at - 1], 1)
             return tree.levels[level]
 
-    def _entries(self, snapshot: Snapshot, tree: _Tree) -> list[bytes]:
-        if tree.entries is not None:
-            return tree.entries
-        entries = version_entries(self.url, snapshot)
-        if [leaf_hash(e) for e in entries] != tree.leaf_hashes:
-            raise SnapshotOutdated(
-                f"the minute leaves of {snapshot.run_id} version {snapshot.version} rebuilt "
-                "from its events do not hash to the leaf hashes it sealed"
-            )
-        self._remember((snapshot.run_id, snapshot.seal), _with_entries(tree, entries))
-        return entries
+
+def _leaf_hashes(snapshot: Snapshot) -> bytes:
+    if snapshot.leaf_hashes is None:
+        raise TileError(
+            f"version {snapshot.version} of {snapshot.run_id} was sealed before leaf hashes "
+            "were stored; seal it again (tpmledger analyze --force)"
+        )
+    return snapshot.leaf_hashes
 
 
-def _with_entries(tree: _Tree, entries: list[bytes]) -> _Tree:
-    return _Tree(tree.version, tree.leaf_hashes, tree.levels, entries)
-
-
-def version_entries(url: str, snapshot: Snapshot) -> list[bytes]:
-    """The minute leaf bytes of a sealed version, rebuilt from the events it saw."""
-    events = load_run_events(
-        url,
-        snapshot.run_id,
-        end_before_ns=version_end_ns(snapshot),
-        received_by=snapshot.data_as_of,
-    )
-    return [leaf_bytes(leaf) for leaf in minute_leaves(events)]
+def version_bundle(url: str, snapshot: Snapshot, tile: TileRef) -> bytes:
+    """The entry bundle ``tile`` of a sealed version, from the leaves stored with it: one
+    read bounded to the tile's minutes, each leaf checked against the sealed leaf hash."""
+    start = tile.index * TILE_WIDTH
+    if start + tile.width > snapshot.tree_size:
+        raise TileError(f"{tile.path} is beyond the tree ({snapshot.tree_size} entries)")
+    blob = _leaf_hashes(snapshot)
+    if not snapshot.leaves_stored:
+        raise SnapshotOutdated(
+            f"version {snapshot.version} of {snapshot.run_id} was sealed before minute leaves "
+            f"were stored with each version; seal it again (tpmledger analyze "
+            f"{snapshot.run_id} --force) to serve its entry bundles"
+        )
+    hashes = leaf_list(blob[start * HASH_BYTES : (start + tile.width) * HASH_BYTES])
+    try:
+        first = first_leaf_minute(snapshot.document, snapshot.tree_size) + start * MINUTE
+        with read_session(url) as session:
+            entries = leaves_from_storage(session, snapshot.run_id, snapshot.version, first, hashes)
+    except StoredLeavesMismatch as exc:
+        raise SnapshotOutdated(str(exc)) from exc
+    return entry_bundle(entries)

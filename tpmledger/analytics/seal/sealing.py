@@ -5,7 +5,8 @@ Document = ``{run_id, version, computed_at, generator {name, version}, params,
 events {sha256, count, format}, minutes {merkle_root, tree_size, through_minute_utc},
 metrics_sha256, previous_seal}`` (plus ``rebased`` when late data changed minutes an
 earlier version sealed: :mod:`analytics.seal.minute_log`) and ``seal`` = SHA-256 of its JCS.
-The run object (the API's names plus extra keys) and the minute table are stored with it.
+The run object (the API's names plus extra keys), the minute table and the minute leaves
+(:mod:`analytics.seal.stored_leaves`, what entry bundles serve) are stored with it.
 A **checkpoint** (``end_before_ns``) seals the minutes that are closed while the run is
 still receiving data (docs/provenance.md#versions).
 
@@ -38,6 +39,7 @@ from tpmledger.analytics.seal.run_computation import (
 )
 from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
 from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream
+from tpmledger.analytics.seal.stored_leaves import store_version_leaves
 from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_file import EVENTS_FORMAT
 from tpmledger.storage.database import in_one_snapshot, transaction
@@ -287,9 +289,11 @@ def seal_computation(
             "data_as_of": computation.facts.updated_at,
             "final": final,
             "leaf_hashes": b"".join(computation.tree.leaf_hashes),
+            "leaves_stored": True,
         }
         records = minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)
+        store_version_leaves(session, run_id, version + 1, computation.tree)
         store_sealed_figures(session, run_id, version + 1, figures)
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
