@@ -151,3 +151,17 @@ def live_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
     )
     rows = session.execute(query, {"run_id": run_id})
     return [dict(zip(_LIVE_COLUMNS, row, strict=True)) for row in rows]
+
+
+_RUN_MINUTE_COLUMNS = ("minute_utc", "attempts", "explicit_calls", "logical_calls",
+                       "call_successes", "retry_causes", "ttft", "latency")  # fmt: skip
+
+
+def live_run_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
+    """Every per-minute run fact of the run (storage.models.LiveRunMinute), by minute."""
+    query = text(
+        f"SELECT {', '.join(_RUN_MINUTE_COLUMNS)} FROM live_run_minutes "
+        "WHERE run_id = :run_id ORDER BY minute_utc"
+    )
+    rows = session.execute(query, {"run_id": run_id})
+    return [dict(zip(_RUN_MINUTE_COLUMNS, row, strict=True)) for row in rows]

@@ -18,12 +18,13 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.database import raw_transaction
 from tpmledger.storage.minute_versions import rows_as_of
-from tpmledger.storage.models import LiveMinute
+from tpmledger.storage.models import LiveMinute, LiveRunMinute
 
 MINUTE_NS = 60_000_000_000
 
@@ -168,6 +169,39 @@ def replace_minutes(
     with conn.cursor() as cursor, cursor.copy(statement) as copy:
         for row in rows:
             copy.write_row([row.get(c) for c in _LIVE_COLUMNS])
+
+
+_RUN_MINUTE_COLUMNS: tuple[str, ...] = tuple(c.name for c in LiveRunMinute.__table__.columns)
+
+
+def replace_run_minutes(
+    conn: psycopg.Connection,
+    run_id: str,
+    minute_starts: Sequence[datetime],
+    rows: Sequence[dict[str, Any]],
+) -> None:
+    """Replace the per-minute run facts of ``minute_starts`` with ``rows`` (kept when a
+    snapshot seals the minutes: the run's live figures merge every minute's)."""
+    conn.execute(
+        "DELETE FROM live_run_minutes WHERE run_id = %s AND minute_utc = ANY(%s)",
+        (run_id, list(minute_starts)),
+    )
+    if not rows:
+        return
+    statement = sql.SQL("INSERT INTO live_run_minutes ({}) VALUES ({})").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in _RUN_MINUTE_COLUMNS),
+        sql.SQL(", ").join(sql.Placeholder() * len(_RUN_MINUTE_COLUMNS)),
+    )
+    json_columns = {"retry_causes", "ttft", "latency"}
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            statement,
+            [
+                [Jsonb(r[c]) if c in json_columns and r[c] is not None else r.get(c)
+                 for c in _RUN_MINUTE_COLUMNS]
+                for r in rows
+            ],
+        )  # fmt: skip
 
 
 def drop_sealed_live_rows(

@@ -15,12 +15,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, with_minute_utc
+from tpmledger.analytics.kernels.value_sketch import RELATIVE_ACCURACY
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import seal_run
@@ -43,6 +45,9 @@ EXACT_FIGURES = (
     "shard_balance",
     "tokens",
     "work_conserving",
+    "logical_calls",
+    "call_success_rate",
+    "retry_causes",
 )
 
 attempt_specs = st.fixed_dictionaries(
@@ -124,6 +129,24 @@ def _assert_same(url: str, run_id: str, updater: LiveUpdater) -> None:
             assert figures[name]["sag_share"] is None
             continue
         assert figures[name] == batch[name], (name, figures[name], batch[name])
+    assert_sketched_within_accuracy(figures, batch)
+
+
+def assert_sketched_within_accuracy(live: dict[str, Any], sealed: dict[str, Any]) -> None:
+    """Live percentiles within the stated relative accuracy of the sealed (exact) ones;
+    mean and variance exact (sums: equal up to the order of float additions)."""
+    for name in ("ttft_s", "latency_s"):
+        have, want = live[name], sealed[name]
+        assert have["approximate"] is True
+        if want["p50"] is None:
+            assert have["p50"] is None
+            continue
+        alpha = have["relative_accuracy"]
+        assert alpha == RELATIVE_ACCURACY <= 0.01
+        for p in ("p50", "p95", "p99"):
+            assert abs(have[p] - want[p]) <= alpha * abs(want[p]) + 1e-12, (name, p, have, want)
+        for moment in ("mean", "variance") if name == "ttft_s" else ("mean",):
+            assert have[moment] == pytest.approx(want[moment], rel=1e-9, abs=1e-12), (name, moment)
 
 
 @settings(

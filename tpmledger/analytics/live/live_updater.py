@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.live.live_minutes import live_minute_rows
+from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
 from tpmledger.storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
@@ -40,6 +40,7 @@ from tpmledger.storage.live_store import (
     live_transaction,
     mark_stale_caps,
     replace_minutes,
+    replace_run_minutes,
     summarize_new_batches,
     take_marks,
 )
@@ -109,7 +110,7 @@ def _minute_utc(ns: int) -> datetime:
 
 
 _KEYS = ["trace_id", "span_id"]
-_FLAGS = ["rollup", "later_in_call"]
+_FLAGS = ["rollup", "later_in_call", "has_later"]
 
 
 @dataclass
@@ -195,7 +196,7 @@ class LiveUpdater:
             reader.forget(stale)
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
-            frames = []
+            frames, facts_rows = [], []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
@@ -203,6 +204,7 @@ class LiveUpdater:
                 window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
+                facts_rows += run_minute_facts(window, minutes)
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
@@ -214,6 +216,10 @@ class LiveUpdater:
                     row.update(run_id=run_id, data_as_of=facts.updated_at, computed_at=computed_at)
                     records.append(row)
             replace_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], records)
+            for fact in facts_rows:
+                fact["minute_utc"] = _minute_utc(fact.pop("minute_ns"))
+                fact.update(run_id=run_id, data_as_of=facts.updated_at)
+            replace_run_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], facts_rows)
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))

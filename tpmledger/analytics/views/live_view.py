@@ -27,11 +27,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.kernels.figure_rules import clean, work_conserving_result
+from tpmledger.analytics.kernels import value_sketch
+from tpmledger.analytics.kernels.figure_rules import (
+    DEFAULT_RETRY_BUDGET,
+    clean,
+    retry_storm_result,
+    work_conserving_result,
+)
 from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
 from tpmledger.storage.live_read import (
     RunState,
     live_minute_rows,
+    live_run_minute_rows,
     run_state,
     sealed_minute_rows,
 )
@@ -60,8 +67,9 @@ _NULLS = (
     "latency_p95_s",
     "latency_p99_s",
 )
-#: Run figures a live run cannot state exactly from minute rows (null until sealed).
-NOT_LIVE = ("logical_calls", "call_success_rate", "retry_causes", "ttft_s", "latency_s")
+#: States whose minutes no longer change (except through late data): peak minutes and
+#: sustained TPM of a live run are taken from these only (docs/metrics.md#open-minutes).
+SETTLED = ("closed", "sealed")
 
 
 def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
@@ -85,6 +93,8 @@ class CurrentTable:
     queue_shards: set[str]
     work_conserving: dict[str, Any] = field(default_factory=dict)
     sealed_minutes: int = 0  # minutes taken from the newest snapshot
+    # Per-minute run facts (storage.live_read.live_run_minute_rows), every minute's.
+    run_facts: list[dict[str, Any]] = field(default_factory=list)
     hidden_cap: int = 0  # caps of shards the snapshot's '*' counts but lists no rows of
 
     def shard_rows(self, shard_id: str) -> list[dict[str, Any]]:
@@ -116,7 +126,9 @@ def current_table(
         else []
     )
     live = live_minute_rows(session, run_id) if state.live_rows else []
-    return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
+    table = merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
+    table.run_facts = live_run_minute_rows(session, run_id)
+    return table
 
 
 def merge_tables(
@@ -262,7 +274,7 @@ def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[
 
 
 def _peak(whole: list[dict[str, Any]], by: str) -> dict[str, Any] | None:
-    active = [r for r in whole if r["calls_in_minute"] > 0]
+    active = [r for r in whole if r["calls_in_minute"] > 0 and r["state"] in SETTLED]
     if not active:
         return None
     row = min(active, key=lambda r: (-r[by], r["minute_utc"]))  # ties: earliest
@@ -284,7 +296,8 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
     successes = sum(r["successes"] for r in whole)
     prompt = sum(r["prompt_tpm_in"] for r in whole)
     completion = sum(r["completion_tpm_out"] for r in whole)
-    inner = [r["tpm_total"] for r in whole[1:-1]]
+    # Open minutes are still filling: never a peak, never part of the sustained rate.
+    inner = [r["tpm_total"] for r in whole[1:-1] if r["state"] in SETTLED]
     tokens = {
         s: sum(r["prompt_tpm_in"] + r["completion_tpm_out"] for r in table.shard_rows(s))
         for s in table.shard_ids
@@ -313,15 +326,74 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
         "sweep_id": state.sweep_id,
         "work_conserving": table.work_conserving,
         "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
-        **dict.fromkeys(NOT_LIVE),
+        **_call_figures(table, calls),
+        "open_minutes": [minute_text(r["minute_utc"]) for r in whole if r["state"] == "open"],
+        "diagnostics": live_diagnostics(table),
         "events_sha256": None,
         "seal": None,
         "snapshot_version": None,
     }
     figures = clean(figures)
-    figures["ttft_s"] = dict.fromkeys(("p50", "p95", "p99", "mean", "variance"))
-    figures["latency_s"] = dict.fromkeys(("p50", "p95", "p99", "mean"))
     return figures
+
+
+def _call_figures(table: CurrentTable, attempts: int) -> dict[str, Any]:
+    """Logical calls, call success rate and retry causes (exact), TTFT and latency
+    (sketched percentiles, exact moments) merged from every minute's run facts
+    (docs/metrics.md#live-approximations). Not measured (null) while the facts do not
+    cover every attempt counted in the minute rows (minutes stored before the facts
+    were kept, or sealed before the live table caught up)."""
+    facts = table.run_facts
+    covered = sum(f["attempts"] for f in facts) == attempts and attempts > 0
+    if not covered:
+        return {
+            "logical_calls": None,
+            "call_success_rate": None,
+            "retry_causes": None,
+            "ttft_s": value_sketch.figures(None, variance=True),
+            "latency_s": value_sketch.figures(None, variance=False),
+        }
+    calls = sum(f["logical_calls"] for f in facts)
+    ok_calls = sum(f["call_successes"] for f in facts)
+    causes: dict[str, int] | None = None
+    if any(f["explicit_calls"] for f in facts) and table.retries_measured:
+        causes = {}
+        for f in facts:
+            for cause, count in f["retry_causes"].items():
+                causes[cause] = causes.get(cause, 0) + count
+        causes = dict(sorted(causes.items()))
+    return {
+        "logical_calls": calls,
+        "call_success_rate": ok_calls / calls if calls else None,
+        "retry_causes": causes,
+        "ttft_s": value_sketch.figures(
+            value_sketch.merged(f["ttft"] for f in facts), variance=True
+        ),
+        "latency_s": value_sketch.figures(
+            value_sketch.merged(f["latency"] for f in facts), variance=False
+        ),
+    }
+
+
+def live_diagnostics(table: CurrentTable) -> dict[str, Any]:
+    """The diagnostics a live run can state from its minute rows, over its closed and
+    sealed minutes (``"live": true``): the retry storm and the work-conserving check.
+    The attempt-level ones (deadline overrun, tool-held slots, target saturation) are
+    the newest sealed version's; the run object's reader fills them in
+    (analytics/views/run_extras.py)."""
+    whole = [r for r in table.shard_rows(WHOLE_RUN) if r["state"] in SETTLED]
+    storm = None
+    if table.retries_measured and whole:
+        storm = retry_storm_result(
+            ((minute_text(r["minute_utc"]), r["calls_in_minute"], r["retries"]) for r in whole),
+            DEFAULT_RETRY_BUDGET,
+        )
+    return {
+        "live": True,
+        "through_minute_utc": minute_text(whole[-1]["minute_utc"]) if whole else None,
+        "retry_storm": storm,
+        "work_conserving": table.work_conserving,
+    }
 
 
 def run_view(
