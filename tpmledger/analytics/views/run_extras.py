@@ -103,10 +103,7 @@ def live_run_diagnostics(
     out["sealed_version"] = version
     if version is None or "note" in sealed:
         out["note"] = (
-            "deadline overrun, tool-held slots and target saturation are computed when "
-            "the first checkpoint is sealed"
-            if version is None
-            else sealed["note"]
+            "computed when the first checkpoint is sealed" if version is None else sealed["note"]
         )
     return out
 

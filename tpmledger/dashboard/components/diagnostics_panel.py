@@ -68,7 +68,9 @@ def _live_lines(diagnostics: dict[str, Any]) -> list[tuple[str, str]]:
     through = diagnostics.get("through_minute_utc")
     storm = diagnostics.get("retry_storm")
     if through is None:
-        storm_text = "live: the first minutes are still in progress"
+        storm_text = "not measured yet: the first minutes are still in progress"
+    elif storm is None:
+        storm_text = _retry_storm(storm)
     else:
         storm_text = (
             f"{_retry_storm(storm)} (live, closed minutes through {str(through)[11:16]} UTC)"
