@@ -128,7 +128,8 @@ def known_caps(conn: psycopg.Connection, run_id: str) -> dict[str, int]:
 
 def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int]) -> int:
     """Queue again the minutes whose work-conserving seconds were counted against an
-    older cap of their shard (a larger cap was declared since); returns how many."""
+    older cap of their shard (a larger cap was declared since), in the live rows or in
+    the run facts that outlive them; returns how many."""
     if not caps:
         return 0
     shards, values = list(caps), [caps[s] for s in caps]
@@ -141,8 +142,17 @@ def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int])
         CROSS JOIN LATERAL (
             SELECT (extract(epoch FROM l.minute_utc)::bigint * 1000000000) AS ns) m
         WHERE l.run_id = %s AND l.queue_seconds > 0 AND l.sag_cap IS DISTINCT FROM c.cap
+        UNION
+        SELECT f.run_id, m.ns, m.ns
+        FROM live_run_minutes f
+        CROSS JOIN LATERAL jsonb_each(f.work_seconds) AS w(shard_id, counts)
+        JOIN unnest(%s::text[], %s::int[]) AS c(shard_id, cap) ON c.shard_id = w.shard_id
+        CROSS JOIN LATERAL (
+            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
+        WHERE f.run_id = %s AND (w.counts ->> 0)::bigint > 0
+          AND (w.counts ->> 2)::int IS DISTINCT FROM c.cap
         """,
-        (shards, values, run_id),
+        (shards, values, run_id, shards, values, run_id),
     )
     return cursor.rowcount
 
@@ -192,7 +202,7 @@ def replace_run_minutes(
         sql.SQL(", ").join(sql.Identifier(c) for c in _RUN_MINUTE_COLUMNS),
         sql.SQL(", ").join(sql.Placeholder() * len(_RUN_MINUTE_COLUMNS)),
     )
-    json_columns = {"retry_causes", "ttft", "latency"}
+    json_columns = {"retry_causes", "ttft", "latency", "work_seconds"}
     with conn.cursor() as cursor:
         cursor.executemany(
             statement,

@@ -277,8 +277,9 @@ class LiveRunMinute(Base):
     calls without an explicit id count one each), ``call_successes`` those whose last
     attempt succeeded, ``retry_causes`` the error types of the minute's failed attempts a
     later attempt of the same call retried. ``ttft`` / ``latency`` hold the count, sum,
-    sum of squared deviations and a DDSketch's bins (analytics/kernels/value_sketch.py).
-    Replaced with the minute's live rows, but kept when a checkpoint seals the minute.
+    sum of squared deviations and a DDSketch's bins (analytics/kernels/value_sketch.py);
+    ``work_seconds`` the work-conserving check's counts per shard. Replaced with the
+    minute's live rows, but kept when a checkpoint seals the minute.
     """
 
     __tablename__ = "live_run_minutes"
@@ -292,6 +293,8 @@ class LiveRunMinute(Base):
     retry_causes: Mapped[dict[str, Any]] = mapped_column(JSONB)
     ttft: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     latency: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # {shard_id: [queue_seconds, sag_seconds, sag_cap]} (LiveMinute's, kept past a seal).
+    work_seconds: Mapped[dict[str, Any]] = mapped_column(JSONB)
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

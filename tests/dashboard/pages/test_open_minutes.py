@@ -1,4 +1,5 @@
-"""Open minutes drawn as in progress, in a real headless Chromium (docs/dashboard.md#in-progress-minutes).
+"""Open minutes drawn as in progress, in a real headless Chromium
+(docs/dashboard.md#in-progress-minutes).
 
 A live run whose newest minutes are still open (within ``close_after_s`` of their end):
 the live updater fills the live minute table from attempts stored through the real write

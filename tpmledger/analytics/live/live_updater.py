@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import polars as pl
 import psycopg
@@ -208,6 +209,7 @@ class LiveUpdater:
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
+            _add_work_seconds(facts_rows, rows)
             computed_at = datetime.now(UTC)
             records = []
             if rows is not None:
@@ -228,6 +230,20 @@ class LiveUpdater:
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
+
+
+def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | None) -> None:
+    """Each minute's work-conserving counts per shard, from its live rows, into its facts
+    (they outlive the live rows a seal drops: the check stays live after a checkpoint)."""
+    work: dict[int, dict[str, list[Any]]] = {}
+    if rows is not None:
+        shards = rows.filter(pl.col("shard_id") != WHOLE_RUN, pl.col("queue_seconds") > 0)
+        for minute, shard, queued, sag, cap in shards.select(
+            "minute_ns", "shard_id", "queue_seconds", "sag_seconds", "sag_cap"
+        ).iter_rows():
+            work.setdefault(minute, {})[shard] = [queued, sag, cap]
+    for fact in facts_rows:
+        fact["work_seconds"] = work.get(fact["minute_ns"], {})
 
 
 class _WindowReader:

@@ -126,9 +126,8 @@ def current_table(
         else []
     )
     live = live_minute_rows(session, run_id) if state.live_rows else []
-    table = merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
-    table.run_facts = live_run_minute_rows(session, run_id)
-    return table
+    facts = live_run_minute_rows(session, run_id)
+    return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now, facts=facts)
 
 
 def merge_tables(
@@ -138,8 +137,10 @@ def merge_tables(
     *,
     close_after_s: float,
     now: datetime,
+    facts: list[dict[str, Any]] | None = None,
 ) -> CurrentTable:
-    """Overlay ``live`` rows on ``sealed`` rows minute by minute and apply the rules."""
+    """Overlay ``live`` rows on ``sealed`` rows minute by minute and apply the rules;
+    ``facts`` are the run's per-minute run facts (run-level live figures)."""
     live_minutes = {r["minute_utc"] for r in live if r["shard_id"] == WHOLE_RUN}
     chosen = [r for r in sealed if r["minute_utc"] not in live_minutes]
     chosen += [{**r, "_live": True} for r in live]
@@ -161,6 +162,7 @@ def merge_tables(
         ),
         caps={},
         queue_shards=set(),
+        run_facts=facts or [],
     )
     caps: dict[str, int] = {}
     called: set[str] = set()
@@ -253,23 +255,32 @@ def _apply_rules(
 
 
 def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[str, Any]:
-    """The check from the live rows' per-minute seconds (null once the run has a
-    snapshot, or while a cap changed after seconds were counted)."""
+    """The check from the per-minute seconds: the live rows' before any seal; after one
+    (snapshots keep no per-second counts) the run facts' copies, kept for every minute,
+    when they cover every attempt. Null while a cap changed after seconds were counted."""
     result = work_conserving_result()
     usable = {s: c for s, c in table.caps.items() if s in table.queue_shards and c}
-    # Snapshots keep no per-second counts: after a seal the live rows cover only the
-    # minutes touched since, so the check waits for the next seal.
-    if not usable or table.state.snapshot_version is not None:
+    if not usable:
         return result
+    counts: list[tuple[str, int, int, int | None]]
+    if table.state.snapshot_version is None:
+        counts = [(r["shard_id"], r["queue_seconds"], r["sag_seconds"], r["sag_cap"])
+                  for r in chosen]  # fmt: skip
+    else:
+        attempts = sum(r["calls_in_minute"] for r in chosen if r["shard_id"] == WHOLE_RUN)
+        if sum(f["attempts"] for f in table.run_facts) != attempts:
+            return result  # minutes the facts do not cover: waits for the next seal
+        counts = [(shard, q, s, c) for f in table.run_facts
+                  for shard, (q, s, c) in f["work_seconds"].items()]  # fmt: skip
     queued = sag = 0
-    for r in chosen:
-        cap = usable.get(r["shard_id"])
+    for shard, queue_seconds, sag_seconds, sag_cap in counts:
+        cap = usable.get(shard)
         if cap is None:
             continue
-        if r["queue_seconds"] and r["sag_cap"] != cap:
+        if queue_seconds and sag_cap != cap:
             return result  # counted against an older cap: not exact until resealed
-        queued += r["queue_seconds"]
-        sag += r["sag_seconds"]
+        queued += queue_seconds
+        sag += sag_seconds
     return clean(work_conserving_result(queued, sag))
 
 

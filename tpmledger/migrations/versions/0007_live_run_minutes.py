@@ -5,8 +5,10 @@
   how many of them succeeded, the retry causes of the minute's failed attempts that a
   later attempt retried, and per value (TTFT, latency) the count, sum and sum of squared
   deviations (exact mean and variance) plus a DDSketch of relative accuracy 1 %
-  (docs/metrics.md#live-approximations). Unlike ``live_minutes`` these rows are not
-  dropped when a checkpoint seals the minute: the run's live figures merge every minute.
+  (docs/metrics.md#live-approximations), and per shard the work-conserving check's
+  seconds with a queue, those that sagged, and the cap they were counted against.
+  Unlike ``live_minutes`` these rows are not dropped when a checkpoint seals the minute:
+  the run's live figures merge every minute.
 
 Revision ID: 0007
 Revises: 0006
@@ -36,6 +38,7 @@ def upgrade() -> None:
         sa.Column("retry_causes", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("ttft", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("latency", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
+        sa.Column("work_seconds", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("data_as_of", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("run_id", "minute_utc", name=op.f("pk_live_run_minutes")),
     )
