@@ -186,9 +186,9 @@ def split_open(trace: dict[str, Any], is_open: list[bool]) -> list[dict[str, Any
     from the last settled minute. The in-progress part joins the legend group
     :data:`IN_PROGRESS_GROUP` (one legend entry per chart, see :func:`add_in_progress`).
     """
-    if not any(is_open):
-        return [trace]
     ys = list(trace.get("y", []))
+    if not any(is_open) or len(ys) != len(is_open):
+        return [trace]
     settled = {**trace, "y": [None if o else y for y, o in zip(ys, is_open, strict=True)]}
     if trace.get("type") == "bar":
         marker = dict(trace.get("marker", {}))
@@ -230,7 +230,11 @@ def add_in_progress(fig: Figure, minutes: list[str], is_open: list[bool]) -> Non
          "y": 1, "yanchor": "top", "xref": "x", "yref": "paper", "showarrow": False,
          "font": {"size": 11}, "opacity": 0.8}
     )  # fmt: skip
-    # The legend entry: an empty hatched bar in the group every in-progress part joins.
+    add_in_progress_legend(fig)
+
+
+def add_in_progress_legend(fig: Figure) -> None:
+    """The legend entry: an empty hatched bar in the group every in-progress part joins."""
     fig["data"].append(
         {"type": "bar", "x": [None], "y": [None], "name": IN_PROGRESS,
          "legendgroup": IN_PROGRESS_GROUP, "showlegend": True, "hoverinfo": "skip",
