@@ -26,7 +26,7 @@ def test_bins_are_the_librarys_own() -> None:
     reference = DDSketch(ALPHA)
     for v in values:
         reference.add(float(v))
-    ours = value_sketch.as_sketch(part)
+    ours = value_sketch.as_sketch(value_sketch.Summary.from_json(part))
     assert ours.count == reference.count and ours._zero_count == reference._zero_count
     # Same keys, same counts (the vectorized key is LogarithmicMapping.key).
     for rank in range(0, 5_000, 37):
@@ -39,12 +39,12 @@ def test_merged_minutes_equal_one_summary_of_all_values_and_stay_within_alpha() 
     minutes = [_values(seed, n) for seed, n in ((2, 900), (3, 1), (4, 4_000), (5, 250))]
     parts = [_value_summary(m) for m in minutes]
     merged = value_sketch.merged([*parts, None])
-    whole = _value_summary(np.concatenate(minutes))
-    assert merged is not None and whole is not None
-    assert (merged["n"], merged["zero"], merged["offset"], merged["bins"]) == (
-        whole["n"], whole["zero"], whole["offset"], whole["bins"],
-    )  # fmt: skip
-    assert np.isclose(merged["m2"], whole["m2"], rtol=1e-12)
+    stored = _value_summary(np.concatenate(minutes))
+    assert merged is not None and stored is not None
+    whole = value_sketch.Summary.from_json(stored)
+    assert (merged.n, merged.zero, merged.offset) == (whole.n, whole.zero, whole.offset)
+    assert merged.counts.tolist() == whole.counts.tolist()
+    assert np.isclose(merged.m2, whole.m2, rtol=1e-12)
     values = np.concatenate(minutes)
     figures = value_sketch.figures(merged, variance=True)
     assert figures["approximate"] is True and figures["relative_accuracy"] == ALPHA

@@ -177,8 +177,8 @@ def live_minute_rows(
 
 
 def _value_summary(values: np.ndarray) -> dict[str, Any] | None:
-    """Count, sum, squared deviations and DDSketch bins of one minute's values
-    (:mod:`analytics.kernels.value_sketch`; keys as ``LogarithmicMapping.key``)."""
+    """Count, sum, squared deviations and DDSketch bins of one minute's values, stored
+    form (:mod:`analytics.kernels.value_sketch`; keys as ``LogarithmicMapping.key``)."""
     if values.size == 0:
         return None
     n, total = int(values.size), float(values.sum())
@@ -187,8 +187,7 @@ def _value_summary(values: np.ndarray) -> dict[str, Any] | None:
     # Spans never end before they start (docs/ingest.md#limits): nothing maps below zero.
     keys = np.ceil(np.log(mapped) / np.log(2.0) * KEY_MULTIPLIER).astype(np.int64)
     unique, counts = np.unique(keys, return_counts=True)
-    bins = dict(zip(unique.tolist(), counts.tolist(), strict=True))
-    return summary(n, total, m2, n - int(mapped.size), bins)
+    return summary(total, m2, n, unique, counts.astype(np.int64)).as_json()
 
 
 def run_minute_facts(window: pl.DataFrame, minutes_ns: Sequence[int]) -> list[dict[str, Any]]:
