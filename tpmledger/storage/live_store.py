@@ -157,6 +157,33 @@ def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int])
     return cursor.rowcount
 
 
+def known_max_timeout(conn: psycopg.Connection, run_id: str) -> float | None:
+    """The largest request timeout the run's per-minute facts recorded."""
+    row = conn.execute(
+        "SELECT max((max_timeout_s)::float8) FROM live_run_minutes WHERE run_id = %s",
+        (run_id,),
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def mark_stale_timeouts(conn: psycopg.Connection, run_id: str, limit: float) -> int:
+    """Queue again the minutes whose attempts without a deadline of their own were
+    checked against another run-wide request timeout than ``limit``; returns how many."""
+    cursor = conn.execute(
+        """
+        INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
+        SELECT f.run_id, m.ns, m.ns
+        FROM live_run_minutes f
+        CROSS JOIN LATERAL (
+            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
+        WHERE f.run_id = %s AND (f.deadline ->> 'without_own')::bigint > 0
+          AND (f.deadline ->> 'limit')::float8 IS DISTINCT FROM %s
+        """,
+        (run_id, limit),
+    )
+    return cursor.rowcount
+
+
 _LIVE_COLUMNS: tuple[str, ...] = tuple(c.name for c in LiveMinute.__table__.columns)
 
 
@@ -202,7 +229,7 @@ def replace_run_minutes(
         sql.SQL(", ").join(sql.Identifier(c) for c in _RUN_MINUTE_COLUMNS),
         sql.SQL(", ").join(sql.Placeholder() * len(_RUN_MINUTE_COLUMNS)),
     )
-    json_columns = {"retry_causes", "ttft", "latency", "work_seconds"}
+    json_columns = {"retry_causes", "ttft", "latency", "work_seconds", "deadline"}
     with conn.cursor() as cursor:
         cursor.executemany(
             statement,

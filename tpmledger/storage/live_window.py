@@ -40,11 +40,15 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "concurrency_cap": "integer",
     "call_id_explicit": "integer",
     "error_type": "text",
+    "deadline_text": "text",
+    "timeout_text": "text",
 }
 
 _COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
        prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int,
-       error_type"""
+       error_type, span_attributes ->> 'tpmledger.deadline_s',
+       coalesce(span_attributes ->> 'tpmledger.request.timeout_s',
+                resource_attributes ->> 'tpmledger.request.timeout_s')"""
 _WINDOW_SQL = f"""
 SELECT {_COLUMNS}
 FROM attempts

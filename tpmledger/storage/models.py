@@ -295,6 +295,10 @@ class LiveRunMinute(Base):
     latency: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # {shard_id: [queue_seconds, sag_seconds, sag_cap]} (LiveMinute's, kept past a seal).
     work_seconds: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Largest request timeout declared by the minute's attempts (rollups too), and the
+    # deadline overrun's sums {attempts, over, wasted_s, without_own, limit}.
+    max_timeout_s: Mapped[float | None] = mapped_column(Double)
+    deadline: Mapped[dict[str, Any]] = mapped_column(JSONB)
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

@@ -10,6 +10,7 @@ accuracy, means and the TTFT variance equal up to float summation order.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -22,6 +23,7 @@ from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import run_view
 from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.sealed_figures_store import read_diagnostics
 
 pytestmark = pytest.mark.slow
 SECOND = 1_000_000_000
@@ -56,10 +58,34 @@ def _calls(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
                     http_status=200 if ok else 500,
                     prompt_tokens=rng.randint(50, 500),
                     completion_tokens=rng.randint(10, 300) if ok else 0,
+                    **_declared(rng, call),
                 )
             )
             start += int((latency + rng.uniform(0.1, 40)) * SECOND)
     return rows
+
+
+def _declared(rng: random.Random, call: int) -> dict[str, str]:
+    """Shard 0 declares a 2 s request timeout on its resource; a tenth of attempts set a
+    deadline of their own; the rest fall back to the run's largest timeout."""
+    span: dict[str, Any] = {"gen_ai.operation.name": "chat"}
+    if rng.random() < 0.1:
+        span["tpmledger.deadline_s"] = rng.choice((1.0, 3.0))
+    resource: dict[str, Any] = {"service.name": "test"}
+    if call % 3 == 0:
+        resource["tpmledger.request.timeout_s"] = 2.0
+    return {"span_attributes": json.dumps(span), "resource_attributes": json.dumps(resource)}
+
+
+def _assert_deadline_overrun_equal(url: str, live: dict[str, Any], version: int) -> None:
+    have = live["diagnostics"]["deadline_overrun"]
+    sealed = in_one_snapshot(url, read_diagnostics, RUN_ID, version)
+    assert sealed is not None
+    want = sealed.diagnostics["deadline_overrun"]
+    assert want is not None and have is not None and have["attempts_over_deadline"] > 0
+    for key in ("share", "attempts_with_deadline", "attempts_over_deadline"):
+        assert have[key] == want[key], (key, have, want)
+    assert have["slot_seconds_wasted"] == pytest.approx(want["slot_seconds_wasted"], rel=1e-9)
 
 
 def test_live_figures_equal_the_sealed_ones_or_lie_within_the_stated_accuracy(
@@ -76,13 +102,14 @@ def test_live_figures_equal_the_sealed_ones_or_lie_within_the_stated_accuracy(
     assert live is not None and live["live"] is True
     assert sum(live["retry_causes"].values()) > 100  # the run really retries
 
-    seal_run(database_url, RUN_ID)
+    version = seal_run(database_url, RUN_ID).version
     sealed = in_one_snapshot(database_url, run_view, RUN_ID)
     assert sealed is not None and sealed["seal"] is not None
     assert "approximate" not in (sealed["ttft_s"] or {})  # a sealed version's are exact
     for name in ("attempts", "logical_calls", "call_success_rate", "retry_causes"):
         assert live[name] == sealed[name], (name, live[name], sealed[name])
     assert_sketched_within_accuracy(live, sealed)
+    _assert_deadline_overrun_equal(database_url, live, version)
 
 
 def test_live_figures_survive_a_checkpoint_and_late_retries(database_url: str) -> None:
@@ -100,9 +127,10 @@ def test_live_figures_survive_a_checkpoint_and_late_retries(database_url: str) -
     LiveUpdater(database_url).update_once()  # a cold updater: flags probed anew
     live = in_one_snapshot(database_url, run_view, RUN_ID)
     assert live is not None and live["live"] is True
-    seal_run(database_url, RUN_ID)
+    version = seal_run(database_url, RUN_ID).version
     sealed = in_one_snapshot(database_url, run_view, RUN_ID)
     assert sealed is not None
     for name in ("attempts", "logical_calls", "call_success_rate", "retry_causes"):
         assert live[name] == sealed[name], (name, live[name], sealed[name])
     assert_sketched_within_accuracy(live, sealed)
+    _assert_deadline_overrun_equal(database_url, live, version)

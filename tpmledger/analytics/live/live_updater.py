@@ -37,9 +37,11 @@ from tpmledger.storage.live_store import (
     Mark,
     dirty_run_ids,
     known_caps,
+    known_max_timeout,
     live_run_facts,
     live_transaction,
     mark_stale_caps,
+    mark_stale_timeouts,
     replace_minutes,
     replace_run_minutes,
     summarize_new_batches,
@@ -197,7 +199,8 @@ class LiveUpdater:
             reader.forget(stale)
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
-            frames, facts_rows = [], []
+            frames: list[pl.DataFrame] = []
+            read: list[tuple[pl.DataFrame, list[int]]] = []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
@@ -205,10 +208,17 @@ class LiveUpdater:
                 window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
-                facts_rows += run_minute_facts(window, minutes)
+                read.append((window, minutes))
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
+            # The run's largest request timeout: deadline of attempts declaring none.
+            known_timeout = known_max_timeout(conn, run_id)
+            run_timeout = max(
+                [t for t in [known_timeout, *(_max_timeout(w) for w, _ in read)] if t is not None],
+                default=None,
+            )
+            facts_rows = [f for w, m in read for f in run_minute_facts(w, m, run_timeout)]
             _add_work_seconds(facts_rows, rows)
             computed_at = datetime.now(UTC)
             records = []
@@ -222,6 +232,9 @@ class LiveUpdater:
                 fact["minute_utc"] = _minute_utc(fact.pop("minute_ns"))
                 fact.update(run_id=run_id, data_as_of=facts.updated_at)
             replace_run_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], facts_rows)
+            if run_timeout is not None and run_timeout != known_timeout:
+                # A larger timeout declared now: minutes that used the old one go again.
+                mark_stale_timeouts(conn, run_id, run_timeout)
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
@@ -230,6 +243,13 @@ class LiveUpdater:
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
+
+
+def _max_timeout(window: pl.DataFrame) -> float | None:
+    """The largest valid request timeout the window's attempts (rollups too) declare."""
+    value = pl.col("timeout_text").str.strip_chars().cast(pl.Float64, strict=False)
+    found = window.select(pl.when(value.is_finite() & (value > 0)).then(value).max()).item()
+    return None if found is None else float(found)
 
 
 def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | None) -> None:

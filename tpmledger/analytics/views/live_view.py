@@ -388,9 +388,9 @@ def _call_figures(table: CurrentTable, attempts: int) -> dict[str, Any]:
 
 def live_diagnostics(table: CurrentTable) -> dict[str, Any]:
     """The diagnostics a live run can state from its minute rows, over its closed and
-    sealed minutes (``"live": true``): the retry storm and the work-conserving check.
-    The attempt-level ones (deadline overrun, tool-held slots, target saturation) are
-    the newest sealed version's; the run object's reader fills them in
+    sealed minutes (``"live": true``): the retry storm, the work-conserving check
+    and the deadline overrun (from per-minute sums). Tool-held slots and target
+    saturation are the newest sealed version's; the run object's reader fills them in
     (analytics/views/run_extras.py)."""
     whole = [r for r in table.shard_rows(WHOLE_RUN) if r["state"] in SETTLED]
     storm = None
@@ -403,8 +403,41 @@ def live_diagnostics(table: CurrentTable) -> dict[str, Any]:
         "live": True,
         "through_minute_utc": minute_text(whole[-1]["minute_utc"]) if whole else None,
         "retry_storm": storm,
+        "deadline_overrun": _deadline_overrun(table, {r["minute_utc"] for r in whole}),
         "work_conserving": table.work_conserving,
     }
+
+
+def _deadline_overrun(table: CurrentTable, settled: set[datetime]) -> dict[str, Any] | None:
+    """The deadline overrun over the settled minutes, from their run facts' sums; null
+    when nothing declares a deadline, the facts miss attempts, or a minute was checked
+    against an older run-wide timeout (it is queued again and recomputed)."""
+    facts = table.run_facts
+    attempts = sum(r["calls_in_minute"] for r in table.shard_rows(WHOLE_RUN))
+    if sum(f["attempts"] for f in facts) != attempts:
+        return None
+    limit = max((f["max_timeout_s"] for f in facts if f["max_timeout_s"] is not None),
+                default=None)  # fmt: skip
+    checked = over = 0
+    wasted = 0.0
+    for f in facts:
+        fold = f["deadline"]
+        if fold["without_own"] and fold["limit"] != limit:
+            return None
+        if f["minute_utc"] in settled:
+            checked, over = checked + fold["attempts"], over + fold["over"]
+            wasted += fold["wasted_s"]
+    if checked == 0:
+        return None
+    result: dict[str, Any] = clean(
+        {
+            "share": over / checked,
+            "slot_seconds_wasted": wasted,
+            "attempts_with_deadline": checked,
+            "attempts_over_deadline": over,
+        }
+    )
+    return result
 
 
 def run_view(

@@ -84,16 +84,16 @@ def run_extras(
 
 
 #: Diagnostics a live run states over its closed minutes (analytics/views/live_view.py).
-LIVE_DIAGNOSTICS = ("retry_storm", "work_conserving")
+LIVE_DIAGNOSTICS = ("retry_storm", "deadline_overrun", "work_conserving")
 
 
 def live_run_diagnostics(
     session: Session, run_id: str, live: dict[str, Any], version: int | None
 ) -> dict[str, Any]:
-    """A live run's ``diagnostics``: the retry storm and the work-conserving check over
-    its closed minutes (``live``, marked ``"live": true``); deadline overrun, tool-held
-    slots and target saturation need every attempt's declarations and come from the
-    newest sealed version (a checkpoint over closed minutes), ``None`` before one."""
+    """A live run's ``diagnostics``: the retry storm, the deadline overrun and the
+    work-conserving check over its closed minutes (``live``, marked ``"live": true``);
+    tool-held slots and target saturation need every attempt's tools and targets and come
+    from the newest sealed version (a checkpoint over closed minutes), ``None`` before one."""
     sealed = run_extras(session, run_id, version)["diagnostics"]
     out = {key: sealed.get(key) for key in DIAGNOSTIC_KEYS}
     out |= {key: live.get(key) for key in LIVE_DIAGNOSTICS}

@@ -77,8 +77,10 @@ def _live_lines(diagnostics: dict[str, Any]) -> list[tuple[str, str]]:
         )
     version = diagnostics.get("sealed_version")
     lines = [("retry storm", storm_text)]
+    deadline = diagnostics.get("deadline_overrun")
+    deadline_text = _deadline(deadline) + (" (live)" if deadline else "")
+    lines.append(("slots held past the deadline", deadline_text))
     for label, key, text in (
-        ("slots held past the deadline", "deadline_overrun", _deadline),
         ("slots held by tools", "slot_held_by_tool", _tools),
         ("per-target saturation", "target_saturation", _targets),
     ):

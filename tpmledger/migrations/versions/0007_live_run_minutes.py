@@ -6,7 +6,8 @@
   later attempt retried, and per value (TTFT, latency) the count, sum and sum of squared
   deviations (exact mean and variance) plus a DDSketch of relative accuracy 1 %
   (docs/metrics.md#live-approximations), and per shard the work-conserving check's
-  seconds with a queue, those that sagged, and the cap they were counted against.
+  seconds with a queue, those that sagged, and the cap they were counted against; the
+  deadline overrun's sums and the largest request timeout declared in the minute.
   Unlike ``live_minutes`` these rows are not dropped when a checkpoint seals the minute:
   the run's live figures merge every minute.
 
@@ -39,6 +40,8 @@ def upgrade() -> None:
         sa.Column("ttft", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("latency", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("work_seconds", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("max_timeout_s", sa.Double(), nullable=True),
+        sa.Column("deadline", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("data_as_of", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("run_id", "minute_utc", name=op.f("pk_live_run_minutes")),
     )
