@@ -41,9 +41,11 @@ from typing import Any
 
 import httpx
 import psycopg
-from ingest_workload import RssSampler, _kv, build_bodies, percentile, start_ingest
+from ingest_workload import RssSampler, build_bodies, percentile, start_ingest
+from ingest_workload import key_value as _kv
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from seal import _postgres_cpu, generate
+from seal import _postgres_cpu
+from seal_workload import generate
 
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.storage import migrate

@@ -62,13 +62,17 @@ def client(database_url: str) -> TestClient:
 
 def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     body = client.get("/v1/runs/api-run").json()
-    assert set(body) == RUN_KEYS | EXTRA_KEYS | {"latest_sealed_version"}
+    assert set(body) == RUN_KEYS | EXTRA_KEYS | {"latest_sealed_version", "open_minutes"}
     assert body["live"] is True and UTC_Z.match(body["data_as_of"])
     assert body["seal"] is None and body["snapshot_version"] is None
     assert body["attempts"] == 20
     assert body["tokens"] == {"prompt": 2000, "completion": 1000, "total": 3000}
-    # Figures the minute rows cannot state exactly wait for the seal: null, not guessed.
-    assert body["ttft_s"]["p95"] is None and body["logical_calls"] is None
+    # Every figure is live: calls exact, percentiles sketched and saying so.
+    assert body["logical_calls"] == 20 and body["call_success_rate"] == 1.0
+    ttft = body["ttft_s"]
+    assert ttft["approximate"] is True and ttft["relative_accuracy"] == 0.01
+    assert abs(ttft["p95"] - 0.5) <= 0.005 and ttft["mean"] == 0.5 and ttft["variance"] == 0.0
+    assert body["diagnostics"]["live"] is True
     listed = client.get("/v1/runs").json()["runs"]
     assert [(r["run_id"], r["status"]) for r in listed] == [("api-run", "live")]
 

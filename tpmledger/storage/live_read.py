@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
-from tpmledger.storage.models import LiveMinute
+from tpmledger.storage.models import LiveMinute, LiveRunMinute
 
 _MINUTE_COLUMNS = MINUTE_ROW_COLUMNS
 _LIVE_COLUMNS = tuple(c.name for c in LiveMinute.__table__.columns if c.name != "run_id")
@@ -151,3 +151,16 @@ def live_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
     )
     rows = session.execute(query, {"run_id": run_id})
     return [dict(zip(_LIVE_COLUMNS, row, strict=True)) for row in rows]
+
+
+_RUN_MINUTE_COLUMNS = tuple(c.name for c in LiveRunMinute.__table__.columns if c.name != "run_id")
+
+
+def live_run_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
+    """Every per-minute run fact of the run (storage.models.LiveRunMinute), by minute."""
+    query = text(
+        f"SELECT {', '.join(_RUN_MINUTE_COLUMNS)} FROM live_run_minutes "
+        "WHERE run_id = :run_id ORDER BY minute_utc"
+    )
+    rows = session.execute(query, {"run_id": run_id})
+    return [dict(zip(_RUN_MINUTE_COLUMNS, row, strict=True)) for row in rows]

@@ -18,12 +18,13 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.database import raw_transaction
 from tpmledger.storage.minute_versions import rows_as_of
-from tpmledger.storage.models import LiveMinute
+from tpmledger.storage.models import LiveMinute, LiveRunMinute
 
 MINUTE_NS = 60_000_000_000
 
@@ -127,7 +128,8 @@ def known_caps(conn: psycopg.Connection, run_id: str) -> dict[str, int]:
 
 def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int]) -> int:
     """Queue again the minutes whose work-conserving seconds were counted against an
-    older cap of their shard (a larger cap was declared since); returns how many."""
+    older cap of their shard (a larger cap was declared since), in the live rows or in
+    the run facts that outlive them; returns how many."""
     if not caps:
         return 0
     shards, values = list(caps), [caps[s] for s in caps]
@@ -140,8 +142,44 @@ def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int])
         CROSS JOIN LATERAL (
             SELECT (extract(epoch FROM l.minute_utc)::bigint * 1000000000) AS ns) m
         WHERE l.run_id = %s AND l.queue_seconds > 0 AND l.sag_cap IS DISTINCT FROM c.cap
+        UNION
+        SELECT f.run_id, m.ns, m.ns
+        FROM live_run_minutes f
+        CROSS JOIN LATERAL jsonb_each(f.work_seconds) AS w(shard_id, counts)
+        JOIN unnest(%s::text[], %s::int[]) AS c(shard_id, cap) ON c.shard_id = w.shard_id
+        CROSS JOIN LATERAL (
+            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
+        WHERE f.run_id = %s AND (w.counts ->> 0)::bigint > 0
+          AND (w.counts ->> 2)::int IS DISTINCT FROM c.cap
         """,
-        (shards, values, run_id),
+        (shards, values, run_id, shards, values, run_id),
+    )
+    return cursor.rowcount
+
+
+def known_max_timeout(conn: psycopg.Connection, run_id: str) -> float | None:
+    """The largest request timeout the run's per-minute facts recorded."""
+    row = conn.execute(
+        "SELECT max((max_timeout_s)::float8) FROM live_run_minutes WHERE run_id = %s",
+        (run_id,),
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def mark_stale_timeouts(conn: psycopg.Connection, run_id: str, limit: float) -> int:
+    """Queue again the minutes whose attempts without a deadline of their own were
+    checked against another run-wide request timeout than ``limit``; returns how many."""
+    cursor = conn.execute(
+        """
+        INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
+        SELECT f.run_id, m.ns, m.ns
+        FROM live_run_minutes f
+        CROSS JOIN LATERAL (
+            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
+        WHERE f.run_id = %s AND (f.deadline ->> 'without_own')::bigint > 0
+          AND (f.deadline ->> 'limit')::float8 IS DISTINCT FROM %s
+        """,
+        (run_id, limit),
     )
     return cursor.rowcount
 
@@ -168,6 +206,39 @@ def replace_minutes(
     with conn.cursor() as cursor, cursor.copy(statement) as copy:
         for row in rows:
             copy.write_row([row.get(c) for c in _LIVE_COLUMNS])
+
+
+_RUN_MINUTE_COLUMNS: tuple[str, ...] = tuple(c.name for c in LiveRunMinute.__table__.columns)
+
+
+def replace_run_minutes(
+    conn: psycopg.Connection,
+    run_id: str,
+    minute_starts: Sequence[datetime],
+    rows: Sequence[dict[str, Any]],
+) -> None:
+    """Replace the per-minute run facts of ``minute_starts`` with ``rows`` (kept when a
+    snapshot seals the minutes: the run's live figures merge every minute's)."""
+    conn.execute(
+        "DELETE FROM live_run_minutes WHERE run_id = %s AND minute_utc = ANY(%s)",
+        (run_id, list(minute_starts)),
+    )
+    if not rows:
+        return
+    statement = sql.SQL("INSERT INTO live_run_minutes ({}) VALUES ({})").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in _RUN_MINUTE_COLUMNS),
+        sql.SQL(", ").join(sql.Placeholder() * len(_RUN_MINUTE_COLUMNS)),
+    )
+    json_columns = {"retry_causes", "ttft", "latency", "work_seconds", "deadline"}
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            statement,
+            [
+                [Jsonb(r[c]) if c in json_columns and r[c] is not None else r.get(c)
+                 for c in _RUN_MINUTE_COLUMNS]
+                for r in rows
+            ],
+        )  # fmt: skip
 
 
 def drop_sealed_live_rows(

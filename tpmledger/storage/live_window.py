@@ -4,7 +4,8 @@ attempt that depend on other attempts (docs/metrics.md#live-figures).
 A window is every attempt ending in a range of end times, read through the (run_id,
 end_ns) index, or only the rows of given ingest commits, through the block-range index
 on ``ingest_batch``. ``rollup`` (a stored span of the run names it as parent) and
-``later_in_call`` (an earlier non-rollup attempt of its explicit call exists) are probed
+``later_in_call`` (an earlier non-rollup attempt of its explicit call exists) and
+``has_later`` (a later one exists: the attempt is not its call's last) are probed
 per attempt; :func:`dependents` finds the attempts elsewhere whose flags new attempts
 change. All of it runs on the caller's connection and transaction.
 """
@@ -38,10 +39,16 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "resend_count": "integer",
     "concurrency_cap": "integer",
     "call_id_explicit": "integer",
+    "error_type": "text",
+    "deadline_text": "text",
+    "timeout_text": "text",
 }
 
 _COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
-       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int"""
+       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int,
+       error_type, span_attributes ->> 'tpmledger.deadline_s',
+       coalesce(span_attributes ->> 'tpmledger.request.timeout_s',
+                resource_attributes ->> 'tpmledger.request.timeout_s')"""
 _WINDOW_SQL = f"""
 SELECT {_COLUMNS}
 FROM attempts
@@ -73,6 +80,12 @@ SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
+              AND NOT {_IS_PARENT.format(t="b")}))::int,
+       (a.call_id_explicit AND EXISTS (
+            SELECT 1 FROM attempts b
+            WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
+              AND (b.start_ns, b.end_ns, b.span_id, b.trace_id)
+                  > (a.start_ns, a.end_ns, a.span_id, a.trace_id)
               AND NOT {_IS_PARENT.format(t="b")}))::int
 {{source}}
 """
@@ -97,7 +110,8 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # What the given (new) attempts change elsewhere: their parents become rollups (kind 1),
 # and later attempts of the same explicit call without a resend count move in the call
 # (kind 2); a parent that is itself an explicit call's attempt moves its call's others
-# (kind 3: the order among non-rollups changed).
+# (kind 3: the order among non-rollups changed, and which attempt is the call's last);
+# earlier attempts of the same explicit call are no longer its last (kind 4).
 _DEPENDENTS_SQL = """
 WITH given AS (
     SELECT a.trace_id, a.span_id, a.parent_span_id, a.run_id, a.call_id, a.call_id_explicit,
@@ -134,10 +148,20 @@ FROM parents p
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
     WHERE x.run_id = p.run_id AND x.call_id_explicit AND x.call_id = p.call_id
-      AND x.resend_count IS NULL
     OFFSET 0
 ) o
 WHERE p.call_id_explicit
+UNION ALL
+SELECT 4, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM given g
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+    WHERE x.run_id = g.run_id AND x.call_id_explicit AND x.call_id = g.call_id
+      AND (x.start_ns, x.end_ns, x.span_id, x.trace_id)
+          < (g.start_ns, g.end_ns, g.span_id, g.trace_id)
+    OFFSET 0
+) o
+WHERE g.call_id_explicit
 """
 
 
@@ -212,13 +236,15 @@ def probe_flags(
     span_ids: Sequence[str],
     end_range: tuple[int, int] | None = None,
 ) -> pl.DataFrame:
-    """``rollup`` and ``later_in_call`` (0/1) of the given attempts (hex ids); attempts
+    """``rollup``, ``later_in_call`` and ``has_later`` (0/1) of the given attempts (hex
+    ids; ``has_later``: a later non-rollup attempt of its explicit call exists); attempts
     ending in ``end_range`` may come back too."""
     schema = {
         "trace_id": pl.String,
         "span_id": pl.String,
         "rollup": pl.Int64,
         "later_in_call": pl.Int64,
+        "has_later": pl.Int64,
     }
     if not trace_ids:
         return pl.DataFrame(schema=schema)

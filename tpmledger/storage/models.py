@@ -42,6 +42,7 @@ __all__ = [
     "IngestToken",
     "LiveDirty",
     "LiveMinute",
+    "LiveRunMinute",
     "LiveState",
     "MinuteMetric",
     "Run",
@@ -287,6 +288,39 @@ class LiveMinute(MinuteFigures, Base):
     # runs.updated_at read in the transaction that computed the row.
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class LiveRunMinute(Base):
+    """Per-minute facts that make a live run's run-level figures exact or stated
+    (docs/metrics.md#live-approximations), for the whole run only.
+
+    ``logical_calls`` counts the calls whose last attempt ends in the minute (attempts of
+    calls without an explicit id count one each), ``call_successes`` those whose last
+    attempt succeeded, ``retry_causes`` the error types of the minute's failed attempts a
+    later attempt of the same call retried. ``ttft`` / ``latency`` hold the count, sum,
+    sum of squared deviations and a DDSketch's bins (analytics/kernels/value_sketch.py);
+    ``work_seconds`` the work-conserving check's counts per shard. Replaced with the
+    minute's live rows, but kept when a checkpoint seals the minute.
+    """
+
+    __tablename__ = "live_run_minutes"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    attempts: Mapped[int] = mapped_column(BigInteger)
+    explicit_calls: Mapped[int] = mapped_column(BigInteger)
+    logical_calls: Mapped[int] = mapped_column(BigInteger)
+    call_successes: Mapped[int] = mapped_column(BigInteger)
+    retry_causes: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    ttft: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    latency: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # {shard_id: [queue_seconds, sag_seconds, sag_cap]} (LiveMinute's, kept past a seal).
+    work_seconds: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Largest request timeout declared by the minute's attempts (rollups too), and the
+    # deadline overrun's sums {attempts, over, wasted_s, without_own, limit}.
+    max_timeout_s: Mapped[float | None] = mapped_column(Double)
+    deadline: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class LiveDirty(Base):

@@ -94,6 +94,7 @@ def delete_raw_spans(url: str, run_id: str, progress: Callable[[int], None] | No
                 break
     with transaction(url) as session:
         session.execute(text("DELETE FROM live_minutes WHERE run_id = :r"), {"r": run_id})
+        session.execute(text("DELETE FROM live_run_minutes WHERE run_id = :r"), {"r": run_id})
         session.execute(text("DELETE FROM live_dirty WHERE run_id = :r"), {"r": run_id})
     return deleted
 

@@ -10,23 +10,27 @@ run figures must equal the batch figures they claim to state exactly.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, with_minute_utc
+from tpmledger.analytics.kernels.value_sketch import RELATIVE_ACCURACY
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import current_table, live_figures
 from tpmledger.storage import live_window
 from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.sealed_figures_store import read_diagnostics
 
 SECOND = 1_000_000_000
 # Columns compared (the minute table's; state and extras are the live view's own).
@@ -43,6 +47,9 @@ EXACT_FIGURES = (
     "shard_balance",
     "tokens",
     "work_conserving",
+    "logical_calls",
+    "call_success_rate",
+    "retry_causes",
 )
 
 attempt_specs = st.fixed_dictionaries(
@@ -59,6 +66,9 @@ attempt_specs = st.fixed_dictionaries(
         "completion": st.one_of(st.none(), st.integers(0, 500)),
         "parent": st.one_of(st.none(), st.integers(0, 40)),
         "cap": st.sampled_from([None, 2, 4]),
+        # Deadline overrun: a deadline of its own, and / or a request timeout (resource).
+        "deadline_s": st.one_of(st.none(), st.sampled_from([0.5, 20, 100, "soon"])),
+        "timeout_s": st.sampled_from([None, None, 30, 90]),
     }
 )
 
@@ -93,9 +103,20 @@ def _rows(run_id: str, specs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
                 http_status=200 if spec["ok"] else 504,
                 prompt_tokens=spec["prompt"],
                 completion_tokens=spec["completion"],
+                **_declared(spec),
             )
         )
     return rows
+
+
+def _declared(spec: dict[str, Any]) -> dict[str, str]:
+    span = {"gen_ai.operation.name": "chat"}
+    if spec.get("deadline_s") is not None:
+        span["tpmledger.deadline_s"] = str(spec["deadline_s"])
+    resource = {"service.name": "test"}
+    if spec.get("timeout_s") is not None:
+        resource["tpmledger.request.timeout_s"] = str(spec["timeout_s"])
+    return {"span_attributes": json.dumps(span), "resource_attributes": json.dumps(resource)}
 
 
 def _batch_rows(url: str, run_id: str) -> dict[tuple[str, datetime], dict[str, Any]]:
@@ -119,11 +140,39 @@ def _assert_same(url: str, run_id: str, updater: LiveUpdater) -> None:
     batch = compute_run(url, run_id).metrics
     figures = live_figures(table)
     for name in EXACT_FIGURES:
-        if name == "work_conserving" and table.state.snapshot_version is not None:
-            # Per-second counts are not kept with snapshots: not measured until resealed.
-            assert figures[name]["sag_share"] is None
-            continue
         assert figures[name] == batch[name], (name, figures[name], batch[name])
+    assert_sketched_within_accuracy(figures, batch)
+    # The deadline overrun, live from per-minute sums, equals the seal's.
+    live_overrun = figures["diagnostics"]["deadline_overrun"]
+    version = seal_run(url, run_id).version
+    sealed = in_one_snapshot(url, read_diagnostics, run_id, version)
+    want = sealed.diagnostics["deadline_overrun"] if sealed else None
+    if want is None:
+        assert live_overrun is None
+    else:
+        assert live_overrun is not None, want
+        for key in ("share", "attempts_with_deadline", "attempts_over_deadline"):
+            assert live_overrun[key] == want[key], (key, live_overrun, want)
+        assert live_overrun["slot_seconds_wasted"] == pytest.approx(
+            want["slot_seconds_wasted"], rel=1e-9, abs=1e-9
+        )
+
+
+def assert_sketched_within_accuracy(live: dict[str, Any], sealed: dict[str, Any]) -> None:
+    """Live percentiles within the stated relative accuracy of the sealed (exact) ones;
+    mean and variance exact (sums: equal up to the order of float additions)."""
+    for name in ("ttft_s", "latency_s"):
+        have, want = live[name], sealed[name]
+        assert have["approximate"] is True
+        if want["p50"] is None:
+            assert have["p50"] is None
+            continue
+        alpha = have["relative_accuracy"]
+        assert alpha == RELATIVE_ACCURACY <= 0.01
+        for p in ("p50", "p95", "p99"):
+            assert abs(have[p] - want[p]) <= alpha * abs(want[p]) + 1e-12, (name, p, have, want)
+        for moment in ("mean", "variance") if name == "ttft_s" else ("mean",):
+            assert have[moment] == pytest.approx(want[moment], rel=1e-9, abs=1e-12), (name, moment)
 
 
 @settings(

@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 SIGNIFICANT_DIGITS = 12
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
+#: Retries per first attempt above which a minute is a retry storm (docs/metrics.md#diagnostics).
+DEFAULT_RETRY_BUDGET = 0.2
 
 
 def clean(value: Any) -> Any:
@@ -39,3 +42,18 @@ def work_conserving_result(queued: int | None = None, sag: int = 0) -> dict[str,
         result["sag_share"] = share
         result["passes"] = share <= SAG_PASS_SHARE
     return result
+
+
+def retry_storm_result(
+    minutes: Iterable[tuple[str, int, int | None]], budget: float = DEFAULT_RETRY_BUDGET
+) -> dict[str, Any]:
+    """``{flag, budget, minutes}``: the minutes (``(minute_utc text, calls, retries)``)
+    whose retries / first attempts exceeds ``budget``."""
+    storm = []
+    for minute, calls, retried in minutes:
+        retried = retried or 0
+        first = calls - retried
+        # No first attempt at all but retries: an unbounded ratio, a storm.
+        if retried and (first <= 0 or retried / first > budget):
+            storm.append(minute)
+    return {"flag": bool(storm), "budget": budget, "minutes": storm}

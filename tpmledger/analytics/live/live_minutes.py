@@ -22,6 +22,7 @@ shard's attempts ending in the minute (the run's cap per shard is the largest of
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -32,6 +33,7 @@ from tpmledger.analytics.kernels.event_arrays import event_arrays
 from tpmledger.analytics.kernels.event_grid import event_grid
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, rate_columns
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, SIGNIFICANT_DIGITS
+from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
 from tpmledger.provenance.event_file import EVENT_SCHEMA
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
@@ -172,6 +174,99 @@ def live_minute_rows(
         table = table.join(concurrency, on=["shard_id", "minute_ns"], how="left")
     table = table.join(declared, on=["shard_id", "minute_ns"], how="left")
     return _finish(table)
+
+
+def _value_summary(values: np.ndarray) -> dict[str, Any] | None:
+    """Count, sum, squared deviations and DDSketch bins of one minute's values, stored
+    form (:mod:`analytics.kernels.value_sketch`; keys as ``LogarithmicMapping.key``)."""
+    if values.size == 0:
+        return None
+    n, total = int(values.size), float(values.sum())
+    m2 = float(((values - total / n) ** 2).sum())
+    mapped = values[values > MIN_MAPPED]
+    # Spans never end before they start (docs/ingest.md#limits): nothing maps below zero.
+    keys = np.ceil(np.log(mapped) / np.log(2.0) * KEY_MULTIPLIER).astype(np.int64)
+    unique, counts = np.unique(keys, return_counts=True)
+    return summary(total, m2, n, unique, counts.astype(np.int64)).as_json()
+
+
+def _declared_seconds(text: str) -> pl.Expr:
+    """A declared deadline or timeout: a finite positive number, else null (as the seal's
+    storage.pitfall_attributes reads them)."""
+    value = pl.col(text).str.strip_chars().cast(pl.Float64, strict=False)
+    return pl.when(value.is_finite() & (value > 0)).then(value)
+
+
+def _deadline_fold(rows: pl.DataFrame, run_timeout: float | None) -> dict[str, Any]:
+    """The deadline overrun's sums over one minute's attempts (docs/metrics.md#diagnostics):
+    attempts with their own deadline (else request timeout), and those without one
+    checked against ``run_timeout`` (the run's largest declared timeout, recorded as
+    ``limit`` so a larger one declared later queues the minute again)."""
+    slot = (pl.col("end_ns") - pl.col("start_ns")) * (1 / 1e9)
+    folded = rows.select(own=pl.coalesce("deadline_s", "timeout_s"), slot_s=slot).with_columns(
+        limit=pl.coalesce("own", pl.lit(run_timeout, dtype=pl.Float64))
+    )
+    checked = folded.filter(pl.col("limit").is_not_null())
+    over = checked.filter(pl.col("slot_s") > pl.col("limit"))
+    return {
+        "attempts": checked.height,
+        "over": over.height,
+        "wasted_s": float((over.get_column("slot_s") - over.get_column("limit")).sum()),
+        "without_own": int(folded.get_column("own").null_count()),
+        "limit": run_timeout,
+    }
+
+
+def run_minute_facts(
+    window: pl.DataFrame, minutes_ns: Sequence[int], run_timeout: float | None = None
+) -> list[dict[str, Any]]:
+    """Per minute of ``minutes_ns`` (whole run), the facts run-level figures need
+    (storage.models.LiveRunMinute): calls whose last attempt ends here, how many
+    succeeded, the causes of the failed attempts a later attempt retried, and the TTFT
+    (successful attempts that report one) and latency summaries.
+
+    ``window`` is :func:`live_minute_rows`' input with the probed ``has_later`` flag (a
+    later non-rollup attempt of the attempt's explicit call exists). ``run_timeout`` is
+    the run's largest request timeout known so far (the deadline of attempts declaring
+    none)."""
+    window = window.with_columns(
+        deadline_s=_declared_seconds("deadline_text"),
+        timeout_s=_declared_seconds("timeout_text"),
+        minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS,
+    )
+    timeouts = window.group_by("minute_ns").agg(pl.col("timeout_s").max())
+    max_timeout = {m: t for m, t in timeouts.iter_rows() if t is not None}
+    events = window.filter(pl.col("rollup") == 0).with_columns(
+        ok=pl.col("status") == "ok",
+        retried=(pl.col("call_id_explicit") == 1) & (pl.col("has_later") == 1),
+    )
+    out = []
+    for minute in sorted(set(minutes_ns)):
+        rows = events.filter(pl.col("minute_ns") == minute)
+        last = rows.filter(~pl.col("retried"))
+        causes = (
+            rows.filter(pl.col("retried") & ~pl.col("ok"))
+            .group_by(pl.col("error_type").fill_null("error"))
+            .len()
+        )
+        ttft = rows.filter(pl.col("ok") & pl.col("ttft_s").is_not_null()).get_column("ttft_s")
+        latency = (rows.get_column("end_ns") - rows.get_column("start_ns")).to_numpy()
+        out.append(
+            {
+                "minute_ns": minute,
+                "attempts": rows.height,
+                "explicit_calls": int((rows.get_column("call_id_explicit") == 1).sum()),
+                "logical_calls": last.height,
+                "call_successes": int(last.get_column("ok").sum()),
+                "retry_causes": {str(k): int(v) for k, v in causes.iter_rows()},
+                "ttft": _value_summary(ttft.to_numpy().astype(np.float64)),
+                "latency": _value_summary(latency.astype(np.float64) * (1.0 / 1e9)),
+                # Rollups declare timeouts too: the run's largest counts them.
+                "max_timeout_s": max_timeout.get(minute),
+                "deadline": _deadline_fold(rows, run_timeout),
+            }
+        )
+    return out
 
 
 _SCHEMA: dict[str, pl.DataType] = {

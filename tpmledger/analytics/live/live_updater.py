@@ -25,21 +25,25 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.live.live_minutes import live_minute_rows
+from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
 from tpmledger.storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
     Mark,
     dirty_run_ids,
     known_caps,
+    known_max_timeout,
     live_run_facts,
     live_transaction,
     mark_stale_caps,
+    mark_stale_timeouts,
     replace_minutes,
+    replace_run_minutes,
     summarize_new_batches,
     take_marks,
 )
@@ -109,7 +113,7 @@ def _minute_utc(ns: int) -> datetime:
 
 
 _KEYS = ["trace_id", "span_id"]
-_FLAGS = ["rollup", "later_in_call"]
+_FLAGS = ["rollup", "later_in_call", "has_later"]
 
 
 @dataclass
@@ -195,7 +199,8 @@ class LiveUpdater:
             reader.forget(stale)
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
-            frames = []
+            frames: list[pl.DataFrame] = []
+            read: list[tuple[pl.DataFrame, list[int]]] = []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
@@ -203,9 +208,18 @@ class LiveUpdater:
                 window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
+                read.append((window, minutes))
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
+            # The run's largest request timeout: deadline of attempts declaring none.
+            known_timeout = known_max_timeout(conn, run_id)
+            run_timeout = max(
+                [t for t in [known_timeout, *(_max_timeout(w) for w, _ in read)] if t is not None],
+                default=None,
+            )
+            facts_rows = [f for w, m in read for f in run_minute_facts(w, m, run_timeout)]
+            _add_work_seconds(facts_rows, rows)
             computed_at = datetime.now(UTC)
             records = []
             if rows is not None:
@@ -214,6 +228,13 @@ class LiveUpdater:
                     row.update(run_id=run_id, data_as_of=facts.updated_at, computed_at=computed_at)
                     records.append(row)
             replace_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], records)
+            for fact in facts_rows:
+                fact["minute_utc"] = _minute_utc(fact.pop("minute_ns"))
+                fact.update(run_id=run_id, data_as_of=facts.updated_at)
+            replace_run_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], facts_rows)
+            if run_timeout is not None and run_timeout != known_timeout:
+                # A larger timeout declared now: minutes that used the old one go again.
+                mark_stale_timeouts(conn, run_id, run_timeout)
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
@@ -222,6 +243,27 @@ class LiveUpdater:
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
+
+
+def _max_timeout(window: pl.DataFrame) -> float | None:
+    """The largest valid request timeout the window's attempts (rollups too) declare."""
+    value = pl.col("timeout_text").str.strip_chars().cast(pl.Float64, strict=False)
+    found = window.select(pl.when(value.is_finite() & (value > 0)).then(value).max()).item()
+    return None if found is None else float(found)
+
+
+def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | None) -> None:
+    """Each minute's work-conserving counts per shard, from its live rows, into its facts
+    (they outlive the live rows a seal drops: the check stays live after a checkpoint)."""
+    work: dict[int, dict[str, list[Any]]] = {}
+    if rows is not None:
+        shards = rows.filter(pl.col("shard_id") != WHOLE_RUN, pl.col("queue_seconds") > 0)
+        for minute, shard, queued, sag, cap in shards.select(
+            "minute_ns", "shard_id", "queue_seconds", "sag_seconds", "sag_cap"
+        ).iter_rows():
+            work.setdefault(minute, {})[shard] = [queued, sag, cap]
+    for fact in facts_rows:
+        fact["work_seconds"] = work.get(fact["minute_ns"], {})
 
 
 class _WindowReader:

@@ -12,8 +12,9 @@ throughput always rejects. Several runs at one cap: the newest one counts.
 Each cap says where its figures come from (docs/dashboard.md#sweeps): ``sealed`` (a final
 snapshot, the run quiet since) or ``live`` (the live minute table, or a snapshot sealed
 while the run was still receiving data). While any compared cap is live the result is
-``provisional``: the walk uses the live figures it has (call success rate and TTFT are
-not known live, so they cannot veto) and the recommendation is labelled as such.
+``provisional``: the walk uses the live figures (sustained TPM over closed minutes, call
+success exact so far, TTFT p95 sketched within 1 %, docs/metrics.md#live-approximations)
+and the recommendation is labelled as such.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ import shlex
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Final
 
 import numpy as np
@@ -98,6 +99,9 @@ class RunMinutes:
     minute_utc: list[str]
     columns: dict[str, Floats | None]
     why_missing: dict[str, str] = field(default_factory=dict)
+    # Per minute: still open when this version was sealed (a version sealed while data
+    # arrived, e.g. `tpmledger analyze` of a running run); drawn in progress.
+    open_at_seal: list[bool] = field(default_factory=list)
 
     @property
     def inner(self) -> slice:
@@ -119,8 +123,11 @@ def _aligned(stored: dict[str, Any], minutes: list[str], key: str) -> Floats | N
     return _array([by_minute.get(m, 0) for m in minutes])
 
 
-def load_run_minutes(session: Session, run_id: str, slo_text: str | None = None) -> RunMinutes:
-    """The newest sealed version's whole-run minutes, outcomes and goodput of ``run_id``."""
+def load_run_minutes(
+    session: Session, run_id: str, slo_text: str | None = None, *, close_after_s: float = 120.0
+) -> RunMinutes:
+    """The newest sealed version's whole-run minutes, outcomes and goodput of ``run_id``
+    (``close_after_s``: TPMLEDGER_MINUTE_CLOSE_AFTER_S, for minutes open at seal time)."""
     snapshot = latest_snapshot(session, run_id)
     if snapshot is None:
         if not run_exists(session, run_id):
@@ -136,6 +143,9 @@ def load_run_minutes(session: Session, run_id: str, slo_text: str | None = None)
         for name in ("calls_in_minute", "tpm_total", "completion_tpm_out", "ttft_p95_s")
     }
     run = RunMinutes(run_id, snapshot.version, snapshot.seal, minutes, cols)
+    if not snapshot.final:
+        closes = timedelta(minutes=1, seconds=close_after_s)
+        run.open_at_seal = [r["minute_utc"] + closes > snapshot.data_as_of for r in rows]
     retries = [r["retries"] for r in rows]
     cols["retries"] = None if any(v is None for v in retries) else _array(retries)
     if cols["retries"] is None:

@@ -27,11 +27,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.kernels.figure_rules import clean, work_conserving_result
+from tpmledger.analytics.kernels import value_sketch
+from tpmledger.analytics.kernels.figure_rules import (
+    DEFAULT_RETRY_BUDGET,
+    clean,
+    retry_storm_result,
+    work_conserving_result,
+)
 from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
 from tpmledger.storage.live_read import (
     RunState,
     live_minute_rows,
+    live_run_minute_rows,
     run_state,
     sealed_minute_rows,
 )
@@ -60,8 +67,9 @@ _NULLS = (
     "latency_p95_s",
     "latency_p99_s",
 )
-#: Run figures a live run cannot state exactly from minute rows (null until sealed).
-NOT_LIVE = ("logical_calls", "call_success_rate", "retry_causes", "ttft_s", "latency_s")
+#: States whose minutes no longer change (except through late data): peak minutes and
+#: sustained TPM of a live run are taken from these only (docs/metrics.md#open-minutes).
+SETTLED = ("closed", "sealed")
 
 
 def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
@@ -85,6 +93,8 @@ class CurrentTable:
     queue_shards: set[str]
     work_conserving: dict[str, Any] = field(default_factory=dict)
     sealed_minutes: int = 0  # minutes taken from the newest snapshot
+    # Per-minute run facts (storage.live_read.live_run_minute_rows), every minute's.
+    run_facts: list[dict[str, Any]] = field(default_factory=list)
     hidden_cap: int = 0  # caps of shards the snapshot's '*' counts but lists no rows of
 
     def shard_rows(self, shard_id: str) -> list[dict[str, Any]]:
@@ -116,7 +126,8 @@ def current_table(
         else []
     )
     live = live_minute_rows(session, run_id) if state.live_rows else []
-    return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now)
+    facts = live_run_minute_rows(session, run_id)
+    return merge_tables(state, sealed, live, close_after_s=close_after_s, now=now, facts=facts)
 
 
 def merge_tables(
@@ -126,8 +137,10 @@ def merge_tables(
     *,
     close_after_s: float,
     now: datetime,
+    facts: list[dict[str, Any]] | None = None,
 ) -> CurrentTable:
-    """Overlay ``live`` rows on ``sealed`` rows minute by minute and apply the rules."""
+    """Overlay ``live`` rows on ``sealed`` rows minute by minute and apply the rules;
+    ``facts`` are the run's per-minute run facts (run-level live figures)."""
     live_minutes = {r["minute_utc"] for r in live if r["shard_id"] == WHOLE_RUN}
     chosen = [r for r in sealed if r["minute_utc"] not in live_minutes]
     chosen += [{**r, "_live": True} for r in live]
@@ -149,6 +162,7 @@ def merge_tables(
         ),
         caps={},
         queue_shards=set(),
+        run_facts=facts or [],
     )
     caps: dict[str, int] = {}
     called: set[str] = set()
@@ -241,28 +255,37 @@ def _apply_rules(
 
 
 def _work_conserving(table: CurrentTable, chosen: list[dict[str, Any]]) -> dict[str, Any]:
-    """The check from the live rows' per-minute seconds (null once the run has a
-    snapshot, or while a cap changed after seconds were counted)."""
+    """The check from the per-minute seconds: the live rows' before any seal; after one
+    (snapshots keep no per-second counts) the run facts' copies, kept for every minute,
+    when they cover every attempt. Null while a cap changed after seconds were counted."""
     result = work_conserving_result()
     usable = {s: c for s, c in table.caps.items() if s in table.queue_shards and c}
-    # Snapshots keep no per-second counts: after a seal the live rows cover only the
-    # minutes touched since, so the check waits for the next seal.
-    if not usable or table.state.snapshot_version is not None:
+    if not usable:
         return result
+    counts: list[tuple[str, int, int, int | None]]
+    if table.state.snapshot_version is None:
+        counts = [(r["shard_id"], r["queue_seconds"], r["sag_seconds"], r["sag_cap"])
+                  for r in chosen]  # fmt: skip
+    else:
+        attempts = sum(r["calls_in_minute"] for r in chosen if r["shard_id"] == WHOLE_RUN)
+        if sum(f["attempts"] for f in table.run_facts) != attempts:
+            return result  # minutes the facts do not cover: waits for the next seal
+        counts = [(shard, q, s, c) for f in table.run_facts
+                  for shard, (q, s, c) in f["work_seconds"].items()]  # fmt: skip
     queued = sag = 0
-    for r in chosen:
-        cap = usable.get(r["shard_id"])
+    for shard, queue_seconds, sag_seconds, sag_cap in counts:
+        cap = usable.get(shard)
         if cap is None:
             continue
-        if r["queue_seconds"] and r["sag_cap"] != cap:
+        if queue_seconds and sag_cap != cap:
             return result  # counted against an older cap: not exact until resealed
-        queued += r["queue_seconds"]
-        sag += r["sag_seconds"]
+        queued += queue_seconds
+        sag += sag_seconds
     return clean(work_conserving_result(queued, sag))
 
 
 def _peak(whole: list[dict[str, Any]], by: str) -> dict[str, Any] | None:
-    active = [r for r in whole if r["calls_in_minute"] > 0]
+    active = [r for r in whole if r["calls_in_minute"] > 0 and r["state"] in SETTLED]
     if not active:
         return None
     row = min(active, key=lambda r: (-r[by], r["minute_utc"]))  # ties: earliest
@@ -284,7 +307,8 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
     successes = sum(r["successes"] for r in whole)
     prompt = sum(r["prompt_tpm_in"] for r in whole)
     completion = sum(r["completion_tpm_out"] for r in whole)
-    inner = [r["tpm_total"] for r in whole[1:-1]]
+    # Open minutes are still filling: never a peak, never part of the sustained rate.
+    inner = [r["tpm_total"] for r in whole[1:-1] if r["state"] in SETTLED]
     tokens = {
         s: sum(r["prompt_tpm_in"] + r["completion_tpm_out"] for r in table.shard_rows(s))
         for s in table.shard_ids
@@ -313,15 +337,107 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
         "sweep_id": state.sweep_id,
         "work_conserving": table.work_conserving,
         "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
-        **dict.fromkeys(NOT_LIVE),
+        **_call_figures(table, calls),
+        "open_minutes": [minute_text(r["minute_utc"]) for r in whole if r["state"] == "open"],
+        "diagnostics": live_diagnostics(table),
         "events_sha256": None,
         "seal": None,
         "snapshot_version": None,
     }
     figures = clean(figures)
-    figures["ttft_s"] = dict.fromkeys(("p50", "p95", "p99", "mean", "variance"))
-    figures["latency_s"] = dict.fromkeys(("p50", "p95", "p99", "mean"))
     return figures
+
+
+def _call_figures(table: CurrentTable, attempts: int) -> dict[str, Any]:
+    """Logical calls, call success rate and retry causes (exact), TTFT and latency
+    (sketched percentiles, exact moments) merged from every minute's run facts
+    (docs/metrics.md#live-approximations). Not measured (null) while the facts do not
+    cover every attempt counted in the minute rows (minutes stored before the facts
+    were kept, or sealed before the live table caught up)."""
+    facts = table.run_facts
+    covered = sum(f["attempts"] for f in facts) == attempts and attempts > 0
+    if not covered:
+        return {
+            "logical_calls": None,
+            "call_success_rate": None,
+            "retry_causes": None,
+            "ttft_s": value_sketch.figures(None, variance=True),
+            "latency_s": value_sketch.figures(None, variance=False),
+        }
+    calls = sum(f["logical_calls"] for f in facts)
+    ok_calls = sum(f["call_successes"] for f in facts)
+    causes: dict[str, int] | None = None
+    if any(f["explicit_calls"] for f in facts) and table.retries_measured:
+        causes = {}
+        for f in facts:
+            for cause, count in f["retry_causes"].items():
+                causes[cause] = causes.get(cause, 0) + count
+        causes = dict(sorted(causes.items()))
+    return {
+        "logical_calls": calls,
+        "call_success_rate": ok_calls / calls if calls else None,
+        "retry_causes": causes,
+        "ttft_s": value_sketch.figures(
+            value_sketch.merged(f["ttft"] for f in facts), variance=True
+        ),
+        "latency_s": value_sketch.figures(
+            value_sketch.merged(f["latency"] for f in facts), variance=False
+        ),
+    }
+
+
+def live_diagnostics(table: CurrentTable) -> dict[str, Any]:
+    """The diagnostics a live run can state from its minute rows, over its closed and
+    sealed minutes (``"live": true``): the retry storm, the work-conserving check
+    and the deadline overrun (from per-minute sums). Tool-held slots and target
+    saturation are the newest sealed version's; the run object's reader fills them in
+    (analytics/views/run_extras.py)."""
+    whole = [r for r in table.shard_rows(WHOLE_RUN) if r["state"] in SETTLED]
+    storm = None
+    if table.retries_measured and whole:
+        storm = retry_storm_result(
+            ((minute_text(r["minute_utc"]), r["calls_in_minute"], r["retries"]) for r in whole),
+            DEFAULT_RETRY_BUDGET,
+        )
+    return {
+        "live": True,
+        "through_minute_utc": minute_text(whole[-1]["minute_utc"]) if whole else None,
+        "retry_storm": storm,
+        "deadline_overrun": _deadline_overrun(table, {r["minute_utc"] for r in whole}),
+        "work_conserving": table.work_conserving,
+    }
+
+
+def _deadline_overrun(table: CurrentTable, settled: set[datetime]) -> dict[str, Any] | None:
+    """The deadline overrun over the settled minutes, from their run facts' sums; null
+    when nothing declares a deadline, the facts miss attempts, or a minute was checked
+    against an older run-wide timeout (it is queued again and recomputed)."""
+    facts = table.run_facts
+    attempts = sum(r["calls_in_minute"] for r in table.shard_rows(WHOLE_RUN))
+    if sum(f["attempts"] for f in facts) != attempts:
+        return None
+    limit = max((f["max_timeout_s"] for f in facts if f["max_timeout_s"] is not None),
+                default=None)  # fmt: skip
+    checked = over = 0
+    wasted = 0.0
+    for f in facts:
+        fold = f["deadline"]
+        if fold["without_own"] and fold["limit"] != limit:
+            return None
+        if f["minute_utc"] in settled:
+            checked, over = checked + fold["attempts"], over + fold["over"]
+            wasted += fold["wasted_s"]
+    if checked == 0:
+        return None
+    result: dict[str, Any] = clean(
+        {
+            "share": over / checked,
+            "slot_seconds_wasted": wasted,
+            "attempts_with_deadline": checked,
+            "attempts_over_deadline": over,
+        }
+    )
+    return result
 
 
 def run_view(

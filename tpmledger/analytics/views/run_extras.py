@@ -83,6 +83,31 @@ def run_extras(
     return {"diagnostics": diagnostics, **goodput_keys(session, run_id, version, slo_text)}
 
 
+#: Diagnostics a live run states over its closed minutes (analytics/views/live_view.py).
+LIVE_DIAGNOSTICS = ("retry_storm", "deadline_overrun", "work_conserving")
+
+
+def live_run_diagnostics(
+    session: Session, run_id: str, live: dict[str, Any], version: int | None
+) -> dict[str, Any]:
+    """A live run's ``diagnostics``: the retry storm, the deadline overrun and the
+    work-conserving check over its closed minutes (``live``, marked ``"live": true``);
+    tool-held slots and target saturation need every attempt's tools and targets and come
+    from the newest sealed version (a checkpoint over closed minutes), ``None`` before one."""
+    sealed = run_extras(session, run_id, version)["diagnostics"]
+    out = {key: sealed.get(key) for key in DIAGNOSTIC_KEYS}
+    out |= {key: live.get(key) for key in LIVE_DIAGNOSTICS}
+    out["live"] = True
+    out["through_minute_utc"] = live.get("through_minute_utc")
+    out["params"] = sealed.get("params")
+    out["sealed_version"] = version
+    if version is None or "note" in sealed:
+        out["note"] = (
+            "computed when the first checkpoint is sealed" if version is None else sealed["note"]
+        )
+    return out
+
+
 def reconciliation(session: Session, run_id: str, tokens: dict[str, Any] | None) -> dict[str, Any]:
     """``{tokens_by_spans, tokens_by_metrics, gap}`` (docs/metrics.md#reconciliation): the
     run's tokens counted by its spans and by its GenAI token-usage metrics; ``gap`` =

@@ -13,7 +13,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.views.live_view import minutes_view, run_view
-from tpmledger.analytics.views.run_extras import reconciliation, run_extras
+from tpmledger.analytics.views.run_extras import (
+    live_run_diagnostics,
+    reconciliation,
+    run_extras,
+)
 from tpmledger.storage.live_read import run_states
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
@@ -55,12 +59,16 @@ def run_object(
     """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run.
 
     ``diagnostics`` and goodput under ``slo_text`` come from the rows sealed with the
-    version shown (analytics/views/run_extras.py); a live run's are null until it is sealed.
+    version shown (analytics/views/run_extras.py); a live run's diagnostics are its live
+    ones over closed minutes, with the newest sealed version's attempt-level ones.
     """
     view = run_view(session, run_id, close_after_s=close_after_s)
     if view is None:
         raise UnknownRun(run_id)
     extras = run_extras(session, run_id, view.get("snapshot_version"), slo_text)
+    if isinstance(view.get("diagnostics"), dict):  # a live run's, over its closed minutes
+        version = view.get("latest_sealed_version")
+        extras["diagnostics"] = live_run_diagnostics(session, run_id, view["diagnostics"], version)
     return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
 
 

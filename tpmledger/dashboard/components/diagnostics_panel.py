@@ -62,9 +62,43 @@ def _goodput(run: dict[str, Any]) -> str:
     )
 
 
+def _live_lines(diagnostics: dict[str, Any]) -> list[tuple[str, str]]:
+    """A live run's: the retry storm over closed minutes, the rest from the newest
+    sealed version (a checkpoint) or waiting for the first one."""
+    through = diagnostics.get("through_minute_utc")
+    storm = diagnostics.get("retry_storm")
+    if through is None:
+        storm_text = "not measured yet: the first minutes are still in progress"
+    elif storm is None:
+        storm_text = _retry_storm(storm)
+    else:
+        storm_text = (
+            f"{_retry_storm(storm)} (live, closed minutes through {str(through)[11:16]} UTC)"
+        )
+    version = diagnostics.get("sealed_version")
+    lines = [("retry storm", storm_text)]
+    deadline = diagnostics.get("deadline_overrun")
+    deadline_text = _deadline(deadline) + (" (live)" if deadline else "")
+    lines.append(("slots held past the deadline", deadline_text))
+    for label, key, text in (
+        ("slots held by tools", "slot_held_by_tool", _tools),
+        ("per-target saturation", "target_saturation", _targets),
+    ):
+        if version is None or diagnostics.get("note"):
+            why = diagnostics.get("note") or "computed when the first checkpoint is sealed"
+            lines.append((label, f"not measured yet: {why}"))
+        else:
+            lines.append(
+                (label, f"{text(diagnostics.get(key))} (as of checkpoint version {version})")
+            )
+    return lines
+
+
 def diagnostics_lines(run: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, text) of each diagnostic and of goodput, from a run object's extra keys."""
     diagnostics = run.get("diagnostics") or {}
+    if diagnostics.get("live"):
+        return [*_live_lines(diagnostics), ("goodput", _goodput(run))]
     if diagnostics.get("note"):
         note = str(diagnostics["note"])
         return [("diagnostics", note), ("goodput", _goodput(run))]
@@ -80,6 +114,7 @@ def diagnostics_lines(run: dict[str, Any]) -> list[tuple[str, str]]:
 def diagnostics_panel(run: dict[str, Any]) -> dbc.Card:
     """A card listing :func:`diagnostics_lines`."""
     rows = []
+    live = bool((run.get("diagnostics") or {}).get("live"))
     for label, text in diagnostics_lines(run):
         rows += [
             html.Dt(label, className="col-sm-3 fw-normal text-body-secondary"),
@@ -87,7 +122,10 @@ def diagnostics_panel(run: dict[str, Any]) -> dbc.Card:
         ]
     return dbc.Card(
         [
-            dbc.CardHeader("Cap-selection pitfalls and goodput (from the sealed version)"),
+            dbc.CardHeader(
+                "Cap-selection pitfalls and goodput "
+                + ("(live: over closed minutes)" if live else "(from the sealed version)")
+            ),
             dbc.CardBody(html.Dl(rows, className="row mb-0 small")),
         ],
         id="run-diagnostics",

@@ -12,13 +12,23 @@ from dash import html
 from tpmledger.dashboard.data.run_records import RunRecord
 from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds, fmt_utc
 
-# Shown for a live run's figure that minute rows cannot state exactly (null until sealed).
+# Shown for a live run's figure the data so far cannot state yet.
 NOT_YET = "not measured yet"
+# A live run's peak and sustained figures while no minute has closed yet.
+IN_PROGRESS = "first minutes in progress"
+
+
+def approximate_note(values: Mapping[str, Any]) -> str | None:
+    """ "≈ within ±1 %" for sketched live percentiles (docs/metrics.md#live-approximations)."""
+    alpha = values.get("relative_accuracy")
+    if not values.get("approximate") or alpha is None:
+        return None
+    return f"live estimate, within ±{alpha * 100:g} %"
 
 
 def kpi_card(card_id: str, label: str, value: str, detail: str | None = None) -> dbc.Col:
     """One figure: a label naming what it counts, the value, and an optional detail line."""
-    muted = " text-body-secondary" if value in (NOT_MEASURED, NOT_YET) else ""
+    muted = " text-body-secondary" if value in (NOT_MEASURED, NOT_YET, IN_PROGRESS) else ""
     body = [
         html.Div(label, className="kpi-label small text-body-secondary"),
         html.Div(value, id=f"{card_id}-value", className=f"kpi-value fs-4 fw-semibold{muted}"),
@@ -45,6 +55,14 @@ def _peak_detail(peak: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def _sustained_detail(metrics: Mapping[str, Any]) -> str:
+    text = f"{metrics.get('active_minutes', '?')} active minutes"
+    open_minutes = metrics.get("open_minutes") or []
+    if open_minutes:
+        text += f" · {len(open_minutes)} in progress, not counted"
+    return text
+
+
 def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
     causes: Mapping[str, int] = metrics.get("retry_causes") or {}
     if not causes:
@@ -56,14 +74,18 @@ def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
 def run_kpi_cards(run: RunRecord) -> dbc.Row:
     """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards.
 
-    For a live run, figures the live minute rows cannot state exactly (call success,
-    TTFT percentiles) read "not measured yet" and say they wait for the seal.
+    For a live run every figure is live: peak and sustained TPM over its closed minutes
+    (open minutes are still filling), call success exact over the data so far, TTFT
+    percentiles sketched within the stated accuracy (said on the card).
     """
     m = run.metrics
     live = run.is_live
 
     def later(text: str) -> str:
         return NOT_YET if live and text == NOT_MEASURED else text
+
+    def settled(text: str) -> str:
+        return IN_PROGRESS if live and text == NOT_MEASURED and m.get("attempts") else text
 
     peak = m.get("peak_minute") or {}
     peak_completion = m.get("peak_completion_minute") or {}
@@ -73,29 +95,30 @@ def run_kpi_cards(run: RunRecord) -> dbc.Row:
     ttft_detail = None
     if ttft.get("p95") is not None:
         ttft_detail = f"p50 {fmt_seconds(ttft.get('p50'))} · p99 {fmt_seconds(ttft.get('p99'))}"
-    elif live:
-        ttft_detail = "run-level percentiles need every attempt: shown once sealed"
+        note = approximate_note(ttft)
+        if note:
+            ttft_detail += f" · {note}"
     success_detail = f"attempts: {fmt_rate(m.get('attempt_success_rate'))}"
-    if live and m.get("call_success_rate") is None:
-        success_detail += " · calls: once sealed"
+    if m.get("logical_calls") is not None:
+        success_detail += f" · {m['logical_calls']:,} calls"
     cards = [
         kpi_card(
             "run-kpi-peak-total",
             "Peak TPM (total: prompt + completion)",
-            fmt_int(peak.get("tpm_total")),
+            settled(fmt_int(peak.get("tpm_total"))),
             _peak_detail(peak),
         ),
         kpi_card(
             "run-kpi-peak-completion",
             "Peak completion TPM (output tokens)",
-            fmt_int(peak_completion.get("completion_tpm_out")),
+            settled(fmt_int(peak_completion.get("completion_tpm_out"))),
             fmt_utc(peak_completion.get("minute_utc")) if peak_completion else None,
         ),
         kpi_card(
             "run-kpi-sustained",
             "Sustained TPM (total, median of inner minutes)",
-            fmt_int(m.get("sustained_tpm_total")),
-            f"{m.get('active_minutes', '?')} active minutes",
+            settled(fmt_int(m.get("sustained_tpm_total"))),
+            _sustained_detail(m),
         ),
         kpi_card(
             "run-kpi-success",

@@ -24,6 +24,8 @@ class MinuteSeries:
 
     minutes: list[str] = field(default_factory=list)
     columns: dict[str, list[Any]] = field(default_factory=dict)
+    # Per minute, for live runs: "open" | "closed" | "sealed" (empty: all sealed).
+    states: list[str] = field(default_factory=list)
 
     def column(self, name: str) -> list[Any]:
         return self.columns.get(name, [])
@@ -74,6 +76,7 @@ def series_from_rows(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> Mi
     series = MinuteSeries(columns={c: [] for c in columns})
     for row in rows:
         series.minutes.append(_plot_minute(row["minute_utc"]))
+        series.states.append(row.get("state") or "sealed")
         for name in columns:
             series.columns[name].append(row[name])
     return series

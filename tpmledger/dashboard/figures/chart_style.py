@@ -165,3 +165,79 @@ def add_marker(fig: Figure, x: Any, text: str, name: str, color: str = PEAK_COLO
         {"name": name, "text": text, "x": x, "y": 1, "xref": "x", "yref": "paper",
          "yanchor": "bottom", "showarrow": False, "font": {"color": color}}
     )  # fmt: skip
+
+
+# Open minutes (docs/dashboard.md#in-progress-minutes): still filling, drawn apart so a
+# chart never ends in a false cliff.
+IN_PROGRESS = "in progress (open minute)"
+IN_PROGRESS_FILL = "rgba(128, 128, 128, 0.12)"
+IN_PROGRESS_GROUP = "in-progress"
+
+
+def open_positions(states: list[str], count: int) -> list[bool]:
+    """Per minute of a series: True where the minute is still open."""
+    return [i < len(states) and states[i] == "open" for i in range(count)]
+
+
+def split_open(trace: dict[str, Any], is_open: list[bool]) -> list[dict[str, Any]]:
+    """A trace over its settled minutes and, when some are open, its in-progress part.
+
+    Bars in progress keep their colour, translucent and hatched; lines continue dotted
+    from the last settled minute. The in-progress part joins the legend group
+    :data:`IN_PROGRESS_GROUP` (one legend entry per chart, see :func:`add_in_progress`).
+    """
+    ys = list(trace.get("y", []))
+    if not any(is_open) or len(ys) != len(is_open):
+        return [trace]
+    settled = {**trace, "y": [None if o else y for y, o in zip(ys, is_open, strict=True)]}
+    if trace.get("type") == "bar":
+        marker = dict(trace.get("marker", {}))
+        marker.update(pattern={"shape": "/", "fillmode": "overlay", "solidity": 0.35},
+                      opacity=0.45)  # fmt: skip
+        shown = [y if o else None for y, o in zip(ys, is_open, strict=True)]
+        hover = trace.get("hovertemplate", "%{y}")
+        part = {**trace, "y": shown, "marker": marker, "hovertemplate": f"{hover} (in progress)"}
+    else:
+        first = is_open.index(True)
+        keep = [o or i == first - 1 for i, o in enumerate(is_open)]
+        shown = [y if k else None for y, k in zip(ys, keep, strict=True)]
+        line = {**trace.get("line", {}), "dash": "dot"}
+        part = {**trace, "y": shown, "line": line, "opacity": 0.6, "fill": None}
+        part["mode"] = "lines+markers"
+    part.update(
+        showlegend=False,
+        legendgroup=IN_PROGRESS_GROUP,
+        name=f"{trace.get('name', '')} (in progress)",
+    )
+    return [settled, part]
+
+
+def add_in_progress(fig: Figure, minutes: list[str], is_open: list[bool]) -> None:
+    """A shaded, labelled band over the open minutes and one "in progress" legend entry."""
+    spans = [m for m, o in zip(minutes, is_open, strict=True) if o]
+    if not spans:
+        return
+    end = (datetime.strptime(spans[-1], "%Y-%m-%d %H:%M") + timedelta(minutes=1)).strftime(
+        "%Y-%m-%d %H:%M"
+    )
+    fig["layout"]["shapes"].append(
+        {"type": "rect", "x0": spans[0], "x1": end, "xref": "x", "y0": 0, "y1": 1,
+         "yref": "paper", "fillcolor": IN_PROGRESS_FILL, "layer": "below",
+         "line": {"width": 1, "dash": "dot", "color": "rgba(128, 128, 128, 0.6)"}}
+    )  # fmt: skip
+    fig["layout"]["annotations"].append(
+        {"name": "in-progress", "text": "in progress", "x": spans[0], "xanchor": "left",
+         "y": 1, "yanchor": "top", "xref": "x", "yref": "paper", "showarrow": False,
+         "font": {"size": 11}, "opacity": 0.8}
+    )  # fmt: skip
+    add_in_progress_legend(fig)
+
+
+def add_in_progress_legend(fig: Figure) -> None:
+    """The legend entry: an empty hatched bar in the group every in-progress part joins."""
+    fig["data"].append(
+        {"type": "bar", "x": [None], "y": [None], "name": IN_PROGRESS,
+         "legendgroup": IN_PROGRESS_GROUP, "showlegend": True, "hoverinfo": "skip",
+         "marker": {"color": "rgba(128, 128, 128, 0.45)",
+                    "pattern": {"shape": "/", "fillmode": "overlay", "solidity": 0.35}}}
+    )  # fmt: skip

@@ -13,11 +13,13 @@ import numpy as np
 from tpmledger.analytics.verdicts.compare_runs import RunMinutes
 from tpmledger.dashboard.figures.chart_style import (
     Figure,
+    add_in_progress_legend,
     base_layout,
     figure,
     message_figure,
     plot_text,
     rate_axis,
+    split_open,
     value_axis,
 )
 
@@ -41,7 +43,8 @@ def compare_figure(a: RunMinutes, b: RunMinutes) -> Figure:
         x = list(range(len(run.minute_utc)))
         name = f"{label} {plot_text(run.run_id)}"
         tpm = run.columns["tpm_total"]
-        data.append(
+        is_open = run.open_at_seal or [False] * len(x)
+        data += split_open(
             {
                 "type": "scatter",
                 "x": x,
@@ -50,7 +53,8 @@ def compare_figure(a: RunMinutes, b: RunMinutes) -> Figure:
                 "mode": "lines+markers",
                 "line": {"color": color, "width": 2},
                 "hovertemplate": "%{y:,.0f}",
-            }
+            },
+            is_open,
         )
         calls = run.columns["calls_in_minute"]
         for column, what, dash in (
@@ -59,7 +63,7 @@ def compare_figure(a: RunMinutes, b: RunMinutes) -> Figure:
         ):
             values = _rate(run.columns.get(column), calls)
             if values:
-                data.append(
+                data += split_open(
                     {
                         "type": "scatter",
                         "x": x,
@@ -69,7 +73,8 @@ def compare_figure(a: RunMinutes, b: RunMinutes) -> Figure:
                         "mode": "lines",
                         "line": {"color": color, "dash": dash, "width": 1.5},
                         "hovertemplate": "%{y:.1%}",
-                    }
+                    },
+                    is_open,
                 )
     layout = base_layout(
         height=440,
@@ -79,4 +84,7 @@ def compare_figure(a: RunMinutes, b: RunMinutes) -> Figure:
         yaxis=value_axis("TPM (total: prompt + completion)"),
         yaxis2=rate_axis("retry / stall rate"),
     )
-    return figure(data, layout)
+    fig = figure(data, layout)
+    if any(a.open_at_seal) or any(b.open_at_seal):
+        add_in_progress_legend(fig)
+    return fig

@@ -16,11 +16,14 @@ from tpmledger.dashboard.figures.chart_style import (
     CAP_COLOR,
     MINUTE_PERIOD,
     Figure,
+    add_in_progress,
     add_note,
     base_layout,
     figure,
     line_mode,
     message_figure,
+    open_positions,
+    split_open,
     time_axis,
     value_axis,
 )
@@ -94,7 +97,10 @@ def concurrency_figure(run: MinuteSeries) -> Figure:
     layout = base_layout(
         height=340, xaxis=time_axis(minutes=run.minutes), yaxis=value_axis("requests")
     )
+    is_open = open_positions(run.states, len(run.minutes))
+    data = [part for trace in data for part in split_open(trace, is_open)]
     fig = figure(data, layout)
+    add_in_progress(fig, run.minutes, is_open)
     if not queue_measured:
         add_note(fig, f"queue depth: {NOT_MEASURED}")
     return fig

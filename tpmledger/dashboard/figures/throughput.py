@@ -24,6 +24,7 @@ from tpmledger.dashboard.figures.chart_style import (
     SHARD_COLORS,
     SUCCESS_COLOR,
     Figure,
+    add_in_progress,
     add_marker,
     add_note,
     base_layout,
@@ -31,8 +32,10 @@ from tpmledger.dashboard.figures.chart_style import (
     line_mode,
     message_figure,
     minute_middle,
+    open_positions,
     plot_text,
     rate_axis,
+    split_open,
     time_axis,
     value_axis,
 )
@@ -50,6 +53,7 @@ def peak_for(token_type: str, metrics: Mapping[str, Any]) -> tuple[str, dict[str
 
 
 def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
+    is_open = open_positions(run.states, len(run.minutes))
     traces: list[dict[str, Any]] = []
     missing: list[str] = []
     for column, name, color, dash in (
@@ -59,7 +63,7 @@ def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
         if not run.measured(column):
             missing.append(f"{name}: {NOT_MEASURED}")
             continue
-        traces.append(
+        traces += split_open(
             {
                 "type": "scatter",
                 "x": run.minutes,
@@ -71,7 +75,8 @@ def _rate_traces(run: MinuteSeries) -> tuple[list[dict[str, Any]], list[str]]:
                 "hovertemplate": "%{y:.1%}",
                 "connectgaps": False,
                 **MINUTE_PERIOD,
-            }
+            },
+            is_open,
         )
     return traces, missing
 
@@ -87,18 +92,9 @@ def throughput_figure(
     if not shards:
         return message_figure("No minutes sealed for this run yet.")
     data: list[dict[str, Any]] = [
-        {
-            "type": "bar",
-            "x": series.minutes,
-            "y": series.column(column),
-            "name": f"shard {plot_text(shard_id)}",
-            "marker": {"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
-            # A minute wide (in ms on the date axis), not whatever the gaps between bars are.
-            "width": 57_000,
-            "hovertemplate": "%{y:,}",
-            **MINUTE_PERIOD,
-        }
+        trace
         for i, (shard_id, series) in enumerate(shards.items())
+        for trace in split_open(_shard_bars(i, shard_id, series, column), _open(series))
     ]
     rate_traces, missing = _rate_traces(run)
     data.extend(rate_traces)
@@ -114,6 +110,7 @@ def throughput_figure(
         yaxis2=rate_axis("success / retry rate"),
     )
     fig = figure(data, layout)
+    add_in_progress(fig, run.minutes, open_positions(run.states, len(run.minutes)))
     label, peak = peak_for(token_type, metrics)
     if peak and peak.get("minute_utc"):
         x = plot_minute(peak["minute_utc"])
@@ -123,3 +120,21 @@ def throughput_figure(
     if missing:
         add_note(fig, "; ".join(missing))
     return fig
+
+
+def _open(series: MinuteSeries) -> list[bool]:
+    return open_positions(series.states, len(series.minutes))
+
+
+def _shard_bars(i: int, shard_id: str, series: MinuteSeries, column: str) -> dict[str, Any]:
+    return {
+        "type": "bar",
+        "x": series.minutes,
+        "y": series.column(column),
+        "name": f"shard {plot_text(shard_id)}",
+        "marker": {"color": SHARD_COLORS[i % len(SHARD_COLORS)], "line": {"width": 0}},
+        # A minute wide (in ms on the date axis), not whatever the gaps between bars are.
+        "width": 57_000,
+        "hovertemplate": "%{y:,}",
+        **MINUTE_PERIOD,
+    }

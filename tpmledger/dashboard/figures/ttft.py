@@ -7,10 +7,13 @@ from tpmledger.dashboard.display import NOT_MEASURED
 from tpmledger.dashboard.figures.chart_style import (
     MINUTE_PERIOD,
     Figure,
+    add_in_progress,
     base_layout,
     figure,
     line_mode,
     message_figure,
+    open_positions,
+    split_open,
     time_axis,
     value_axis,
 )
@@ -28,9 +31,10 @@ def ttft_figure(run: MinuteSeries) -> Figure:
     if not any(run.measured(c) for c in TTFT_COLUMNS):
         return message_figure(f"TTFT: {NOT_MEASURED} (no span of this run reports it)")
     data = []
+    is_open = open_positions(run.states, len(run.minutes))
     for column in TTFT_COLUMNS:
         name, color, dash = _STYLES[column]
-        data.append(
+        data += split_open(
             {
                 "type": "scatter",
                 "x": run.minutes,
@@ -41,11 +45,14 @@ def ttft_figure(run: MinuteSeries) -> Figure:
                 "connectgaps": False,
                 "hovertemplate": "%{y:.3f} s",
                 **MINUTE_PERIOD,
-            }
+            },
+            is_open,
         )
     layout = base_layout(
         height=320,
         xaxis=time_axis(minutes=run.minutes),
         yaxis=value_axis("time to first token (s)"),
     )
-    return figure(data, layout)
+    fig = figure(data, layout)
+    add_in_progress(fig, run.minutes, is_open)
+    return fig

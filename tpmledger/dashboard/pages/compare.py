@@ -119,8 +119,9 @@ def compare_panels(
         )
     try:
         with read_view(config.database_url) as session:
-            a = load_run_minutes(session, run_a, slo.text if slo else None)
-            b = load_run_minutes(session, run_b, slo.text if slo else None)
+            slo_text, close = slo.text if slo else None, config.close_after_s
+            a = load_run_minutes(session, run_a, slo_text, close_after_s=close)
+            b = load_run_minutes(session, run_b, slo_text, close_after_s=close)
     except (UnknownRun, NotComparable) as exc:
         return dbc.Alert(str(exc), color="warning", id="compare-error"), None, message_figure("")
     result = compare(a, b, CompareParams(), slo.text if slo else None)

@@ -16,7 +16,11 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.views.live_view import CurrentTable, current_table, live_figures
-from tpmledger.analytics.views.run_extras import reconciliation, run_extras
+from tpmledger.analytics.views.run_extras import (
+    live_run_diagnostics,
+    reconciliation,
+    run_extras,
+)
 from tpmledger.dashboard.components.diagnostics_panel import diagnostics_panel
 from tpmledger.dashboard.components.empty_states import (
     live_waiting,
@@ -156,6 +160,10 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
     checked = reconciliation(session, run.run_id, run.metrics.get("tokens"))
     version = run.snapshot.version if run.snapshot is not None else None
     extras = run_extras(session, run.run_id, version, config.slo_text)
+    if table is not None and isinstance(run.metrics.get("diagnostics"), dict):
+        extras["diagnostics"] = live_run_diagnostics(
+            session, run.run_id, run.metrics["diagnostics"], version
+        )
     return RunPanels(
         header=html.Div(
             [

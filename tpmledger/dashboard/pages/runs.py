@@ -65,6 +65,8 @@ def _row(run: RunRecord) -> html.Tr:
         return NOT_YET if run.is_live and text == NOT_MEASURED else text
 
     peak_text = fmt_int(peak.get("tpm_total")) if m else pending
+    if run.is_live and m and not peak and m.get("attempts"):
+        peak_text = "first minutes in progress"  # peaks come from closed minutes only
     status = [status_badge(run.status)]
     if run.is_live:
         status.append(html.Div(freshness_text(run.data_as_of), className="small runs-freshness"))
@@ -79,7 +81,7 @@ def _row(run: RunRecord) -> html.Tr:
                 if peak
                 else peak_text
             ),
-            # Success and retry rates are exact live; run-level TTFT waits for the seal.
+            # Success and retry rates are exact live; run-level TTFT is sketched (±1 %).
             _cell(fmt_rate(m.get("attempt_success_rate")) if m else pending),
             _cell(fmt_rate(m.get("retry_rate")) if m else pending),
             _cell(shown(fmt_seconds((m.get("ttft_s") or {}).get("p95")))),

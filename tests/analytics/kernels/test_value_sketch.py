@@ -1,0 +1,62 @@
+"""Per-minute value summaries: the ddsketch library's bins, exact moments, mergeable
+(docs/metrics.md#live-approximations)."""
+
+from __future__ import annotations
+
+import numpy as np
+from ddsketch import DDSketch
+
+from tpmledger.analytics.kernels import value_sketch
+from tpmledger.analytics.live.live_minutes import _value_summary
+
+ALPHA = value_sketch.RELATIVE_ACCURACY
+
+
+def _values(seed: int, count: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    values = rng.lognormal(-1.0, 1.2, count)
+    values[: count // 50] = 0.0  # some zero latencies (unmappable: the zero count)
+    return values
+
+
+def test_bins_are_the_librarys_own() -> None:
+    values = _values(1, 5_000)
+    part = _value_summary(values)
+    assert part is not None
+    reference = DDSketch(ALPHA)
+    for v in values:
+        reference.add(float(v))
+    ours = value_sketch.as_sketch(value_sketch.Summary.from_json(part))
+    assert ours.count == reference.count and ours._zero_count == reference._zero_count
+    # Same keys, same counts (the vectorized key is LogarithmicMapping.key).
+    for rank in range(0, 5_000, 37):
+        assert ours._store.key_at_rank(rank) == reference._store.key_at_rank(rank)
+    for q in (0.0, 0.5, 0.9, 1.0):
+        assert ours.get_quantile_value(q) == reference.get_quantile_value(q)
+
+
+def test_merged_minutes_equal_one_summary_of_all_values_and_stay_within_alpha() -> None:
+    minutes = [_values(seed, n) for seed, n in ((2, 900), (3, 1), (4, 4_000), (5, 250))]
+    parts = [_value_summary(m) for m in minutes]
+    merged = value_sketch.merged([*parts, None])
+    stored = _value_summary(np.concatenate(minutes))
+    assert merged is not None and stored is not None
+    whole = value_sketch.Summary.from_json(stored)
+    assert (merged.n, merged.zero, merged.offset) == (whole.n, whole.zero, whole.offset)
+    assert merged.counts.tolist() == whole.counts.tolist()
+    assert np.isclose(merged.m2, whole.m2, rtol=1e-12)
+    values = np.concatenate(minutes)
+    figures = value_sketch.figures(merged, variance=True)
+    assert figures["approximate"] is True and figures["relative_accuracy"] == ALPHA
+    for key, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        exact = float(np.quantile(values, q))  # linear, as the sealed figures
+        assert abs(figures[key] - exact) <= ALPHA * exact, key
+    assert np.isclose(figures["mean"], values.mean(), rtol=1e-12)
+    assert np.isclose(figures["variance"], values.var(), rtol=1e-10)
+
+
+def test_no_values_is_not_measured() -> None:
+    assert _value_summary(np.array([])) is None
+    assert value_sketch.merged([None, None]) is None
+    empty = value_sketch.figures(None, variance=False)
+    assert empty["p95"] is None and empty["mean"] is None and "variance" not in empty
