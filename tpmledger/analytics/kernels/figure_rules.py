@@ -5,6 +5,9 @@
   numbers (docs/metrics.md).
 - The work-conserving check: among seconds with a queue, the share where in-flight is below
   0.9 × cap is the sag; it passes at ≤ 5 % (docs/metrics.md#concurrency-1-second-resolution).
+- A retry-storm minute: retries / first attempts exceeds the retry budget (default 0.2); a
+  minute with retries and no first attempt at all is one too (docs/metrics.md#diagnostics).
+  The sealed diagnostics and the ``/metrics`` gauge (docs/operations.md) both use it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 SIGNIFICANT_DIGITS = 12
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
+DEFAULT_RETRY_BUDGET = 0.2
 
 
 def clean(value: Any) -> Any:
@@ -39,3 +43,13 @@ def work_conserving_result(queued: int | None = None, sag: int = 0) -> dict[str,
         result["sag_share"] = share
         result["passes"] = share <= SAG_PASS_SHARE
     return result
+
+
+def is_retry_storm_minute(
+    calls: int, retries: int | None, budget: float = DEFAULT_RETRY_BUDGET
+) -> bool:
+    """Whether a minute with ``calls`` attempts, ``retries`` of them retries, is a storm:
+    retries / first attempts above ``budget`` (no first attempt but retries: unbounded)."""
+    retried = retries or 0
+    first = calls - retried
+    return bool(retried) and (first <= 0 or retried / first > budget)

@@ -33,11 +33,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.figure_rules import (
+    DEFAULT_RETRY_BUDGET,
+    clean,
+    is_retry_storm_minute,
+)
 from tpmledger.storage.pitfall_attributes import Declarations, Target
 from tpmledger.storage.time_text import minute_text_ns
 
-DEFAULT_RETRY_BUDGET: Final = 0.2
 SECOND_NS: Final = 1_000_000_000
 _KEY: Final = ["trace_id", "span_id"]
 
@@ -60,10 +63,7 @@ def retry_storm(whole: pl.DataFrame, budget: float = DEFAULT_RETRY_BUDGET) -> di
     for minute_ns, calls, retried in whole.select(
         "minute_ns", "calls_in_minute", "retries"
     ).iter_rows():
-        retried = retried or 0
-        first = calls - retried
-        # No first attempt at all but retries: an unbounded ratio, a storm.
-        if retried and (first <= 0 or retried / first > budget):
+        if is_retry_storm_minute(calls, retried, budget):
             storm.append(minute_text_ns(minute_ns))
     return {"flag": bool(storm), "budget": budget, "minutes": storm}
 

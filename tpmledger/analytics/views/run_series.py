@@ -1,0 +1,181 @@
+"""The figures behind ``/metrics``' per-run series (docs/operations.md#per-run-series).
+
+For every live run and every run whose last event is inside the window, read in one
+snapshot from minute rows (sealed and live, merged as :mod:`analytics.views.live_view`
+merges them; never raw spans): the run's token, attempt and retry counts, the whole-run
+row of its newest **closed** minute, its declared cap, whether that minute is a
+retry-storm minute (the diagnostics' rule, docs/metrics.md#diagnostics), its silent
+shards, whether it is live, and how old its newest event is.
+
+``None`` means not measured: the series is left out, never written as 0. Plain Python
+over a few rows per run: this runs in the ingest process (no Polars).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minute
+from tpmledger.storage.live_read import RunState, run_states_in_window
+from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.run_metrics_read import (
+    MinuteRow,
+    RunKey,
+    ShardCaps,
+    WholeRunTotals,
+    minute_rows,
+    shard_caps,
+    whole_run_totals,
+)
+
+MINUTE = timedelta(minutes=1)
+#: Shards silent: reported in the last ``SILENT_LOOKBACK`` closed minutes, not in the newest
+#: ``SILENT_RECENT`` while other shards did.
+SILENT_LOOKBACK = 10
+SILENT_RECENT = 2
+
+
+@dataclass
+class RunSeries:
+    """One run's series values; ``None`` = not measured (left out of the exposition)."""
+
+    run_id: str
+    live: bool
+    data_age_s: float
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    successes: int | None = None
+    failures: int | None = None
+    retries: int | None = None
+    minute_utc: datetime | None = None  # the newest closed minute
+    minute_tpm: dict[str, int] = field(default_factory=dict)  # total / prompt / completion
+    minute_retry_rate: float | None = None
+    minute_ttft_p95_s: float | None = None
+    minute_in_flight_mean: float | None = None
+    retry_storm: bool | None = None
+    shards_silent: int | None = None
+    concurrency_cap: int | None = None
+
+
+def newest_closed_minute(
+    totals: WholeRunTotals, now: datetime, close_after_s: float
+) -> datetime | None:
+    """The newest minute of the run's table that is closed or sealed (None: no minute yet).
+
+    The table spans the first to the last minute with an attempt ending in it; a minute
+    closes ``close_after_s`` after it ends (docs/metrics.md#live-figures), a sealed one is
+    closed already."""
+    if totals.first_active is None or totals.last_active is None:
+        return None
+    closes_by = now - MINUTE - timedelta(seconds=close_after_s)
+    by_clock = closes_by.replace(second=0, microsecond=0)
+    candidates = [min(by_clock, totals.last_active)]
+    if totals.last_sealed is not None:
+        candidates.append(min(totals.last_sealed, totals.last_active))
+    newest = max(candidates)
+    return newest if newest >= totals.first_active else None
+
+
+def _cap(caps: ShardCaps | None) -> int | None:
+    """The whole run's cap as the minute table states it: the sum of each shard's largest,
+    plus what the snapshot's whole-run cap counted for shards it lists no rows of."""
+    if caps is None:
+        return None
+    hidden = 0
+    if caps.sealed_whole is not None:
+        named = sum(caps.sealed_caps.get(s, c) for s, c in caps.caps.items())
+        hidden = max(caps.sealed_whole - named, 0)
+    if not caps.caps and not hidden:
+        return None
+    return sum(caps.caps.values()) + hidden
+
+
+def _silent(rows: list[MinuteRow], newest: datetime) -> int:
+    """Shards with attempts in the lookback but none in the newest minutes, while others
+    had some (0 when no shard reported lately: the whole run is quiet, not one shard)."""
+    recent_from = newest - (SILENT_RECENT - 1) * MINUTE
+    reported = {r.shard_id for r in rows}
+    recent = {r.shard_id for r in rows if r.minute_utc >= recent_from}
+    return len(reported - recent) if recent else 0
+
+
+def run_series(
+    session: Session,
+    *,
+    window_s: float,
+    close_after_s: float = 120.0,
+    now: datetime | None = None,
+) -> list[RunSeries]:
+    """Series values of every run ``/metrics`` reports, in run id order."""
+    now = now or datetime.now(UTC)
+    since_ns = int((now.timestamp() - window_s) * 1e9)
+    states = run_states_in_window(session, since_ns)
+    keys = [RunKey(s.run_id, s.snapshot_version) for s in states]
+    totals = whole_run_totals(session, keys)
+    caps = shard_caps(session, keys)
+    newest = {
+        s.run_id: newest_closed_minute(totals[s.run_id], now, close_after_s)
+        for s in states
+        if s.run_id in totals
+    }
+    window = [
+        RunKey(s.run_id, s.snapshot_version, m - (SILENT_LOOKBACK - 1) * MINUTE, m)
+        for s in states
+        if (m := newest.get(s.run_id)) is not None
+    ]
+    rows_by_run: dict[str, list[MinuteRow]] = {}
+    for row in minute_rows(session, window):
+        rows_by_run.setdefault(row.run_id, []).append(row)
+    return [
+        _series(s, totals.get(s.run_id), caps.get(s.run_id), newest.get(s.run_id),
+                rows_by_run.get(s.run_id, []), now)  # fmt: skip
+        for s in states
+    ]
+
+
+def _series(
+    state: RunState,
+    totals: WholeRunTotals | None,
+    caps: ShardCaps | None,
+    newest: datetime | None,
+    rows: list[MinuteRow],
+    now: datetime,
+) -> RunSeries:
+    series = RunSeries(
+        run_id=state.run_id,
+        live=state.is_live,
+        data_age_s=max(now.timestamp() - state.last_event_ns / 1e9, 0.0),
+        concurrency_cap=_cap(caps),
+    )
+    if totals is None:
+        return series  # no minute row yet: nothing measured but liveness and age
+    series.input_tokens = totals.prompt_tokens
+    series.output_tokens = totals.completion_tokens
+    series.successes = totals.successes
+    series.failures = totals.failures
+    series.retries = totals.retries if totals.retry_evidence else None
+    if newest is None:
+        return series
+    whole = next((r for r in rows if r.shard_id == WHOLE_RUN and r.minute_utc == newest), None)
+    series.minute_utc = newest
+    calls = whole.calls_in_minute if whole else 0
+    retries = (whole.retries or 0) if whole else 0
+    series.minute_tpm = {
+        "total": whole.tpm_total if whole else 0,
+        "prompt": whole.prompt_tpm_in if whole else 0,
+        "completion": whole.completion_tpm_out if whole else 0,
+    }
+    if totals.retry_evidence:
+        series.minute_retry_rate = clean(retries / calls) if calls else None
+        series.retry_storm = is_retry_storm_minute(calls, retries)
+    if whole is not None:
+        series.minute_ttft_p95_s = whole.ttft_p95_s
+        series.minute_in_flight_mean = whole.in_flight_mean
+    else:
+        series.minute_in_flight_mean = 0.0  # an empty minute inside the run, as live_view
+    shards = [r for r in rows if r.shard_id != WHOLE_RUN and r.calls_in_minute > 0]
+    series.shards_silent = _silent(shards, newest)
+    return series
