@@ -103,7 +103,7 @@ def test_every_rule_has_unit_tests_that_fire_and_hold_still() -> None:
     for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
         for check in case["alert_rule_test"]:
             tested.setdefault(check["alertname"], set()).add(bool(check["exp_alerts"]))
-    assert tested == dict.fromkeys(ALERTS, {True, False})
+    assert tested == {name: {True, False} for name in ALERTS}
 
 
 @needs_amtool

@@ -28,8 +28,14 @@ def _rows(run_id: str, *, resend: int | None) -> list:
     for minute in range(6):
         end = first + minute * MINUTE_NS + 20 * SECOND_NS
         rows += [
-            attempt_row(run_id=run_id, shard_id=str(i % 2), start_ns=end - SECOND_NS,
-                        end_ns=end, resend_count=resend, ttft_s=0.2)  # fmt: skip
+            attempt_row(
+                run_id=run_id,
+                shard_id=str(i % 2),
+                start_ns=end - SECOND_NS,
+                end_ns=end,
+                resend_count=resend,
+                ttft_s=0.2,
+            )
             for i in range(4)
         ]
     return rows

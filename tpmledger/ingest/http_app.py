@@ -33,7 +33,6 @@ from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
-from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.ingest.otlp_http_codec import (
     JSON,
     MAX_COMPRESSED_BYTES,
@@ -43,6 +42,7 @@ from tpmledger.ingest.otlp_http_codec import (
     encode_message,
     media_type,
 )
+from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
 

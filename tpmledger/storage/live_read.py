@@ -161,8 +161,6 @@ def run_states_in_window(session: Session, since_ns: int) -> list[RunState]:
         OR r.updated_at > s.data_as_of OR s.final IS NOT TRUE
         OR (s.document -> 'minutes' ->> 'through_minute_utc')::timestamptz
            < to_timestamp((r.last_event_ns / 60000000000) * 60)"""
-    rows = session.execute(
-        text(_STATE_SQL + where + " ORDER BY r.run_id"), {"since": since_ns}
-    )
+    rows = session.execute(text(_STATE_SQL + where + " ORDER BY r.run_id"), {"since": since_ns})
     states = [_state(row) for row in rows]
     return [s for s in states if s.is_live or s.last_event_ns >= since_ns]

@@ -65,7 +65,8 @@ def _chosen(shards: str) -> str:
     in ``w(run_id, version, low, high)``; ``from_live`` tells where each row came from."""
     cols = ", ".join(_FIGURES)
     bounded = (
-        "(w.low IS NULL OR {t}.minute_utc >= w.low) AND (w.high IS NULL OR {t}.minute_utc <= w.high)"
+        "(w.low IS NULL OR {t}.minute_utc >= w.low) "
+        "AND (w.high IS NULL OR {t}.minute_utc <= w.high)"
     )
     return f"""
 w AS (

@@ -40,7 +40,11 @@ def _fleet(run: str, minutes: int, *, silent_shard_stops_at: int | None = None) 
     rows = []
     for minute in range(minutes):
         for shard in ("0", "1"):
-            if shard == "1" and silent_shard_stops_at is not None and minute >= silent_shard_stops_at:
+            if (
+                shard == "1"
+                and silent_shard_stops_at is not None
+                and minute >= silent_shard_stops_at
+            ):
                 continue
             rows += [_attempt(run, shard, minute) for _ in range(4)]
     return rows
@@ -49,8 +53,20 @@ def _fleet(run: str, minutes: int, *, silent_shard_stops_at: int | None = None) 
 def test_live_run_figures_equal_the_read_apis_rows(database_url: str) -> None:
     rows = _fleet("live-run", 10)
     # Minute 7 is a storm: 4 first attempts and 3 retries per shard (3 / 4 > 0.2).
-    rows += [_attempt("live-run", s, 7, resend=1, status="error", error_type="http_429",
-                      prompt_tokens=0, completion_tokens=0) for s in ("0", "1") for _ in range(3)]  # fmt: skip
+    rows += [
+        _attempt(
+            "live-run",
+            s,
+            7,
+            resend=1,
+            status="error",
+            error_type="http_429",
+            prompt_tokens=0,
+            completion_tokens=0,
+        )
+        for s in ("0", "1")
+        for _ in range(3)
+    ]
     store(database_url, rows)
     LiveUpdater(database_url).update_once()
     # Minutes 0..9 exist; with a 120 s close, at 03:54:10 + 2 min minute 7 is the newest closed.
@@ -125,11 +141,16 @@ def test_window_keeps_live_runs_and_recent_sealed_runs(database_url: str) -> Non
 def test_sealed_then_live_run_merges_rows_like_the_read_api(database_url: str) -> None:
     store(database_url, _fleet("checkpointed", 4))
     seal_run(database_url, "checkpointed", force=True)
-    store(database_url, _fleet("checkpointed", 4)[:8] + [_attempt("checkpointed", "0", m) for m in (4, 5, 6)])
+    store(
+        database_url,
+        _fleet("checkpointed", 4)[:8] + [_attempt("checkpointed", "0", m) for m in (4, 5, 6)],
+    )
     LiveUpdater(database_url).update_once()
     now = BASE + timedelta(minutes=9)
     series = _series(database_url, now)["checkpointed"]
-    table = in_one_snapshot(database_url, current_table, "checkpointed", close_after_s=120.0, now=now)
+    table = in_one_snapshot(
+        database_url, current_table, "checkpointed", close_after_s=120.0, now=now
+    )
     assert table is not None
     figures = live_figures(table)
     assert series.live is True

@@ -130,8 +130,14 @@ def run_series(
     for row in minute_rows(session, window):
         rows_by_run.setdefault(row.run_id, []).append(row)
     return [
-        _series(s, totals.get(s.run_id), caps.get(s.run_id), newest.get(s.run_id),
-                rows_by_run.get(s.run_id, []), now)  # fmt: skip
+        _series(
+            s,
+            totals.get(s.run_id),
+            caps.get(s.run_id),
+            newest.get(s.run_id),
+            rows_by_run.get(s.run_id, []),
+            now,
+        )
         for s in states
     ]
 
