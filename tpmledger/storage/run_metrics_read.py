@@ -74,31 +74,31 @@ w AS (
                          CAST(:lows AS timestamptz[]), CAST(:highs AS timestamptz[]))
         AS w(run_id, version, low, high)
 ),
-live_whole AS (
-    SELECT l.run_id, l.minute_utc FROM live_minutes l JOIN w ON w.run_id = l.run_id
-    WHERE l.shard_id = '{WHOLE_RUN}' AND {bounded.format(t="l")}
-),
 sealed AS (
     SELECT w.run_id, m.* FROM w CROSS JOIN LATERAL (
         SELECT DISTINCT ON (mm.shard_id, mm.minute_utc) mm.shard_id, mm.minute_utc, {cols}
         FROM minute_metrics mm
         WHERE mm.run_id = w.run_id AND mm.version <= w.version AND ({shards.format(t="mm")})
           AND {bounded.format(t="mm")}
+          AND NOT EXISTS (
+              SELECT 1 FROM live_minutes lw
+              WHERE lw.run_id = mm.run_id AND lw.minute_utc = mm.minute_utc
+                AND lw.shard_id = '{WHOLE_RUN}'
+          )
         ORDER BY mm.shard_id, mm.minute_utc, mm.version DESC
     ) m
-    WHERE NOT EXISTS (
-        SELECT 1 FROM live_whole lw WHERE lw.run_id = w.run_id AND lw.minute_utc = m.minute_utc
-    )
 ),
 chosen AS (
     SELECT run_id, shard_id, minute_utc, {cols}, false AS from_live,
            retries IS NOT NULL AS retry_evidence
     FROM sealed
     UNION ALL
-    SELECT l.run_id, l.shard_id, l.minute_utc, {", ".join("l." + c for c in _FIGURES)},
+    SELECT w.run_id, l.shard_id, l.minute_utc, {", ".join("l." + c for c in _FIGURES)},
            true, l.retry_evidence
-    FROM live_minutes l JOIN w ON w.run_id = l.run_id
-    WHERE ({shards.format(t="l")}) AND {bounded.format(t="l")}
+    FROM w CROSS JOIN LATERAL (
+        SELECT * FROM live_minutes l
+        WHERE l.run_id = w.run_id AND ({shards.format(t="l")}) AND {bounded.format(t="l")}
+    ) l
 )"""
 
 
@@ -140,35 +140,72 @@ FROM chosen GROUP BY run_id"""
 
 @dataclass(frozen=True)
 class MinuteRow:
-    """One current minute row of a run (``shard_id`` ``*``: the whole run)."""
+    """A run's whole-run row of one minute (``None`` figures where the table has none)."""
 
-    run_id: str
-    shard_id: str
-    minute_utc: datetime
     calls_in_minute: int
     prompt_tpm_in: int
     completion_tpm_out: int
     tpm_total: int
-    successes: int
-    failures: int
     retries: int | None
     ttft_p95_s: float | None
     in_flight_mean: float | None
-    concurrency_cap: int | None
-    from_live: bool
 
 
-def minute_rows(session: Session, keys: Sequence[RunKey]) -> list[MinuteRow]:
-    """Current rows (every shard and ``*``) of each run's minutes in [low, high] that have
-    an attempt ending in them, and the whole-run row at ``high`` whatever it holds."""
+@dataclass(frozen=True)
+class NewestMinute:
+    """What a run's minutes in [low, high] say: the whole-run row at ``high`` (None when the
+    table has no row there), and the shards with an attempt ending in the range, split by
+    whether their newest such minute is at most ``recent_minutes`` - 1 before ``high``."""
+
+    whole: MinuteRow | None
+    shards_reporting: int
+    shards_recent: int
+
+
+def newest_minutes(
+    session: Session, keys: Sequence[RunKey], recent_minutes: int
+) -> dict[str, NewestMinute]:
+    """Per run, the figures of the newest minute (``high``) and the shards that reported in
+    [low, high] and in the last ``recent_minutes`` of it; one row per run comes back."""
     if not keys:
-        return []
-    query = f"""WITH {_chosen("true")}
-SELECT c.run_id, c.shard_id, c.minute_utc, {", ".join("c." + f for f in _FIGURES)}, c.from_live
-FROM chosen c JOIN w ON w.run_id = c.run_id
-WHERE c.calls_in_minute > 0 OR (c.shard_id = '{WHOLE_RUN}' AND c.minute_utc = w.high)
-ORDER BY c.run_id, c.shard_id, c.minute_utc"""
-    return [MinuteRow(*row) for row in session.execute(text(query), _params(keys))]
+        return {}
+    whole_cols = ", ".join(
+        "c." + f
+        for f in (
+            "calls_in_minute",
+            "prompt_tpm_in",
+            "completion_tpm_out",
+            "tpm_total",
+            "retries",
+            "ttft_p95_s",
+            "in_flight_mean",
+        )
+    )
+    query = f"""WITH {_chosen("true")},
+last_report AS (
+    SELECT c.run_id, c.shard_id, max(c.minute_utc) AS minute_utc FROM chosen c
+    WHERE c.shard_id <> '{WHOLE_RUN}' AND c.calls_in_minute > 0
+    GROUP BY c.run_id, c.shard_id
+),
+shards AS (
+    SELECT lr.run_id, count(*) AS reporting,
+           count(*) FILTER (
+               WHERE lr.minute_utc > w.high - make_interval(mins => :recent)
+           ) AS recent
+    FROM last_report lr JOIN w ON w.run_id = lr.run_id GROUP BY lr.run_id
+)
+SELECT w.run_id, c.minute_utc IS NOT NULL, {whole_cols},
+       coalesce(s.reporting, 0), coalesce(s.recent, 0)
+FROM w
+LEFT JOIN chosen c ON c.run_id = w.run_id AND c.shard_id = '{WHOLE_RUN}'
+     AND c.minute_utc = w.high
+LEFT JOIN shards s ON s.run_id = w.run_id"""
+    params = _params(keys) | {"recent": recent_minutes}
+    found = {}
+    for row in session.execute(text(query), params):
+        whole = MinuteRow(*row[2:9]) if row[1] else None
+        found[row[0]] = NewestMinute(whole, int(row[9]), int(row[10]))
+    return found
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minut
 from tpmledger.storage.live_read import RunState, run_states_in_window
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.run_metrics_read import (
-    MinuteRow,
+    NewestMinute,
     RunKey,
     ShardCaps,
     WholeRunTotals,
-    minute_rows,
+    newest_minutes,
     shard_caps,
     whole_run_totals,
 )
@@ -93,15 +93,6 @@ def _cap(caps: ShardCaps | None) -> int | None:
     return sum(caps.caps.values()) + hidden
 
 
-def _silent(rows: list[MinuteRow], newest: datetime) -> int:
-    """Shards with attempts in the lookback but none in the newest minutes, while others
-    had some (0 when no shard reported lately: the whole run is quiet, not one shard)."""
-    recent_from = newest - (SILENT_RECENT - 1) * MINUTE
-    reported = {r.shard_id for r in rows}
-    recent = {r.shard_id for r in rows if r.minute_utc >= recent_from}
-    return len(reported - recent) if recent else 0
-
-
 def run_series(
     session: Session,
     *,
@@ -126,16 +117,14 @@ def run_series(
         for s in states
         if (m := newest.get(s.run_id)) is not None
     ]
-    rows_by_run: dict[str, list[MinuteRow]] = {}
-    for row in minute_rows(session, window):
-        rows_by_run.setdefault(row.run_id, []).append(row)
+    minutes = newest_minutes(session, window, SILENT_RECENT)
     return [
         _series(
             s,
             totals.get(s.run_id),
             caps.get(s.run_id),
             newest.get(s.run_id),
-            rows_by_run.get(s.run_id, []),
+            minutes.get(s.run_id),
             now,
         )
         for s in states
@@ -147,7 +136,7 @@ def _series(
     totals: WholeRunTotals | None,
     caps: ShardCaps | None,
     newest: datetime | None,
-    rows: list[MinuteRow],
+    found: NewestMinute | None,
     now: datetime,
 ) -> RunSeries:
     series = RunSeries(
@@ -165,7 +154,7 @@ def _series(
     series.retries = totals.retries if totals.retry_evidence else None
     if newest is None:
         return series
-    whole = next((r for r in rows if r.shard_id == WHOLE_RUN and r.minute_utc == newest), None)
+    whole = found.whole if found else None
     series.minute_utc = newest
     calls = whole.calls_in_minute if whole else 0
     retries = (whole.retries or 0) if whole else 0
@@ -182,6 +171,10 @@ def _series(
         series.minute_in_flight_mean = whole.in_flight_mean
     else:
         series.minute_in_flight_mean = 0.0  # an empty minute inside the run, as live_view
-    shards = [r for r in rows if r.shard_id != WHOLE_RUN and r.calls_in_minute > 0]
-    series.shards_silent = _silent(shards, newest)
+    # Silent: reported in the lookback, not in the newest minutes, while others did (0
+    # when no shard reported lately: the whole run is quiet, not one shard).
+    if found is not None and found.shards_recent:
+        series.shards_silent = found.shards_reporting - found.shards_recent
+    else:
+        series.shards_silent = 0
     return series
