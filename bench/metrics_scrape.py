@@ -38,11 +38,11 @@ from ingest_workload import build_bodies, fresh_database, percentile, send_bodie
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 
-from tests.storage.builders import attempt_row  # noqa: E402
-from tpmledger.analytics.live.live_updater import LiveUpdater  # noqa: E402
-from tpmledger.analytics.seal.sealing import seal_run  # noqa: E402
-from tpmledger.storage.bulk_writer import write_attempts  # noqa: E402
-from tpmledger.storage.database import raw_transaction  # noqa: E402
+from tests.storage.builders import attempt_row
+from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.storage.bulk_writer import write_attempts
+from tpmledger.storage.database import raw_transaction
 
 MINUTE_NS = 60_000_000_000
 SECOND_NS = 1_000_000_000
@@ -157,13 +157,14 @@ def main() -> int:
 
     say(f"# tpmledger /metrics scrape benchmark — {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
     say(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()};"
-        f" load average {os.getloadavg()}"
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; load average {os.getloadavg()}"
     )
     with fresh_database() as empty:
         ingest = start_ingest(empty.url)
         try:
-            baseline, _, baseline_bytes = scrape_latencies(f"http://{ingest.host}:{ingest.port}", args.scrapes)
+            empty_base = f"http://{ingest.host}:{ingest.port}"
+            baseline, _, baseline_bytes = scrape_latencies(empty_base, args.scrapes)
         finally:
             ingest.stop()
     with fresh_database() as db:
@@ -183,7 +184,8 @@ def main() -> int:
             b50, b95 = statistics.median(baseline), percentile(baseline, 0.95) or 0.0
             say(
                 f"(a) GET /metrics over {args.scrapes} scrapes: p50 {p50 * 1000:.1f} ms, "
-                f"p95 {p95 * 1000:.1f} ms (target <= 200 ms: {'met' if p95 <= 0.2 else 'NOT met'}); "
+                f"p95 {p95 * 1000:.1f} ms "
+                f"(target <= 200 ms: {'met' if p95 <= 0.2 else 'NOT met'}); "
                 f"{lines} per-run series lines, {size / 1024:.0f} KiB"
             )
             say(
@@ -208,7 +210,8 @@ def main() -> int:
             without = statistics.mean(rates["without"])
             with_scraper = statistics.mean(rates["with"])
             say(
-                f"(b) ingest, 8 senders x 512-span batches, {args.phase_seconds:.0f} s phases ABAB: "
+                f"(b) ingest, 8 senders x 512-span batches, "
+                f"{args.phase_seconds:.0f} s phases ABAB: "
                 f"without scraper {', '.join(f'{r:,.0f}' for r in rates['without'])} spans/s, "
                 f"with a 1 s scraper {', '.join(f'{r:,.0f}' for r in rates['with'])} spans/s; "
                 f"ratio with / without {with_scraper / without:.3f}"
@@ -219,7 +222,8 @@ def main() -> int:
                     f"{statistics.median(scrape_times) * 1000:.0f} ms, p95 "
                     f"{(percentile(scrape_times, 0.95) or 0) * 1000:.0f} ms"
                 )
-            say(f"    ingest peak RSS (VmHWM, listener process): {vm_hwm_mb(ingest.process.pid):.0f} MB")
+            peak = vm_hwm_mb(ingest.process.pid)
+            say(f"    ingest peak RSS (VmHWM, listener process): {peak:.0f} MB")
         finally:
             ingest.stop()
     say(f"load average after: {os.getloadavg()} (the machine is shared; times vary)")

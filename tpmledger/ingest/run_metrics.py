@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from tpmledger.storage.database import in_one_snapshot
 
 if TYPE_CHECKING:
-    from tpmledger.analytics.views.run_series import RunSeries
+    from tpmledger.analytics.views.run_series import RunSeries, SealedCache
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,16 @@ class RunSeriesCollector(Collector):
         self.database_url = database_url
         self.window_s = window_s
         self.close_after_s = close_after_s
+        self.cache: SealedCache | None = None  # created on the first scrape (lazy import)
 
     def describe(self) -> Iterable[Metric]:
         return []  # read at scrape time only: registering must not touch the database
 
     def collect(self) -> Iterator[Metric]:
-        from tpmledger.analytics.views.run_series import run_series
+        from tpmledger.analytics.views.run_series import SealedCache, run_series
+
+        if self.cache is None:
+            self.cache = SealedCache()
 
         up = GaugeMetricFamily(
             "tpmledger_run_series_up",
@@ -55,6 +59,7 @@ class RunSeriesCollector(Collector):
                 run_series,
                 window_s=self.window_s,
                 close_after_s=self.close_after_s,
+                cache=self.cache,
             )
         except Exception as exc:  # the database is down: ingest's own series still answer
             log.warning("per-run series not read: %s", exc)

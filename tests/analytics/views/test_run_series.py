@@ -11,7 +11,7 @@ from tpmledger.analytics.kernels.figure_rules import is_retry_storm_minute
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import current_table, live_figures
-from tpmledger.analytics.views.run_series import RunSeries, run_series
+from tpmledger.analytics.views.run_series import RunSeries, SealedCache, run_series
 from tpmledger.storage.database import in_one_snapshot
 
 SECOND_NS = 1_000_000_000
@@ -159,3 +159,27 @@ def test_sealed_then_live_run_merges_rows_like_the_read_api(database_url: str) -
     whole = {r["minute_utc"]: r for r in table.shard_rows("*")}
     assert series.minute_utc == BASE + timedelta(minutes=6)
     assert series.minute_tpm["total"] == whole[series.minute_utc]["tpm_total"]
+
+
+def test_sealed_runs_are_read_once_until_new_data_arrives(database_url: str) -> None:
+    store(database_url, _fleet("cached", 5))
+    seal_run(database_url, "cached", force=True)
+    cache = SealedCache()
+    now = BASE + timedelta(minutes=30)
+
+    def scrape(at: datetime) -> RunSeries:
+        [found] = in_one_snapshot(database_url, run_series, window_s=3600, now=at, cache=cache)
+        return found
+
+    first = scrape(now)
+    assert "cached" in cache.entries
+    later = scrape(now + timedelta(seconds=30))
+    assert later.input_tokens == first.input_tokens
+    assert later.data_age_s == first.data_age_s + 30
+    # New data makes the run live: read again, from the live rows too.
+    store(database_url, [_attempt("cached", "0", 6)])
+    LiveUpdater(database_url).update_once()
+    fresh = scrape(now + timedelta(seconds=60))
+    assert fresh.live is True
+    assert fresh.input_tokens == first.input_tokens + 100
+    assert "cached" not in cache.entries

@@ -13,14 +13,13 @@ over a few rows per run: this runs in the ingest process (no Polars).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minute
 from tpmledger.storage.live_read import RunState, run_states_in_window
-from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.run_metrics_read import (
     NewestMinute,
     RunKey,
@@ -93,33 +92,60 @@ def _cap(caps: ShardCaps | None) -> int | None:
     return sum(caps.caps.values()) + hidden
 
 
+class SealedCache:
+    """Series of runs that are not live, kept between scrapes: a sealed run's minute table
+    does not change until new data arrives (which makes it live again, or changes its
+    newest snapshot), so its figures are read once. Only the data age is recomputed."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[tuple[object, ...], RunSeries]] = {}
+
+    @staticmethod
+    def key(state: RunState) -> tuple[object, ...]:
+        return (state.snapshot_version, state.updated_at, state.live_rows, state.archived_at)
+
+    def get(self, state: RunState) -> RunSeries | None:
+        found = self.entries.get(state.run_id)
+        if found is None or found[0] != self.key(state) or state.is_live:
+            return None
+        return found[1]
+
+    def keep(self, states: list[RunState], series: dict[str, RunSeries]) -> None:
+        """Keep the series of the runs of ``states`` that are not live (others are dropped)."""
+        self.entries = {s.run_id: (self.key(s), series[s.run_id]) for s in states if not s.is_live}
+
+
 def run_series(
     session: Session,
     *,
     window_s: float,
     close_after_s: float = 120.0,
     now: datetime | None = None,
+    cache: SealedCache | None = None,
 ) -> list[RunSeries]:
-    """Series values of every run ``/metrics`` reports, in run id order."""
+    """Series values of every run ``/metrics`` reports, in run id order (``cache`` keeps
+    the figures of sealed runs between calls)."""
     now = now or datetime.now(UTC)
     since_ns = int((now.timestamp() - window_s) * 1e9)
     states = run_states_in_window(session, since_ns)
-    keys = [RunKey(s.run_id, s.snapshot_version) for s in states]
+    cached = {s.run_id: hit for s in states if cache and (hit := cache.get(s)) is not None}
+    todo = [s for s in states if s.run_id not in cached]
+    keys = [RunKey(s.run_id, s.snapshot_version) for s in todo]
     totals = whole_run_totals(session, keys)
     caps = shard_caps(session, keys)
     newest = {
         s.run_id: newest_closed_minute(totals[s.run_id], now, close_after_s)
-        for s in states
+        for s in todo
         if s.run_id in totals
     }
     window = [
         RunKey(s.run_id, s.snapshot_version, m - (SILENT_LOOKBACK - 1) * MINUTE, m)
-        for s in states
+        for s in todo
         if (m := newest.get(s.run_id)) is not None
     ]
     minutes = newest_minutes(session, window, SILENT_RECENT)
-    return [
-        _series(
+    series = {
+        s.run_id: _series(
             s,
             totals.get(s.run_id),
             caps.get(s.run_id),
@@ -127,8 +153,18 @@ def run_series(
             minutes.get(s.run_id),
             now,
         )
-        for s in states
-    ]
+        for s in todo
+    }
+    for s in states:
+        if s.run_id in cached:
+            series[s.run_id] = replace(cached[s.run_id], data_age_s=_age(s, now))
+    if cache is not None:
+        cache.keep(states, series)
+    return [series[s.run_id] for s in states]
+
+
+def _age(state: RunState, now: datetime) -> float:
+    return max(now.timestamp() - state.last_event_ns / 1e9, 0.0)
 
 
 def _series(
@@ -142,7 +178,7 @@ def _series(
     series = RunSeries(
         run_id=state.run_id,
         live=state.is_live,
-        data_age_s=max(now.timestamp() - state.last_event_ns / 1e9, 0.0),
+        data_age_s=_age(state, now),
         concurrency_cap=_cap(caps),
     )
     if totals is None:
