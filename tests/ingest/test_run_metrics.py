@@ -35,9 +35,15 @@ def _rows(run_id: str, *, resend: int | None) -> list:
                 end_ns=end,
                 resend_count=resend,
                 ttft_s=0.2,
+                cache_read_tokens=10 if i == 0 else None,
             )
             for i in range(4)
         ]
+    end = first + 3 * MINUTE_NS
+    rows.append(
+        attempt_row(run_id=run_id, start_ns=end - SECOND_NS, end_ns=end, resend_count=resend,
+                    status="error", error_type="http_429", prompt_tokens=0, completion_tokens=0)
+    )  # fmt: skip
     return rows
 
 
@@ -66,6 +72,13 @@ def test_run_series_escape_run_ids_and_leave_unmeasured_out(database_url: str) -
         assert samples[("tpmledger_run_tokens_total", (*run, ("token_type", "input")))] == 2400
         assert samples[("tpmledger_run_tokens_total", (*run, ("token_type", "output")))] == 1200
         assert samples[("tpmledger_run_attempts_total", (("outcome", "success"), *run))] == 24
+        assert samples[("tpmledger_run_attempts_total", (("outcome", "error"), *run))] == 1
+        errors = (("error_type", "http_429"), *run)
+        assert samples[("tpmledger_run_errors_total", errors)] == 1
+        assert samples[("tpmledger_run_tokens_total", (*run, ("token_type", "cache_read")))] == 60
+        # No attempt reported reasoning or cache-write tokens: not measured, absent.
+        reasoning = (*run, ("token_type", "reasoning"))
+        assert ("tpmledger_run_tokens_total", reasoning) not in samples
         assert samples[("tpmledger_run_retries_total", run)] == 0
         assert samples[("tpmledger_run_minute_tpm", (*run, ("token_type", "total")))] == 600
         assert samples[("tpmledger_run_minute_retry_rate", run)] == 0

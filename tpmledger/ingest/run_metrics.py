@@ -81,6 +81,11 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
     attempts = CounterMetricFamily(
         "tpmledger_run_attempts", "Attempts of the run by outcome", labels=["run_id", "outcome"]
     )
+    errors = CounterMetricFamily(
+        "tpmledger_run_errors",
+        "Failed attempts of the run by error type (error.type, else http_<status>)",
+        labels=["run_id", "error_type"],
+    )
     retries = CounterMetricFamily(
         "tpmledger_run_retries", "Attempts that were retries (resend count > 0)", labels=_RUN
     )
@@ -144,6 +149,10 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
             tokens.add_metric([run.run_id, "input"], run.input_tokens)
         if run.output_tokens is not None:
             tokens.add_metric([run.run_id, "output"], run.output_tokens)
+        for token_type, value in sorted(run.other_tokens.items()):
+            tokens.add_metric([run.run_id, token_type], value)
+        for error_type, count in sorted(run.errors.items()):
+            errors.add_metric([run.run_id, error_type], count)
         if run.successes is not None:
             attempts.add_metric([run.run_id, "success"], run.successes)
         if run.failures is not None:
@@ -164,5 +173,15 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
             storm.add_metric(rid, 1 if run.retry_storm else 0)
         if run.shards_silent is not None:
             silent.add_metric(rid, run.shards_silent)
-    yield from (tokens, attempts, retries, minute_tpm, retry_rate, ttft, in_flight, minute_ts)
+    yield from (
+        tokens,
+        attempts,
+        retries,
+        errors,
+        minute_tpm,
+        retry_rate,
+        ttft,
+        in_flight,
+        minute_ts,
+    )
     yield from (cap, storm, silent, live, age)

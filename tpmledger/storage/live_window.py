@@ -38,10 +38,16 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "resend_count": "integer",
     "concurrency_cap": "integer",
     "call_id_explicit": "integer",
+    # For the per-minute extras of /metrics (storage.minute_extras_store).
+    "error_type": "text",
+    "cache_read_tokens": "integer",
+    "cache_write_tokens": "integer",
+    "reasoning_tokens": "integer",
 }
 
 _COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
-       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int"""
+       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int,
+       error_type, cache_read_tokens, cache_write_tokens, reasoning_tokens"""
 _WINDOW_SQL = f"""
 SELECT {_COLUMNS}
 FROM attempts

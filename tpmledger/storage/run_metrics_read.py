@@ -254,3 +254,21 @@ FROM rows GROUP BY run_id, shard_id"""
         if sealed_cap is not None:
             entry.sealed_caps[shard] = int(sealed_cap)
     return found
+
+
+def extra_totals(session: Session, run_ids: Sequence[str]) -> dict[str, dict[tuple[str, str], int]]:
+    """Per run, the sums of its per-minute extras by (kind, key): cache and reasoning tokens
+    (``tokens``) and failed attempts by error type (``errors``)."""
+    if not run_ids:
+        return {}
+    rows = session.execute(
+        text(
+            "SELECT run_id, kind, key, sum(value) FROM minute_extras "
+            "WHERE run_id = ANY(CAST(:ids AS text[])) GROUP BY run_id, kind, key"
+        ),
+        {"ids": list(run_ids)},
+    )
+    found: dict[str, dict[tuple[str, str], int]] = {}
+    for run_id, kind, key, value in rows:
+        found.setdefault(run_id, {})[(kind, key)] = int(value)
+    return found

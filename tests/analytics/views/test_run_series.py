@@ -13,6 +13,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import current_table, live_figures
 from tpmledger.analytics.views.run_series import RunSeries, SealedCache, run_series
 from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS as COLUMNS
 
 SECOND_NS = 1_000_000_000
 BASE = datetime.fromtimestamp(BASE_NS / 1e9, UTC)
@@ -52,6 +53,12 @@ def _fleet(run: str, minutes: int, *, silent_shard_stops_at: int | None = None) 
 
 def test_live_run_figures_equal_the_read_apis_rows(database_url: str) -> None:
     rows = _fleet("live-run", 10)
+    # Cache reads on some attempts; reasoning and cache writes reported by none.
+    rows += [_attempt("live-run", "0", m, cache_read_tokens=40) for m in range(3)]
+    # A rollup (an LLM span whose child is an LLM span too) counts nowhere.
+    parent = _attempt("live-run", "1", 2, cache_read_tokens=1000, status="error", error_type="x")
+    trace, span = parent[COLUMNS.index("trace_id")], parent[COLUMNS.index("span_id")]
+    rows += [parent, _attempt("live-run", "1", 2, trace_id=trace, parent_span_id=span)]
     # Minute 7 is a storm: 4 first attempts and 3 retries per shard (3 / 4 > 0.2).
     rows += [
         _attempt(
@@ -94,7 +101,10 @@ def test_live_run_figures_equal_the_read_apis_rows(database_url: str) -> None:
     figures = live_figures(table)
     assert series.input_tokens == figures["tokens"]["prompt"]
     assert series.output_tokens == figures["tokens"]["completion"]
-    assert series.successes == 80 and series.failures == 6 and series.retries == 6
+    assert series.successes + series.failures == figures["attempts"]
+    assert series.successes == 84 and series.failures == 6 and series.retries == 6
+    assert series.other_tokens == {"cache_read": 120}
+    assert series.errors == {"http_429": 6}
     assert series.live is True
     assert series.shards_silent == 0
     assert abs(series.data_age_s - (now.timestamp() - BASE_NS / 1e9 - 9.5 * 60)) < 1e-6

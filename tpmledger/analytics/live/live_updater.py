@@ -30,6 +30,7 @@ import polars as pl
 import psycopg
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows
+from tpmledger.analytics.live.minute_extras import minute_extras
 from tpmledger.storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
@@ -44,6 +45,7 @@ from tpmledger.storage.live_store import (
     take_marks,
 )
 from tpmledger.storage.live_window import dependents, fetch_window, probe_flags
+from tpmledger.storage.minute_extras_store import replace_extras
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 log = logging.getLogger("tpmledger.analytics.live")
@@ -196,6 +198,7 @@ class LiveUpdater:
             update = LiveUpdate(run_id, minutes=len(touched))
             caps = known_caps(conn, run_id)
             frames = []
+            extras: list[tuple[int, str, str, int]] = []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
@@ -203,6 +206,7 @@ class LiveUpdater:
                 window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
+                extras += minute_extras(window, minutes)
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
@@ -214,6 +218,12 @@ class LiveUpdater:
                     row.update(run_id=run_id, data_as_of=facts.updated_at, computed_at=computed_at)
                     records.append(row)
             replace_minutes(conn, run_id, [_minute_utc(m) for m in sorted(touched)], records)
+            replace_extras(
+                conn,
+                run_id,
+                [_minute_utc(m) for m in sorted(touched)],
+                [(_minute_utc(m), kind, key, value) for m, kind, key, value in extras],
+            )
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))

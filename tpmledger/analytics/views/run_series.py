@@ -25,6 +25,7 @@ from tpmledger.storage.run_metrics_read import (
     RunKey,
     ShardCaps,
     WholeRunTotals,
+    extra_totals,
     newest_minutes,
     shard_caps,
     whole_run_totals,
@@ -46,6 +47,9 @@ class RunSeries:
     data_age_s: float
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # cache_read / cache_write / reasoning: only the types some attempt reported
+    other_tokens: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)  # failed attempts by error type
     successes: int | None = None
     failures: int | None = None
     retries: int | None = None
@@ -144,6 +148,7 @@ def run_series(
         if (m := newest.get(s.run_id)) is not None
     ]
     minutes = newest_minutes(session, window, SILENT_RECENT)
+    extras = extra_totals(session, [s.run_id for s in todo])
     series = {
         s.run_id: _series(
             s,
@@ -155,6 +160,9 @@ def run_series(
         )
         for s in todo
     }
+    for run_id, sums in extras.items():
+        series[run_id].other_tokens = {k: v for (kind, k), v in sums.items() if kind == "tokens"}
+        series[run_id].errors = {k: v for (kind, k), v in sums.items() if kind == "errors"}
     for s in states:
         if s.run_id in cached:
             series[s.run_id] = replace(cached[s.run_id], data_age_s=_age(s, now))
