@@ -34,7 +34,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from ingest_workload import build_bodies, fresh_database, percentile, send_bodies, start_ingest
+from ingest_workload import (
+    build_bodies,
+    cpu_seconds,
+    fresh_database,
+    percentile,
+    send_bodies,
+    start_ingest,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 
@@ -133,6 +140,10 @@ class Scraper(threading.Thread):
         return self.times
 
 
+class _Done(Exception):
+    """Stop after the latency figures (--skip-ingest-cost)."""
+
+
 def vm_hwm_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -147,6 +158,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=30)
     parser.add_argument("--scrapes", type=int, default=60)
     parser.add_argument("--phase-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--skip-ingest-cost", action="store_true", help="measure the scrape latency only"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/metrics_scrape.txt"))
     args = parser.parse_args()
     out: list[str] = []
@@ -179,7 +193,15 @@ def main() -> int:
         ingest = start_ingest(db.url)
         base = f"http://{ingest.host}:{ingest.port}"
         try:
-            times, lines, size = scrape_latencies(base, args.scrapes)
+            ingest_cpu = cpu_seconds(ingest.process.pid, with_children=True)
+            pg_cpu = cpu_seconds(db.postmaster_pid, with_children=True)
+            times, lines, size = scrape_latencies(base, args.scrapes + 3)
+            times = times[3:]  # the first scrapes fill the sealed runs' cache
+            ingest_cpu = (cpu_seconds(ingest.process.pid, with_children=True) or 0) - (
+                ingest_cpu or 0
+            )
+            pg_after = cpu_seconds(db.postmaster_pid, with_children=True)
+            pg_cpu = pg_after - pg_cpu if pg_after is not None and pg_cpu is not None else None
             p50, p95 = statistics.median(times), percentile(times, 0.95) or 0.0
             b50, b95 = statistics.median(baseline), percentile(baseline, 0.95) or 0.0
             say(
@@ -193,6 +215,18 @@ def main() -> int:
                 f"{b50 * 1000:.1f} ms, p95 {b95 * 1000:.1f} ms ({baseline_bytes / 1024:.0f} KiB); "
                 f"ratio p50 {p50 / b50:.1f}x"
             )
+            per_scrape = ingest_cpu / (args.scrapes + 6) * 1000
+            pg_text = (
+                f"{pg_cpu / (args.scrapes + 6) * 1000:.0f} ms"
+                if pg_cpu is not None
+                else "not measured (external server)"
+            )
+            say(
+                f"    CPU per scrape (load-independent; warm-up scrapes included): ingest "
+                f"{per_scrape:.0f} ms, PostgreSQL {pg_text}"
+            )
+            if args.skip_ingest_cost:
+                raise _Done
             bodies = build_bodies(200_000, 512)
             rates: dict[str, list[float]] = {"without": [], "with": []}
             scrape_times: list[float] = []
@@ -224,6 +258,8 @@ def main() -> int:
                 )
             peak = vm_hwm_mb(ingest.process.pid)
             say(f"    ingest peak RSS (VmHWM, listener process): {peak:.0f} MB")
+        except _Done:
+            pass
         finally:
             ingest.stop()
     say(f"load average after: {os.getloadavg()} (the machine is shared; times vary)")
