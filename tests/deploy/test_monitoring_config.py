@@ -78,7 +78,8 @@ def test_each_alert_has_for_severity_and_annotations_naming_the_run() -> None:
         if name != "TpmledgerIngestRejecting":
             for key in ("summary", "description"):
                 assert "{{ $labels.run_id }}" in annotations[key], f"{name}.{key}"
-            assert "/runs/{{ $labels.run_id | urlquery }}" in annotations["dashboard"], name
+            link = '/runs/{{ $labels.run_id | urlquery | reReplaceAll "[+]" "%20" }}'
+            assert link in annotations["dashboard"], name
         assert "$externalLabels.tpmledger_dashboard_url" in annotations["dashboard"], name
 
 

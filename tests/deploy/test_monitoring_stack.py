@@ -195,7 +195,9 @@ def test_prometheus_scrapes_and_a_retry_storm_pages_the_webhook(
         assert alert["labels"]["run_id"] == RUN_ID
         assert alert["labels"]["severity"] == "page"
         assert alert["annotations"]["summary"] == f"Retry storm in run {RUN_ID}"
-        assert alert["annotations"]["dashboard"].startswith("http://127.0.0.1:8050/runs/storm+")
+        # The run page's path, percent-encoded (the dashboard unquotes it).
+        link = "http://127.0.0.1:8050/runs/storm%20%22run%22%201"
+        assert alert["annotations"]["dashboard"] == link
         assert _query(prometheus, f"tpmledger_run_retry_storm{{{run}}} == 1")
 
         assert fleet.wait(timeout=180) == 0, (work / "simulate.log").read_text()[-2000:]
