@@ -23,6 +23,16 @@ if [ ${#markers[@]} -eq 0 ] && { ! command -v chromium >/dev/null 2>&1 || ! comm
     fi
 fi
 
+# Monitoring tests run Debian's Prometheus, promtool and Alertmanager (rule unit tests too).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
+    else
+        echo "note: prometheus/prometheus-alertmanager missing and not root: monitoring tests will be skipped"
+    fi
+fi
+
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'

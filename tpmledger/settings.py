@@ -137,6 +137,12 @@ class Settings(BaseSettings):
         description="A minute of a live run is 'open' until this long after it ends, then "
         "'closed' (docs/metrics.md#live-figures).",
     )
+    metrics_run_window_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="/metrics carries per-run series for live runs and for runs whose last "
+        "event is at most this many seconds old (docs/operations.md#per-run-series).",
+    )
     signing_key_path: Path | None = Field(
         default=None, description="Ed25519 private key (PEM); default under the data dir."
     )

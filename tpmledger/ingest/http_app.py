@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -41,6 +42,7 @@ from tpmledger.ingest.otlp_http_codec import (
     encode_message,
     media_type,
 )
+from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
 from tpmledger.token_scopes import COOKIE, INGEST, READ
@@ -191,13 +193,27 @@ def build_app(
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    resolved = settings or Settings()
+    metrics.add_collector(
+        RunSeriesCollector(
+            database_url,
+            window_s=resolved.metrics_run_window_s,
+            close_after_s=resolved.minute_close_after_s,
+        )
+    )
+
     @app.get(
         "/metrics",
-        summary="Prometheus metrics of this ingest process (read scope)",
+        summary="Prometheus metrics: this ingest process and per-run series "
+        "(docs/operations.md#per-run-series); OpenMetrics when the Accept header asks",
         dependencies=[Depends(require_read)],
     )
-    async def prometheus_metrics() -> Response:
-        return Response(metrics.render(), media_type=metrics.content_type)
+    async def prometheus_metrics(request: Request) -> Response:
+        # The per-run series read the database: off the event loop, which serves ingest.
+        body, content_type = await run_in_threadpool(
+            metrics.render_for, request.headers.get("accept")
+        )
+        return Response(body, media_type=content_type)
 
     app.include_router(
         read_api.build_router(database_url, settings), dependencies=[Depends(require_read)]

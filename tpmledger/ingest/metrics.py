@@ -6,7 +6,8 @@ A private registry per process keeps tests that build several apps independent.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
+from prometheus_client.registry import Collector
 
 # Commit latencies span a few ms (small groups) to seconds (50k-span groups, slow disks).
 _COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -79,3 +80,13 @@ class IngestMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+    def render_for(self, accept: str | None) -> tuple[bytes, str]:
+        """Every metric in the format the scraper asked for (OpenMetrics when its
+        ``Accept`` header prefers it, else the Prometheus text format) and its content type."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def add_collector(self, collector: Collector) -> None:
+        """Series computed at scrape time (the per-run series of docs/operations.md)."""
+        self.registry.register(collector)

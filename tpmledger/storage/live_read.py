@@ -164,3 +164,16 @@ def live_run_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:
     )
     rows = session.execute(query, {"run_id": run_id})
     return [dict(zip(_RUN_MINUTE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def run_states_in_window(session: Session, since_ns: int) -> list[RunState]:
+    """States of the runs ``/metrics`` reports (docs/operations.md#per-run-series): every
+    live run and every run whose last event ended at or after ``since_ns``."""
+    # A superset in SQL (the conditions of RunState.is_live), exact in Python.
+    where = """ WHERE r.last_event_ns >= :since OR s.version IS NULL
+        OR r.updated_at > s.data_as_of OR s.final IS NOT TRUE
+        OR (s.document -> 'minutes' ->> 'through_minute_utc')::timestamptz
+           < to_timestamp((r.last_event_ns / 60000000000) * 60)"""
+    rows = session.execute(text(_STATE_SQL + where + " ORDER BY r.run_id"), {"since": since_ns})
+    states = [_state(row) for row in rows]
+    return [s for s in states if s.is_live or s.last_event_ns >= since_ns]

@@ -42,13 +42,18 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "error_type": "text",
     "deadline_text": "text",
     "timeout_text": "text",
+    # For the per-minute extras of /metrics (storage.minute_extras_store).
+    "cache_read_tokens": "integer",
+    "cache_write_tokens": "integer",
+    "reasoning_tokens": "integer",
 }
 
 _COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
        prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int,
        error_type, span_attributes ->> 'tpmledger.deadline_s',
        coalesce(span_attributes ->> 'tpmledger.request.timeout_s',
-                resource_attributes ->> 'tpmledger.request.timeout_s')"""
+                resource_attributes ->> 'tpmledger.request.timeout_s'),
+       cache_read_tokens, cache_write_tokens, reasoning_tokens"""
 _WINDOW_SQL = f"""
 SELECT {_COLUMNS}
 FROM attempts

@@ -44,6 +44,7 @@ __all__ = [
     "LiveMinute",
     "LiveRunMinute",
     "LiveState",
+    "MinuteExtra",
     "MinuteMetric",
     "Run",
     "Snapshot",
@@ -344,6 +345,23 @@ class LiveState(Base):
 
     run_id: Mapped[str] = mapped_column(Text, primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger)
+
+
+class MinuteExtra(Base):
+    """Per-minute counts the minute table does not keep (docs/operations.md#per-run-series):
+    ``kind`` ``tokens`` with ``key`` ``cache_read`` / ``cache_write`` / ``reasoning`` (sums
+    of the attempts that report them), and ``kind`` ``errors`` with ``key`` an error type
+    (failed attempts). Rollups are left out, as everywhere. The live updater replaces the
+    rows of every minute new attempts touch; they are current, not versioned, and stay
+    when the run is sealed."""
+
+    __tablename__ = "minute_extras"
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    minute_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
 
 
 class ToolSpan(Base):

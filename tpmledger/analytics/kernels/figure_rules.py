@@ -5,6 +5,9 @@
   numbers (docs/metrics.md).
 - The work-conserving check: among seconds with a queue, the share where in-flight is below
   0.9 × cap is the sag; it passes at ≤ 5 % (docs/metrics.md#concurrency-1-second-resolution).
+- A retry-storm minute: retries / first attempts exceeds the retry budget (default 0.2); a
+  minute with retries and no first attempt at all is one too (docs/metrics.md#diagnostics).
+  The sealed diagnostics and the ``/metrics`` gauge (docs/operations.md) both use it.
 """
 
 from __future__ import annotations
@@ -44,16 +47,20 @@ def work_conserving_result(queued: int | None = None, sag: int = 0) -> dict[str,
     return result
 
 
+def is_retry_storm_minute(
+    calls: int, retries: int | None, budget: float = DEFAULT_RETRY_BUDGET
+) -> bool:
+    """Whether a minute with ``calls`` attempts, ``retries`` of them retries, is a storm:
+    retries / first attempts above ``budget`` (no first attempt but retries: unbounded)."""
+    retried = retries or 0
+    first = calls - retried
+    return bool(retried) and (first <= 0 or retried / first > budget)
+
+
 def retry_storm_result(
     minutes: Iterable[tuple[str, int, int | None]], budget: float = DEFAULT_RETRY_BUDGET
 ) -> dict[str, Any]:
     """``{flag, budget, minutes}``: the minutes (``(minute_utc text, calls, retries)``)
     whose retries / first attempts exceeds ``budget``."""
-    storm = []
-    for minute, calls, retried in minutes:
-        retried = retried or 0
-        first = calls - retried
-        # No first attempt at all but retries: an unbounded ratio, a storm.
-        if retried and (first <= 0 or retried / first > budget):
-            storm.append(minute)
+    storm = [m for m, calls, retried in minutes if is_retry_storm_minute(calls, retried, budget)]
     return {"flag": bool(storm), "budget": budget, "minutes": storm}

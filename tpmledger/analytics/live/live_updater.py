@@ -31,6 +31,7 @@ import polars as pl
 import psycopg
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
+from tpmledger.analytics.live.minute_extras import minute_extras
 from tpmledger.storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
@@ -48,6 +49,7 @@ from tpmledger.storage.live_store import (
     take_marks,
 )
 from tpmledger.storage.live_window import dependents, fetch_window, probe_flags
+from tpmledger.storage.minute_extras_store import replace_extras
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 log = logging.getLogger("tpmledger.analytics.live")
@@ -201,6 +203,7 @@ class LiveUpdater:
             caps = known_caps(conn, run_id)
             frames: list[pl.DataFrame] = []
             read: list[tuple[pl.DataFrame, list[int]]] = []
+            extras: list[tuple[int, str, str, int]] = []
             for minutes in contiguous_ranges(touched):
                 window = windows.get(tuple(minutes))
                 window = reader.read(minutes) if window is None else _forget(window, stale)
@@ -209,6 +212,7 @@ class LiveUpdater:
                 update.attempts_read += window.height
                 frames.append(live_minute_rows(window, minutes, caps))
                 read.append((window, minutes))
+                extras += minute_extras(window, minutes)
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
             rows = pl.concat(frames) if frames else None
@@ -235,6 +239,12 @@ class LiveUpdater:
             if run_timeout is not None and run_timeout != known_timeout:
                 # A larger timeout declared now: minutes that used the old one go again.
                 mark_stale_timeouts(conn, run_id, run_timeout)
+            replace_extras(
+                conn,
+                run_id,
+                [_minute_utc(m) for m in sorted(touched)],
+                [(_minute_utc(m), kind, key, value) for m, kind, key, value in extras],
+            )
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
