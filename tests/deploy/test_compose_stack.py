@@ -271,17 +271,24 @@ def test_summary_exported_in_the_container_verifies_on_the_host(
     assert [k["pem"].strip() for k in stack.get("/v1/keys")["keys"]] == [exported]
 
 
-def test_ingest_restart_while_a_sender_retries_loses_and_duplicates_nothing(stack: Stack) -> None:
+def test_ingest_restart_while_a_sender_retries_loses_and_duplicates_nothing(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
     run_id = "compose_restart"
     spans = llm_spans(2400, run_id=run_id, shard=0)
     load = ExportLoad(shard_exporters(stack, 2, grpc=False), batches(spans, 40), pace_s=0.25)
+    requests = len(batches(spans, 40)) + len(range(0, len(batches(spans, 40)), 10))
+    caplog.set_level("WARNING", logger="opentelemetry.exporter")
     load.start()
     wait_for(lambda: load.acknowledged >= 4, timeout=60, interval=0.1)
     stack.compose("restart", "ingest")
-    acknowledged_at_restart = load.acknowledged
+    acknowledged_after_restart = load.acknowledged
     load.join(timeout=300)
-    assert load.failures > 0, "the restart must land while the sender is sending"
-    assert acknowledged_at_restart < load.acknowledged
+    # The restart landed mid-load: the exporters met a closed listener and retried.
+    assert acknowledged_after_restart < requests
+    retried = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    assert retried or load.failures, "no export met the restart"
+    assert load.acknowledged == requests
     assert_exact_totals(stack, run_id, spans)
     stack.runs_sent[run_id] = spans
 
