@@ -9,6 +9,8 @@
 #   bash scripts/compose-local.sh logs [ARGS…]    # `docker compose logs ARGS…`
 #   bash scripts/compose-local.sh build           # the images only
 #   bash scripts/compose-local.sh compose ARGS…   # any `docker compose` command on the stack
+#   bash scripts/compose-local.sh dockerd         # start dockerd if no engine answers
+#   bash scripts/compose-local.sh stop-dockerd    # stop the dockerd this script started
 #
 # The images (docs/deployment.md#without-registry-access):
 #   tpmledger-local/base:bookworm   Debian bookworm made with debootstrap from the apt mirror this
@@ -57,7 +59,7 @@ step() {
 step_done() { say "  … $* ($((SECONDS - step_start)) s)"; }
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -207,6 +209,20 @@ use_images() {
     fi
 }
 
+stop_dockerd() {
+    [ -s "$CACHE/dockerd.pid" ] || return 0
+    local pid
+    pid=$(cat "$CACHE/dockerd.pid")
+    if kill "$pid" 2>/dev/null; then
+        say "stopped the dockerd this script started (pid $pid)"
+        for _ in $(seq 1 30); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 1
+        done
+    fi
+    rm -f "$CACHE/dockerd.pid"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -224,23 +240,16 @@ build)
     build_all
     ;;
 down)
-    stop_dockerd=0
+    stop_after=0
     args=()
     for arg in "$@"; do
-        if [ "$arg" = --stop-dockerd ]; then stop_dockerd=1; else args+=("$arg"); fi
+        if [ "$arg" = --stop-dockerd ]; then stop_after=1; else args+=("$arg"); fi
     done
     ensure_dockerd
     find_compose
     use_images
     compose down --remove-orphans ${args[@]+"${args[@]}"}
-    if [ "$stop_dockerd" = 1 ] && [ -s "$CACHE/dockerd.pid" ]; then
-        pid=$(cat "$CACHE/dockerd.pid")
-        if kill "$pid" 2>/dev/null; then
-            say "stopped the dockerd this script started (pid $pid)"
-            for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-        fi
-        rm -f "$CACHE/dockerd.pid"
-    fi
+    if [ "$stop_after" = 1 ]; then stop_dockerd; fi
     ;;
 logs)
     ensure_dockerd
@@ -254,6 +263,8 @@ compose)
     use_images
     compose "$@"
     ;;
+dockerd) ensure_dockerd ;;
+stop-dockerd) stop_dockerd ;;
 -h | --help | help) usage 0 ;;
 *) usage 2 ;;
 esac
