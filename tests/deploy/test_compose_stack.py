@@ -153,11 +153,13 @@ def stack(
         failed = [
             n for n in request.session.stash.get(FAILED, []) if n.startswith(request.node.nodeid)
         ]
-        if failed or not came_up:
-            stack.save_logs(LOGS)
-        subprocess.run(
-            ["bash", str(SCRIPT), "down", "-v"], env=env, capture_output=True, timeout=300
-        )
+        try:
+            if failed or not came_up:
+                stack.save_logs(LOGS)
+        finally:  # the stack goes down even when its logs could not be read
+            subprocess.run(
+                ["bash", str(SCRIPT), "down", "-v"], env=env, capture_output=True, timeout=300
+            )
 
 
 def shard_exporters(stack: Stack, count: int, grpc: bool) -> list[SpanExporter]:
