@@ -1,7 +1,7 @@
 """docker-compose.yml is valid Compose and every service runs a real tpmledger command.
 
-No Docker engine exists on these machines; the schema check plus running each command's
-``--help`` (and the topology test beside this file) is the closest honest check.
+Quick checks that need no Docker engine; test_compose_stack.py beside this file runs the
+stack itself (scripts/compose-local.sh).
 """
 
 from __future__ import annotations
