@@ -22,6 +22,17 @@ from tpmledger.storage.snapshots_read import latest_snapshot
 SECOND = 1_000_000_000
 
 
+def arrived_days_ago(url: str, run_id: str, days: int) -> None:
+    """Make the run's spans look as if they had arrived ``days`` ago (retention goes by
+    arrival: ``runs.updated_at``)."""
+    with raw_transaction(url) as conn:
+        conn.execute(
+            "UPDATE runs SET updated_at = updated_at - make_interval(days => %s) "
+            "WHERE run_id = %s",
+            (days, run_id),
+        )
+
+
 def _attempts(url: str, run_id: str) -> int:
     with raw_transaction(url) as conn:
         row = conn.execute("SELECT count(*) FROM attempts WHERE run_id = %s", (run_id,)).fetchone()
@@ -42,7 +53,9 @@ def runs(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ]
     now = time.time_ns()
     recent = [attempt_row(run_id="new-run", start_ns=now - 5 * SECOND, end_ns=now - SECOND)]
-    store(database_url, old + recent)
+    store(database_url, old)
+    arrived_days_ago(database_url, "old-run", 40)
+    store(database_url, recent)
     return tmp_path / "archive"
 
 
@@ -97,8 +110,12 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
 def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Path) -> None:
     from tpmledger.analytics.proofs.run_archive import archive_path
 
-    assert archive_path(tmp_path, "run-1") == tmp_path / "run-1"
-    for hostile in ("..", "../../etc", "a/b", "."):
+    assert archive_path(tmp_path, "run-1").name.startswith("run-1-")
+    for hostile in ("..", "../../etc", "a/b", ".", "x" * 512, "é/" * 300):
         folder = archive_path(tmp_path, hostile)
         assert folder.parent == tmp_path and folder.name not in (".", "..")
+        assert len(folder.name.encode()) < 100
     assert archive_path(tmp_path, "a/b") != archive_path(tmp_path, "a_b")
+    # The round-2 collision: an id equal to another's old folder name.
+    first = archive_path(tmp_path, "col/x")
+    assert archive_path(tmp_path, first.name) != first

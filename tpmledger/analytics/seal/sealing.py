@@ -79,6 +79,9 @@ class SealResult:
     metrics: dict[str, Any]
     document: dict[str, Any]
     final: bool = True  # False: sealed while the run was still receiving data
+    # The run's updated_at in the snapshot this call read: every span stored by then is
+    # in the version (a prune deletes only those: analytics/proofs/run_archive.py).
+    data_as_of: datetime | None = None
 
 
 def seal_of(document: dict[str, Any]) -> str:
@@ -253,6 +256,7 @@ def seal_computation(
                     latest.metrics,
                     latest.document,
                     latest.final,
+                    computation.facts.updated_at,
                 )
         computed_at = now or datetime.now(UTC)
         # The document carries milliseconds; store exactly what was sealed.
@@ -294,7 +298,9 @@ def seal_computation(
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
         )
-    return SealResult(run_id, version + 1, seal, True, metrics, document, final)
+    return SealResult(
+        run_id, version + 1, seal, True, metrics, document, final, computation.facts.updated_at
+    )
 
 
 def seal_run(
