@@ -142,6 +142,7 @@ class RetentionSchedule:
     archive runs older than it and delete their raw spans (analytics/proofs/run_archive.py)."""
 
     PERIOD_S = 86_400.0
+    RETRY_S = 3_600.0
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -151,11 +152,13 @@ class RetentionSchedule:
         settings = self.settings
         if settings.retention is None or time.monotonic() < self.next_at:
             return
-        self.next_at = time.monotonic() + self.PERIOD_S
         from tpmledger.analytics.proofs.run_archive import prune
         from tpmledger.provenance.signing_keys import load_or_create_signing_key
 
         assert settings.database_url is not None
+        # A prune that could not run at all (database restarting) is tried again within
+        # the hour; runs it kept (spans still arriving, a bad run) wait for the next day.
+        self.next_at = time.monotonic() + self.RETRY_S
         report = prune(
             settings.database_url,
             parse_age(settings.retention),
@@ -163,7 +166,16 @@ class RetentionSchedule:
             load_or_create_signing_key(settings),
             say=log.info,
         )
-        log.info("retention %s: %d run(s) pruned", settings.retention, len(report.runs))
+        self.next_at = time.monotonic() + self.PERIOD_S
+        kept = [run for run in report.runs if run.action.startswith("kept")]
+        for run in kept:
+            log.warning("retention: run %r %s", run.run_id, run.action)
+        log.info(
+            "retention %s: %d run(s) archived, %d kept",
+            settings.retention,
+            len(report.runs) - len(kept),
+            len(kept),
+        )
 
 
 def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
