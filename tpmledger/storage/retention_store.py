@@ -102,8 +102,7 @@ def delete_archived_spans(
     with transaction(url) as session:
         row = session.execute(
             text(
-                "SELECT updated_at FROM runs "
-                "WHERE run_id = :r AND archived_at IS NULL FOR UPDATE"
+                "SELECT updated_at FROM runs WHERE run_id = :r AND archived_at IS NULL FOR UPDATE"
             ),
             {"r": run_id},
         ).first()

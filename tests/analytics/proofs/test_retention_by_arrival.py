@@ -13,7 +13,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.analytics.proofs.test_run_archive import arrived_days_ago
 from tests.analytics.seeding import store
-from tests.fixtures.servers import RunningIngest, running_ingest  # noqa: F401 - fixture
+from tests.fixtures.servers import RunningIngest
 from tests.ingest.otlp_builders import export_request, llm_span
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_archive import prune
@@ -92,7 +91,7 @@ def test_spans_for_an_archived_run_are_refused_naming_the_archive(
     running_ingest: RunningIngest, tmp_path: Path, key: SigningKey
 ) -> None:
     url = running_ingest.database_url
-    sent, rejected, _ = _post(running_ingest, "done-run", 4)
+    _, rejected, _ = _post(running_ingest, "done-run", 4)
     assert rejected == 0
     arrived_days_ago(url, "done-run", 2)
     [outcome] = prune(url, 86_400, tmp_path, key).runs

@@ -27,8 +27,7 @@ def arrived_days_ago(url: str, run_id: str, days: int) -> None:
     arrival: ``runs.updated_at``)."""
     with raw_transaction(url) as conn:
         conn.execute(
-            "UPDATE runs SET updated_at = updated_at - make_interval(days => %s) "
-            "WHERE run_id = %s",
+            "UPDATE runs SET updated_at = updated_at - make_interval(days => %s) WHERE run_id = %s",
             (days, run_id),
         )
 
@@ -137,7 +136,8 @@ def test_one_bad_run_never_stops_the_others(
         attempt_row(run_id="a-too-long", start_ns=BASE_NS + 40 * day, end_ns=BASE_NS + 40 * day),
     ]
     long_id = "b" + "x" * 511
-    rows = too_long + [
+    rows = [
+        *too_long,
         attempt_row(run_id=long_id, start_ns=BASE_NS, end_ns=BASE_NS + SECOND),
         attempt_row(run_id="c-fine", start_ns=BASE_NS, end_ns=BASE_NS + SECOND),
     ]
