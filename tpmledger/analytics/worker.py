@@ -32,6 +32,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
+from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal
 
 log = logging.getLogger("tpmledger.analytics")
@@ -55,11 +56,14 @@ class ResealLoop:
                 break
             if self.handled.get(run_id) == updated_at:
                 continue
-            self.handled[run_id] = updated_at
             timer = StageTimer()
             started = time.perf_counter()
             try:
-                result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
+                with sealing_claim(self.url, run_id) as claimed:
+                    if not claimed:
+                        continue  # a replica is sealing it; it is due again if that fails
+                    self.handled[run_id] = updated_at
+                    result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
             except RunTooLong as exc:
                 log.warning("not sealing: %s", exc)
                 continue

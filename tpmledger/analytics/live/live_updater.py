@@ -163,7 +163,11 @@ class LiveUpdater:
         for attempt in range(1, SERIALIZATION_TRIES + 1):
             try:
                 return self.update_run(run_id)
-            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+            except (
+                psycopg.errors.SerializationFailure,
+                psycopg.errors.DeadlockDetected,
+                psycopg.errors.UniqueViolation,  # a replica inserted the same minute's rows
+            ):
                 self.caches.pop(run_id, None)
                 if attempt == SERIALIZATION_TRIES:
                     raise

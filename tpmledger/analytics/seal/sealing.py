@@ -243,6 +243,19 @@ def seal_computation(
         version, previous_seal = latest_version(session, run_id)
         if version and not force:
             latest = session.get(Snapshot, (run_id, version))
+            if latest is not None and latest.data_as_of > computation.facts.updated_at:
+                # Another sealer (a worker replica) stored a version of newer data while
+                # this one computed: an older computation never follows a newer version.
+                return SealResult(
+                    run_id,
+                    version,
+                    latest.seal,
+                    False,
+                    latest.metrics,
+                    latest.document,
+                    latest.final,
+                    latest.data_as_of,
+                )
             if latest is not None and _unchanged(latest, computation, final):
                 drop_sealed_live_rows(
                     session, run_id, computation.facts.updated_at, _minute_range(computation)
