@@ -68,7 +68,7 @@ class OtherSignals:
             try:
                 await run_in_threadpool(add_token_points, self._url, batch.points)
             except DBAPIError as exc:
-                if exc.connection_invalidated or is_unavailable(exc.orig, None):
+                if exc.connection_invalidated or is_unavailable(exc.orig or exc, None):
                     raise DatabaseUnavailable("database unavailable; retry later") from exc
                 # Never a 500 with SQL in it: the sender is told in one line, the log
                 # keeps the details.
