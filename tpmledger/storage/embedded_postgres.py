@@ -83,6 +83,7 @@ class EmbeddedPostgres:
         end_orphaned_backends(self.pgdata)
         socket = f"-k {info.socket_dir}" if info.socket_dir is not None else ""
         log_file = self.pgdata / "log"
+        log_start = log_file.stat().st_size if log_file.exists() else 0
         command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), "-w"]
         command += ["-o", '-h ""', "-o", socket, "-l", str(log_file), "start"]
         # stdout to /dev/null: the server inherits pg_ctl's stdout, so a pipe would never end.
@@ -99,7 +100,7 @@ class EmbeddedPostgres:
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
                 errors.seek(0)
                 reason = errors.read().strip().splitlines()
-                last = _last_line(log_file) or (reason[-1] if reason else str(exc))
+                last = _last_line(log_file, log_start) or (reason[-1] if reason else str(exc))
                 raise EmbeddedPostgresError(f"PostgreSQL did not start: {last}") from exc
         restarted = PostmasterInfo.read_from_pgdata(self.pgdata)
         if restarted is None or not restarted.is_running():
@@ -167,10 +168,14 @@ def end_orphaned_backends(pgdata: Path, wait_s: float = 10.0) -> list[int]:
     return [p.pid for p in orphans]
 
 
-def _last_line(path: Path) -> str | None:
-    """The last non-empty line of the server log (what PostgreSQL said when refusing)."""
+def _last_line(path: Path, start: int = 0) -> str | None:
+    """The last non-empty line the server logged from byte ``start`` on (what PostgreSQL
+    said when refusing this start, not what the dead server said last)."""
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        with path.open("rb") as log_file:
+            log_file.seek(start)
+            text = log_file.read().decode(errors="replace")
     except OSError:
         return None
+    lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else None
