@@ -100,8 +100,8 @@ class Settings(BaseSettings):
     analytics_poll_s: float = Field(default=2.0, description="Analytics worker poll interval.")
     retention: str | None = Field(
         default=None,
-        description="Archive and prune runs whose last event is older than this, e.g. '30d' "
-        "(the analytics worker does it once a day); unset: nothing is pruned "
+        description="Archive and prune runs whose newest span arrived longer ago than this, "
+        "e.g. '30d' (the analytics worker does it once a day); unset: nothing is pruned "
         "(docs/configuration.md#retention).",
     )
     archive_dir: Path | None = Field(

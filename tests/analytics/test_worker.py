@@ -13,7 +13,7 @@ from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.worker import ResealLoop, run
 from tpmledger.settings import Settings
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.database import in_one_snapshot, raw_transaction
 from tpmledger.storage.snapshots_read import list_snapshots
 
 SECOND = 1_000_000_000
@@ -105,3 +105,27 @@ def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url
     versions = in_one_snapshot(database_url, list_snapshots, "w9")
     assert [v["version"] for v in versions] == [1, 2]
     assert ResealLoop(database_url, quiet_s=0).poll_once() == []  # final now: nothing due
+
+
+def test_the_daily_prune_reports_a_bad_run_and_prunes_the_others(
+    database_url: str, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from tests.analytics.proofs.test_run_archive import arrived_days_ago
+    from tpmledger.analytics.worker import RetentionSchedule
+
+    # "a-bad" spans 40 days: sealing it raises RunTooLong.
+    store(database_url, [*_rows("a-bad", 1), *_rows("a-bad", 1, offset=40 * 86_400)])
+    store(database_url, _rows("b-good", 3))
+    for run_id in ("a-bad", "b-good"):
+        arrived_days_ago(database_url, run_id, 40)
+    data = Path(str(tmp_path))
+    settings = Settings(database_url=database_url, retention="30d", data_dir=data)
+    schedule = RetentionSchedule(settings)
+    schedule.next_at = 0.0
+    schedule.run_if_due()  # must not raise
+    assert schedule.next_at > time.monotonic() + 3_600  # the next daily cycle retries it
+    with raw_transaction(database_url) as conn:
+        left = dict(conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id"))
+    assert left == {"a-bad": 2}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -115,3 +118,96 @@ def test_up_restarts_a_killed_service_and_a_killed_postgres(tmp_path: Path) -> N
     assert "giving up" not in out.text
     # The restarted server is stopped too when `up` ends.
     assert not (data_dir / "postgres" / "postmaster.pid").exists(), out.text
+
+
+def _connect_embedded(data_dir: Path) -> Any:
+    """A psycopg connection to ``up``'s embedded database (its socket, from postmaster.pid)."""
+    import psycopg
+
+    lines = (data_dir / "postgres" / "postmaster.pid").read_text().splitlines()
+    return psycopg.connect(
+        host=lines[4], port=int(lines[3]), user="postgres", dbname="tpmledger", autocommit=True
+    )
+
+
+def _processes_in(pgdata: Path) -> list[int]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.cwd() == str(pgdata.resolve()):
+                found.append(process.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_up_restarts_postgres_killed_during_a_long_query_and_stops_it_after(
+    tmp_path: Path,
+) -> None:
+    """Round-2 reproduction: the postmaster was killed while a backend ran a long query;
+    every restart failed on the shared memory the orphaned backend held, and `up` gave up
+    with the backend still running. And `up` once left PostgreSQL running after SIGTERM
+    because a killed `tpmledger prune` had been attached to it."""
+    http_port, grpc_port, dash_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    data_dir = tmp_path / "data"
+    pgdata = data_dir / "postgres"
+    ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    up = subprocess.Popen(
+        [*CLI, "up", "--data-dir", str(data_dir), *ports, "--dashboard-port", str(dash_port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = OutputReader(up)
+    attached: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_text(out, "OTEL_EXPORTER_OTLP_ENDPOINT", timeout=120)
+        # A backend busy with a query that never waits on a latch (it does not notice
+        # that its postmaster died).
+        conn = _connect_embedded(data_dir)
+        backend = conn.info.backend_pid
+        query = threading.Thread(
+            target=_ignore_errors,
+            args=(conn.execute, "SELECT count(*) FROM generate_series(1, 10000000000)"),
+            daemon=True,
+        )
+        query.start()
+        wait_for(lambda: psutil.Process(backend).cpu_percent(0.2) > 10, timeout=30)
+        dead = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(dead, signal.SIGKILL)
+        _wait_text(out, "the embedded PostgreSQL restarted", timeout=120)
+        assert not psutil.pid_exists(backend) or psutil.Process(backend).status() == "zombie"
+        wait_for(lambda: _ready(f"http://127.0.0.1:{http_port}"), timeout=60, interval=0.2)
+
+        # Another command attaches to the embedded server and is killed.
+        attach = (
+            "import sys, time; from pathlib import Path;"
+            "from tpmledger.storage.embedded_postgres import EmbeddedPostgres;"
+            "EmbeddedPostgres(Path(sys.argv[1])).start(); print('attached', flush=True);"
+            "time.sleep(600)"
+        )
+        attached = subprocess.Popen(
+            [sys.executable, "-c", attach, str(data_dir)], env=env, stdout=subprocess.PIPE
+        )
+        assert attached.stdout is not None and attached.stdout.readline() == b"attached\n"
+        attached.kill()
+        attached.wait()
+        assert up.poll() is None, out.text
+    finally:
+        if attached is not None and attached.poll() is None:
+            attached.kill()
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(timeout=90)
+    assert code == 0, out.text
+    assert "giving up" not in out.text
+    assert not (pgdata / "postmaster.pid").exists(), out.text
+    assert _processes_in(pgdata) == []
+
+
+def _ignore_errors(call: Any, *args: Any) -> None:
+    with contextlib.suppress(Exception):
+        call(*args)

@@ -85,3 +85,16 @@ def test_service_command_is_a_real_subcommand(where: str, argv: list[str]) -> No
     flags = [w for w in argv[1:] if w.startswith("--")]
     for flag in flags:
         assert flag in result.stdout, f"{where}: {flag} is not an option of {words[0]}"
+
+
+def test_ingest_and_analytics_declare_replicas_and_ports_that_scale() -> None:
+    """docs/operations.md#replicas: replicas never clash on a host port (each takes one of
+    a range; one replica by default)."""
+    services = load_compose()["services"]
+    for name in ("ingest", "analytics"):
+        assert str(services[name]["deploy"]["replicas"]).endswith(":-1}")
+    for port in services["ingest"]["ports"]:
+        bind = "${TPMLEDGER_BIND:-127.0.0.1}:"
+        host, container = port.removeprefix(bind).rsplit(":", 1)
+        first, last = host.split("}-")
+        assert first.startswith("${") and last.startswith("${") and container in ("4317", "4318")

@@ -1,3 +1,4 @@
+import pytest
 from sqlalchemy import select
 
 from tests.storage.builders import BASE_NS, attempt_row
@@ -74,3 +75,53 @@ def test_run_facts_from_the_fast_path(database_url: str) -> None:
     assert run.shard_ids == ["a", "b", "c"]
     assert (run.declared_shard_count, run.sweep_id, run.attempts) == (8, "sw", 4)
     assert run.concurrency_cap == 32  # the newest batch's cap wins, as in the staging path
+
+
+def _archive(url: str, run_id: str) -> None:
+    with raw_transaction(url) as conn:
+        conn.execute(
+            "UPDATE runs SET archived_at = now(), archive_dir = '/archive/x' WHERE run_id = %s",
+            (run_id,),
+        )
+
+
+def test_spans_of_an_archived_run_are_refused_and_counted(database_url: str) -> None:
+    from tpmledger.storage.attempt_encoding import encode_attempts
+    from tpmledger.storage.bulk_writer import write_attempt_blocks
+
+    gone = "gone\trun\\x"  # escaped in COPY text: refused all the same
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, [attempt_row(run_id=gone)])
+    _archive(database_url, gone)
+    block = encode_attempts(
+        [attempt_row(run_id=gone), attempt_row(run_id="alive"), attempt_row(run_id=gone)]
+    )
+    with raw_transaction(database_url) as conn:
+        assert write_attempt_blocks(conn, [block]) == 1
+    assert block.refused_spans == 2 and "/archive/x" in block.refused[gone][1]
+    with raw_transaction(database_url) as conn:
+        counts = dict(conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id"))
+        runs = dict(conn.execute("SELECT run_id, attempts FROM runs"))
+    assert counts == {gone: 1, "alive": 1} and runs == {gone: 1, "alive": 1}
+
+
+def test_a_run_archived_during_the_write_rolls_it_back(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prune holds the runs row while it deletes; a commit that checked before the
+    archive and upserts after it must not store the run's spans invisibly."""
+    from tpmledger.storage import bulk_writer
+    from tpmledger.storage.attempt_encoding import encode_attempts
+
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, [attempt_row(run_id="racing")])
+    block = encode_attempts([attempt_row(run_id="racing")])
+    # The run is archived right after this commit's check found it was not.
+    monkeypatch.setattr(
+        bulk_writer, "_refuse_archived", lambda *_: _archive(database_url, "racing")
+    )
+    with pytest.raises(bulk_writer.RunArchivedMeanwhile), raw_transaction(database_url) as conn:
+        bulk_writer.write_attempt_blocks(conn, [block])
+    with raw_transaction(database_url) as conn:
+        [(count,)] = conn.execute("SELECT count(*) FROM attempts WHERE run_id = 'racing'")
+    assert count == 1

@@ -32,6 +32,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
+from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal
 
 log = logging.getLogger("tpmledger.analytics")
@@ -55,11 +56,14 @@ class ResealLoop:
                 break
             if self.handled.get(run_id) == updated_at:
                 continue
-            self.handled[run_id] = updated_at
             timer = StageTimer()
             started = time.perf_counter()
             try:
-                result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
+                with sealing_claim(self.url, run_id) as claimed:
+                    if not claimed:
+                        continue  # a replica is sealing it; it is due again if that fails
+                    self.handled[run_id] = updated_at
+                    result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
             except RunTooLong as exc:
                 log.warning("not sealing: %s", exc)
                 continue
@@ -142,6 +146,7 @@ class RetentionSchedule:
     archive runs older than it and delete their raw spans (analytics/proofs/run_archive.py)."""
 
     PERIOD_S = 86_400.0
+    RETRY_S = 3_600.0
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -151,11 +156,13 @@ class RetentionSchedule:
         settings = self.settings
         if settings.retention is None or time.monotonic() < self.next_at:
             return
-        self.next_at = time.monotonic() + self.PERIOD_S
         from tpmledger.analytics.proofs.run_archive import prune
         from tpmledger.provenance.signing_keys import load_or_create_signing_key
 
         assert settings.database_url is not None
+        # A prune that could not run at all (database restarting) is tried again within
+        # the hour; runs it kept (spans still arriving, a bad run) wait for the next day.
+        self.next_at = time.monotonic() + self.RETRY_S
         report = prune(
             settings.database_url,
             parse_age(settings.retention),
@@ -163,7 +170,16 @@ class RetentionSchedule:
             load_or_create_signing_key(settings),
             say=log.info,
         )
-        log.info("retention %s: %d run(s) pruned", settings.retention, len(report.runs))
+        self.next_at = time.monotonic() + self.PERIOD_S
+        kept = [run for run in report.runs if run.action.startswith("kept")]
+        for run in kept:
+            log.warning("retention: run %r %s", run.run_id, run.action)
+        log.info(
+            "retention %s: %d run(s) archived, %d kept",
+            settings.retention,
+            len(report.runs) - len(kept),
+            len(kept),
+        )
 
 
 def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:

@@ -86,9 +86,14 @@ class TraceExportHandler:
         self._metrics.spans_rejected.inc(encoded.rejected)
         await self._writer.submit(encoded.block)
         response = ExportTraceServiceResponse()
-        if encoded.rejected:
-            response.partial_success.rejected_spans = encoded.rejected
-            response.partial_success.error_message = rejection_message(encoded.reject_reasons)
+        refused = encoded.block.refused  # spans of archived runs (docs/operations.md)
+        rejected = encoded.rejected + encoded.block.refused_spans
+        if refused:
+            self._metrics.spans_rejected.inc(encoded.block.refused_spans)
+        if rejected:
+            reasons = [reason for _, reason in refused.values()] + encoded.reject_reasons
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = rejection_message(reasons)
         return response
 
 

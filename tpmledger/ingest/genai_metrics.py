@@ -13,13 +13,20 @@ the metric name's ``input``/``output`` part. The run and shard come from the res
 attributes as for spans (``tpmledger.run.id`` / ``service.name``; ``tpmledger.shard.id`` /
 ``service.instance.id`` / ``host.name:process.pid``), the minute from the point's time.
 Every other metric is counted and dropped.
+
+A bad point is rejected alone and reported through OTLP partial success
+(``rejected_data_points``): a value that is not a finite number, is negative or is larger
+than :data:`MAX_POINT_TOKENS`; a timestamp beyond what PostgreSQL's ``bigint`` holds; a
+run or shard id with a NUL character or longer than the span limit. The other points of
+the export are stored.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -32,6 +39,18 @@ INFERENCE_USAGE_PREFIX = "gen_ai.client.inference.usage."
 TOKEN_TYPE_KEY = "gen_ai.token.type"
 _CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
 _MINUTE_NS = 60_000_000_000
+#: The largest token count one point may carry: beyond it a double no longer counts
+#: whole tokens exactly (and sums could overflow).
+MAX_POINT_TOKENS: Final = float(2**53)
+_MAX_NS: Final = 2**63 - 1  # timestamps are stored as bigint
+_MAX_ID_CHARS: Final = 512  # as for spans (ingest/span_validation.py)
+REASON_NOT_FINITE: Final = "token-usage point is NaN or infinite"
+REASON_NEGATIVE: Final = "token-usage point is negative"
+REASON_TOO_LARGE: Final = f"token-usage point is larger than {MAX_POINT_TOKENS:.0f}"
+REASON_TIME: Final = "token-usage point time is beyond 2262-04-11"
+REASON_ID: Final = (
+    f"run or shard id longer than {_MAX_ID_CHARS} characters or holding a NUL character"
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,14 @@ class MetricsBatch:
 
     points: list[TokenPoint]
     other_points: int = 0  # points of metrics tpmledger does not keep
+    rejected: int = 0  # bad token-usage points (reported through partial success)
+    reject_reasons: list[str] = field(default_factory=list)  # distinct, first ones first
+
+    def reject(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` points rejected for ``reason``."""
+        self.rejected += count
+        if reason not in self.reject_reasons:
+            self.reject_reasons.append(reason)
 
 
 def _value(value: AnyValue) -> Any:
@@ -102,6 +129,23 @@ def token_points(request: ExportMetricsServiceRequest) -> MetricsBatch:
     return batch
 
 
+def _bad_id(*ids: str) -> bool:
+    return any(len(value) > _MAX_ID_CHARS or "\x00" in value for value in ids)
+
+
+def _point_reason(value: float, point: Any) -> str | None:
+    """Why a token-usage point cannot be stored, or None."""
+    if not math.isfinite(value):
+        return REASON_NOT_FINITE
+    if value < 0:
+        return REASON_NEGATIVE
+    if value > MAX_POINT_TOKENS:
+        return REASON_TOO_LARGE
+    if point.time_unix_nano > _MAX_NS or point.start_time_unix_nano > _MAX_NS:
+        return REASON_TIME
+    return None
+
+
 def _add_metric(batch: MetricsBatch, run: str, shard: str, metric: Any) -> None:
     name = metric.name
     kind = metric.WhichOneof("data")
@@ -118,14 +162,18 @@ def _add_metric(batch: MetricsBatch, run: str, shard: str, metric: Any) -> None:
         if token_type is None:
             batch.other_points += 1
             continue
-        value = point.sum if reading == "sum" else _number(point)
+        value = float(point.sum) if reading == "sum" else _number(point)
+        reason = REASON_ID if _bad_id(run, shard) else _point_reason(value, point)
+        if reason is not None:
+            batch.reject(reason)
+            continue
         batch.points.append(
             TokenPoint(
                 run_id=run,
                 shard_id=shard,
                 minute_ns=point.time_unix_nano // _MINUTE_NS * _MINUTE_NS,
                 token_type=token_type,
-                value=float(value),
+                value=value,
                 cumulative=cumulative,
                 stream=_stream(run, shard, name, point.attributes),
                 start_ns=int(point.start_time_unix_nano),

@@ -42,7 +42,7 @@ from tpmledger.ingest.error_taxonomy import (
 )
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.storage.attempt_encoding import AttemptBlock
-from tpmledger.storage.bulk_writer import write_attempt_blocks
+from tpmledger.storage.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
 from tpmledger.storage.database import connect_raw, in_transaction
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 class _Pending:
     block: AttemptBlock
     future: asyncio.Future[None]
+    spans: int  # block.rows when queued (the writer may refuse some: archived runs)
 
 
 class _Lane:
@@ -141,7 +142,7 @@ class GroupCommitWriter:
                 f"ingest queue full ({self._outstanding_spans} spans waiting); retry later",
                 retry_after_s=self._retry_after_s,
             )
-        pending = _Pending(block, asyncio.get_running_loop().create_future())
+        pending = _Pending(block, asyncio.get_running_loop().create_future(), block.rows)
         self._queue.append(pending)
         self._outstanding_spans += block.rows
         self._update_gauges()
@@ -171,21 +172,29 @@ class GroupCommitWriter:
             try:
                 await self._commit(lane, group)
             finally:
-                self._outstanding_spans -= sum(p.block.rows for p in group)
+                self._outstanding_spans -= sum(p.spans for p in group)
                 self._update_gauges()
 
     def _take_group(self) -> list[_Pending]:
         group = [self._queue.popleft()]
-        spans = group[0].block.rows
-        while self._queue and spans + self._queue[0].block.rows <= self._max_commit_spans:
-            spans += self._queue[0].block.rows
+        spans = group[0].spans
+        while self._queue and spans + self._queue[0].spans <= self._max_commit_spans:
+            spans += self._queue[0].spans
             group.append(self._queue.popleft())
         return group
 
-    async def _commit(self, lane: _Lane, group: list[_Pending]) -> None:
+    async def _commit(self, lane: _Lane, group: list[_Pending], tries: int = 3) -> None:
         loop = asyncio.get_running_loop()
         try:
             new = await loop.run_in_executor(lane.executor, self._write_group, lane, group)
+        except RunArchivedMeanwhile:
+            # A prune archived one of the group's runs while it was written; written again,
+            # that run's spans are refused (partial success) and the others stored.
+            if tries > 1:
+                await self._commit(lane, group, tries - 1)
+                return
+            self._fail(group, DatabaseUnavailable("retry later", retry_after_s=1))
+            return
         except Exception as exc:
             if is_unavailable(exc, lane.conn):
                 log.warning("database unavailable, %d requests answered 503: %s", len(group), exc)

@@ -36,6 +36,7 @@ MAX_REASONS: Final = 5
 _STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
 _ZERO_SPAN_ID: Final = bytes(8)
 _REASON_ATTRIBUTES: Final = "span attributes are not valid OTLP KeyValues"
+_REASON_NAME: Final = "span name is not valid UTF-8"
 _REASON_RESOURCE: Final = "resource attributes are not valid OTLP KeyValues (e.g. invalid UTF-8)"
 # Shared by every request: the attribute encodings of a fleet repeat across requests.
 _DECODER: Final = AttributeDecoder()
@@ -124,7 +125,10 @@ def normalize_span(
     except DecodeError:
         return _REASON_ATTRIBUTES
     span_json = _dumps(span_values)
-    name = span.name
+    try:
+        name = span.name.decode()
+    except UnicodeDecodeError:
+        return _REASON_NAME
     nul_in_id = False
     if "\\u0000" in span_json or "\x00" in name:
         nul_in_id = check.nul_in_ids(span_values)  # refused below if it is an LLM span

@@ -10,6 +10,7 @@ body budget as traces (the callers apply them).
 from __future__ import annotations
 
 import json
+import logging
 
 from fastapi.concurrency import run_in_threadpool
 from google.protobuf import json_format
@@ -22,12 +23,15 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+from sqlalchemy.exc import DBAPIError
 
-from tpmledger.ingest.error_taxonomy import UndecodableBody
+from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, UndecodableBody, is_unavailable
 from tpmledger.ingest.genai_metrics import token_points
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.otlp_http_codec import PROTOBUF
 from tpmledger.storage.genai_metric_store import add_token_points
+
+log = logging.getLogger(__name__)
 
 
 def parse(message: Message, payload: bytes | bytearray, media: str) -> None:
@@ -57,14 +61,29 @@ class OtherSignals:
     async def export_metrics(
         self, request: ExportMetricsServiceRequest
     ) -> ExportMetricsServiceResponse:
-        """Store the token-usage points (one transaction); count the rest."""
+        """Store the token-usage points (one transaction); count the rest. Bad points are
+        rejected alone, through partial success (ingest/genai_metrics.py)."""
         batch = token_points(request)
         if batch.points:
-            await run_in_threadpool(add_token_points, self._url, batch.points)
+            try:
+                await run_in_threadpool(add_token_points, self._url, batch.points)
+            except DBAPIError as exc:
+                if exc.connection_invalidated or is_unavailable(exc.orig or exc, None):
+                    raise DatabaseUnavailable("database unavailable; retry later") from exc
+                # Never a 500 with SQL in it: the sender is told in one line, the log
+                # keeps the details.
+                log.exception("the database refused %d token-usage points", len(batch.points))
+                batch.reject("the database refused these points", len(batch.points))
+                batch.points = []
         counter = self._metrics.signal_items
         counter.labels("metrics", "stored").inc(len(batch.points))
         counter.labels("metrics", "dropped").inc(batch.other_points)
-        return ExportMetricsServiceResponse()
+        counter.labels("metrics", "rejected").inc(batch.rejected)
+        response = ExportMetricsServiceResponse()
+        if batch.rejected:
+            response.partial_success.rejected_data_points = batch.rejected
+            response.partial_success.error_message = "; ".join(batch.reject_reasons)
+        return response
 
     def export_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
         """Count the log records; tpmledger keeps none of them."""

@@ -36,7 +36,9 @@ _SCHEMA: Final[dict[str, list[_FieldSpec]]] = {
         ("trace_id", 1, _F.TYPE_BYTES, _ONE, None),
         ("span_id", 2, _F.TYPE_BYTES, _ONE, None),
         ("parent_span_id", 4, _F.TYPE_BYTES, _ONE, None),
-        ("name", 5, _F.TYPE_STRING, _ONE, None),
+        # Bytes, not string: a span whose name is not UTF-8 is refused alone
+        # (ingest/normalize.py), instead of the parser refusing the whole request.
+        ("name", 5, _F.TYPE_BYTES, _ONE, None),
         ("kind", 6, _F.TYPE_INT32, _ONE, None),
         ("start_time_unix_nano", 7, _F.TYPE_FIXED64, _ONE, None),
         ("end_time_unix_nano", 8, _F.TYPE_FIXED64, _ONE, None),

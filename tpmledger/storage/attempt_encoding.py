@@ -17,6 +17,7 @@ every element quoted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from math import isfinite
@@ -36,11 +37,16 @@ ENCODED_COLUMNS: Final = tuple(c for c in ATTEMPT_COPY_COLUMNS if c in _NUMERIC)
     c for c in ATTEMPT_COPY_COLUMNS if c not in _NUMERIC
 )
 
+#: Where ``run_id`` sits in a line of the encoded text.
+_RUN_FIELD: Final = ENCODED_COLUMNS.index("run_id")
+
 _NULL: Final = "\\N"
 _MINUTE_NS: Final = 60_000_000_000
 _MAX_WAIT_S: Final = 3e9  # queue waits beyond ~95 years count as this (no int64 overflow)
 _BYTEA_PREFIX: Final = "\\\\x"  # bytea hex input, its backslash escaped for COPY
 _ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_UNESCAPE: Final = re.compile(r"\\(.)")
+_UNESCAPED: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 _ARRAY_ELEMENT_ESCAPES: Final = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 
@@ -88,6 +94,53 @@ class AttemptBlock:
     # The request's tool spans (storage/tool_span_store.py), stored in the same commit.
     tools: bytes = b""
     tool_rows: int = 0
+    # Spans the writer refused because their run was archived: run id -> (spans, reason).
+    refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def refused_spans(self) -> int:
+        """How many of the request's spans were refused (archived runs)."""
+        return sum(count for count, _ in self.refused.values())
+
+    def tool_run_ids(self) -> set[str]:
+        """The run ids of the block's tool spans."""
+        return {
+            _UNESCAPE.sub(_unescaped, line.split(b"\t", 4)[3].decode())
+            for line in self.tools.splitlines()
+        }
+
+    def refuse_runs(self, reasons: dict[str, str]) -> None:
+        """Drop every row (attempts and tool spans) of the runs in ``reasons`` (run id ->
+        why) and remember how many went, so the request's answer can say so."""
+        escaped = {_text(run_id): run_id for run_id in reasons}
+        kept: list[bytes] = []
+        for line in self.text.splitlines(keepends=True):
+            run_id = escaped.get(line.split(b"\t", _RUN_FIELD + 1)[_RUN_FIELD].decode())
+            if run_id is None:
+                kept.append(line)
+            else:
+                self._count_refused(run_id, reasons[run_id])
+        if len(kept) != self.rows:
+            self.text, self.rows = b"".join(kept), len(kept)
+            for run_id in reasons:
+                self.runs.pop(run_id, None)
+        tools: list[bytes] = []
+        for line in self.tools.splitlines(keepends=True):
+            run_id = escaped.get(line.split(b"\t", 4)[3].decode())
+            if run_id is None:
+                tools.append(line)
+            else:
+                self._count_refused(run_id, reasons[run_id])
+        if len(tools) != self.tool_rows:
+            self.tools, self.tool_rows = b"".join(tools), len(tools)
+
+    def _count_refused(self, run_id: str, reason: str) -> None:
+        count, _ = self.refused.get(run_id, (0, reason))
+        self.refused[run_id] = (count + 1, reason)
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    return _UNESCAPED[match.group(1)]
 
 
 def _larger(current: Any, value: Any) -> Any:

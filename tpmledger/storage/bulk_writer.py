@@ -49,6 +49,7 @@ _UPSERT_RUNS_ON_CONFLICT = """
         attempts = r.attempts + excluded.attempts,
         max_slot_ns = GREATEST(r.max_slot_ns, excluded.max_slot_ns),
         updated_at = excluded.updated_at
+    RETURNING r.archived_at IS NOT NULL AS archived
 """
 
 _RUNS_COLUMNS = (
@@ -71,9 +72,8 @@ WITH inserted AS (
            max(slot_ns), clock_timestamp()
     FROM inserted GROUP BY run_id ORDER BY run_id
     {_UPSERT_RUNS_ON_CONFLICT}
-    RETURNING 1
 )
-SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_run)
+SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_run WHERE archived)
 """
 
 _UPSERT_RUNS = f"""
@@ -94,6 +94,11 @@ _MARK_DIRTY = """
 INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id)
 SELECT u.*, %s FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS u
 """
+# Runs archived by ``tpmledger prune`` refuse new spans (docs/operations.md#retention-and-archives).
+_ARCHIVED = (
+    "SELECT run_id, archived_at, archive_dir FROM runs "
+    "WHERE archived_at IS NOT NULL AND run_id = ANY(%s)"
+)
 # Every row this transaction stores gets this batch id (the column's default reads it).
 _NEW_BATCH = "SELECT set_config('tpmledger.ingest_batch', nextval('ingest_batches')::text, true)"
 
@@ -114,10 +119,22 @@ def write_attempts(conn: psycopg.Connection, rows: Iterable[Sequence[Any]]) -> i
     return write_attempt_blocks(conn, [encode_attempts(rows)])
 
 
+class RunArchivedMeanwhile(RuntimeError):
+    """A run of the batch was archived while the batch was being written: the transaction
+    must roll back and be written again (the second time its spans are refused)."""
+
+
 def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
     """Like :func:`write_attempts`, for rows already encoded by
     :func:`storage.attempt_encoding.encode_attempts` (ingest encodes per request).
-    The blocks' tool spans are stored too (not counted in the result)."""
+    The blocks' tool spans are stored too (not counted in the result).
+
+    Spans of archived runs are never stored: they are taken out of their block and
+    recorded in its ``refused`` (the request's answer reports them). A run archived after
+    that check but before this transaction's ``runs`` upsert (which waits for the prune's
+    row lock) raises :class:`RunArchivedMeanwhile`; the caller rolls back and retries.
+    """
+    _refuse_archived(conn, blocks)
     write_tool_blocks(conn, blocks)
     blocks = [block for block in blocks if block.rows]
     if not blocks:
@@ -145,7 +162,31 @@ def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock])
         cur.execute(_MERGE_FROM_STAGING)
         result = cur.fetchone()
         cur.execute("TRUNCATE attempts_staging")
+    if result and result[1]:
+        raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
     return int(result[0]) if result else 0
+
+
+def _refuse_archived(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> None:
+    run_ids: set[str] = set()
+    for block in blocks:
+        run_ids.update(block.runs)
+        if block.tool_rows:
+            run_ids.update(block.tool_run_ids())
+    if not run_ids:
+        return
+    rows = conn.execute(_ARCHIVED, (sorted(run_ids),)).fetchall()
+    if not rows:
+        return
+    reasons = {
+        str(run_id): (
+            f"run {run_id!r} was archived on {when:%Y-%m-%d %H:%M} UTC into {where} "
+            "(tpmledger prune); its new spans are refused"
+        )
+        for run_id, when, where in rows
+    }
+    for block in blocks:
+        block.refuse_runs(reasons)
 
 
 def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
@@ -168,6 +209,8 @@ def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
             column.append(value)
     with conn.cursor() as cur:
         cur.execute(_UPSERT_RUNS, columns)
+        if any(archived for (archived,) in cur.fetchall()):
+            raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
 
 
 def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally], batch: int | None) -> None:

@@ -4,11 +4,13 @@ It is a real PostgreSQL server from the ``pgserver`` wheel, kept under
 ``<data_dir>/postgres`` and reached over a Unix socket; it works as root too (the server
 then runs as a system user ``pgserver``, which the wheel creates on first use).
 ``tpmledger up`` watches it with :meth:`EmbeddedPostgres.is_running` and starts it again
-with :meth:`EmbeddedPostgres.restart` if it dies.
+with :meth:`EmbeddedPostgres.restart` if it dies (first ending the dead server's orphaned
+backends, which would keep its shared memory in use).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -75,8 +77,13 @@ class EmbeddedPostgres:
         if info.process is not None and info.process.is_running():
             # Killed but not yet reaped (a zombie): PostgreSQL would refuse its lock file.
             raise EmbeddedPostgresError(f"its old process {info.process.pid} has not exited yet")
+        # Backends of the dead postmaster (a long query still running) hold its shared
+        # memory, and PostgreSQL refuses to start until they are gone. They are this
+        # server's own: end them.
+        end_orphaned_backends(self.pgdata)
         socket = f"-k {info.socket_dir}" if info.socket_dir is not None else ""
         log_file = self.pgdata / "log"
+        log_start = log_file.stat().st_size if log_file.exists() else 0
         command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), "-w"]
         command += ["-o", '-h ""', "-o", socket, "-l", str(log_file), "start"]
         # stdout to /dev/null: the server inherits pg_ctl's stdout, so a pipe would never end.
@@ -93,7 +100,7 @@ class EmbeddedPostgres:
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
                 errors.seek(0)
                 reason = errors.read().strip().splitlines()
-                last = _last_line(log_file) or (reason[-1] if reason else str(exc))
+                last = _last_line(log_file, log_start) or (reason[-1] if reason else str(exc))
                 raise EmbeddedPostgresError(f"PostgreSQL did not start: {last}") from exc
         restarted = PostmasterInfo.read_from_pgdata(self.pgdata)
         if restarted is None or not restarted.is_running():
@@ -103,16 +110,72 @@ class EmbeddedPostgres:
         log.info("embedded PostgreSQL restarted (pid %d)", restarted.pid)
 
     def stop(self) -> None:
+        """Stop the server unless another live process still uses it. Processes that
+        used it and died without saying so (a killed ``tpmledger prune``) do not count:
+        otherwise the server would be left running after ``up`` stops."""
         if self._server is not None:
             log.info("stopping embedded PostgreSQL")
+            _forget_dead_users(self._server.global_process_id_list)
             self._server.cleanup()
             self._server = None
 
 
-def _last_line(path: Path) -> str | None:
-    """The last non-empty line of the server log (what PostgreSQL said when refusing)."""
+def _forget_dead_users(users: Any) -> None:
+    """Drop the pids of processes that are gone from pgserver's list of the server's users."""
+    import psutil
+
+    for pid in users.get():
+        if pid == os.getpid():
+            continue
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if not alive:
+            users.get_and_remove(pid)
+
+
+def end_orphaned_backends(pgdata: Path, wait_s: float = 10.0) -> list[int]:
+    """End the PostgreSQL processes left running in ``pgdata`` after their postmaster
+    died: asked to stop (SIGTERM cancels a query and exits), killed after ``wait_s``.
+    A backend's working directory is its data directory, which is how they are found.
+    Returns their pids."""
+    import psutil
+
+    target = str(Path(pgdata).resolve())
+    orphans = []
+    for process in psutil.process_iter(["pid", "name"]):
+        try:
+            if process.pid != os.getpid() and process.cwd() == target:
+                orphans.append(process)
+        except psutil.Error:
+            continue
+    if not orphans:
+        return []
+    log.warning(
+        "ending %d PostgreSQL process(es) left by the dead server: %s",
+        len(orphans),
+        ", ".join(str(p.pid) for p in orphans),
+    )
+    for process in orphans:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(orphans, timeout=wait_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=wait_s)
+    return [p.pid for p in orphans]
+
+
+def _last_line(path: Path, start: int = 0) -> str | None:
+    """The last non-empty line the server logged from byte ``start`` on (what PostgreSQL
+    said when refusing this start, not what the dead server said last)."""
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        with path.open("rb") as log_file:
+            log_file.seek(start)
+            text = log_file.read().decode(errors="replace")
     except OSError:
         return None
+    lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else None

@@ -9,6 +9,7 @@ OTLP gives them no identity to recognise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol
@@ -86,8 +87,17 @@ def add_token_points(url: str, points: Sequence[TokenPointLike]) -> int:
 
 
 def metric_tokens(session: Session, run_id: str) -> float | None:
-    """All tokens the run's GenAI metrics counted, or ``None`` when none were received."""
+    """All tokens the run's GenAI metrics counted, or ``None`` when none were received.
+
+    Ingest refuses non-finite and negative points; rows stored before it did (or written
+    by other means) are left out here rather than breaking the run's pages: a NaN or an
+    infinity is not a count. ``None`` too if what is left does not sum to a finite number.
+    """
     found = session.execute(
-        text("SELECT sum(tokens) FROM genai_metric_tokens WHERE run_id = :run"), {"run": run_id}
+        text(
+            "SELECT sum(tokens) FROM genai_metric_tokens "
+            "WHERE run_id = :run AND tokens >= 0 AND tokens < 'Infinity'::float8"
+        ),
+        {"run": run_id},
     ).scalar_one()
-    return None if found is None else float(found)
+    return float(found) if found is not None and math.isfinite(found) else None

@@ -1,9 +1,10 @@
-"""Retention in the database: which runs are old, deleting a run's raw spans in batches,
-and marking it archived (docs/configuration.md#retention).
+"""Retention in the database: which runs are due (by when their spans arrived), deleting
+the raw spans an archive holds, and marking the run archived
+(docs/configuration.md#retention, docs/operations.md#retention-and-archives).
 
-Raw spans go in batches of :data:`DELETE_BATCH` rows, one short transaction each, so no
-long lock is held on ``attempts`` while ingest writes other runs. Seals, snapshot
-documents, minute rows, diagnostics and goodput stay: the run keeps its figures.
+The delete and the mark are one transaction that holds the run's ``runs`` row: ingest
+commits of other runs go on; a commit of this run waits, then refuses its spans. Seals,
+snapshot documents, minute rows, diagnostics and goodput stay: the run keeps its figures.
 """
 
 from __future__ import annotations
@@ -41,23 +42,27 @@ def refuse_if_archived(session: Session, run_id: str) -> None:
 
 @dataclass(frozen=True)
 class OldRun:
-    """A run whose last event ended before the cutoff."""
+    """A run whose newest stored span arrived before the cutoff."""
 
     run_id: str
     last_event_ns: int
     attempts: int
+    last_arrival: datetime
 
 
-def runs_older_than(session: Session, cutoff_ns: int) -> list[OldRun]:
-    """Runs not archived yet whose last event ended before ``cutoff_ns``, oldest first."""
+def runs_older_than(session: Session, cutoff: datetime) -> list[OldRun]:
+    """Runs not archived yet whose newest stored span arrived before ``cutoff``
+    (``runs.updated_at``: every ingest commit that stores a span of the run sets it),
+    longest quiet first. Event times do not matter: a backfilled run whose events are
+    days old is not due while its spans still arrive."""
     rows = session.execute(
         text(
-            "SELECT run_id, last_event_ns, attempts FROM runs "
-            "WHERE archived_at IS NULL AND last_event_ns < :cutoff ORDER BY last_event_ns, run_id"
+            "SELECT run_id, last_event_ns, attempts, updated_at FROM runs "
+            "WHERE archived_at IS NULL AND updated_at < :cutoff ORDER BY updated_at, run_id"
         ),
-        {"cutoff": cutoff_ns},
+        {"cutoff": cutoff},
     )
-    return [OldRun(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+    return [OldRun(str(r[0]), int(r[1]), int(r[2]), r[3]) for r in rows]
 
 
 def archived(session: Session, run_id: str) -> tuple[datetime, str] | None:
@@ -72,13 +77,39 @@ def archived(session: Session, run_id: str) -> tuple[datetime, str] | None:
     return (row[0], str(row[1])) if row is not None else None
 
 
-def delete_raw_spans(url: str, run_id: str, progress: Callable[[int], None] | None = None) -> int:
-    """Delete the run's attempts and tool spans (and its live rows) in batches; returns
-    how many rows went. ``progress`` is told the running count after each batch."""
+class ArrivedMeanwhile(RuntimeError):
+    """Spans of the run arrived (or it was sealed again) after its archive was made."""
+
+
+def delete_archived_spans(
+    url: str,
+    run_id: str,
+    stored_by: datetime,
+    archive_dir: str,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete the raw spans an archive holds and mark the run archived, in one
+    transaction; returns how many rows went.
+
+    The archive holds every span the run had stored when its ``updated_at`` was
+    ``stored_by`` (the seal's snapshot). The ``runs`` row is locked first (ingest's
+    commit upserts it, so a commit storing spans of this run either finished before, or
+    waits and then finds the run archived and refuses its spans). Rows are deleted only if
+    nothing arrived since: ``updated_at`` is still ``stored_by``. Otherwise
+    :class:`ArrivedMeanwhile` is raised and nothing changes.
+    """
     deleted = 0
-    for table in _RAW_TABLES:
-        while True:
-            with transaction(url) as session:
+    with transaction(url) as session:
+        row = session.execute(
+            text(
+                "SELECT updated_at FROM runs WHERE run_id = :r AND archived_at IS NULL FOR UPDATE"
+            ),
+            {"r": run_id},
+        ).first()
+        if row is None or row[0] != stored_by:
+            raise ArrivedMeanwhile(f"run {run_id!r} received spans while it was archived")
+        for table in _RAW_TABLES:
+            while True:
                 result = session.execute(
                     text(
                         f"DELETE FROM {table} WHERE ctid IN "
@@ -86,26 +117,20 @@ def delete_raw_spans(url: str, run_id: str, progress: Callable[[int], None] | No
                     ),
                     {"r": run_id, "n": DELETE_BATCH},
                 )
-                gone = int(getattr(result, "rowcount", 0))
-            deleted += max(gone, 0)
-            if progress is not None:
-                progress(deleted)
-            if gone < DELETE_BATCH:
-                break
-    with transaction(url) as session:
+                gone = max(int(getattr(result, "rowcount", 0)), 0)
+                deleted += gone
+                if progress is not None:
+                    progress(deleted)
+                if gone < DELETE_BATCH:
+                    break
         session.execute(text("DELETE FROM live_minutes WHERE run_id = :r"), {"r": run_id})
         session.execute(text("DELETE FROM live_run_minutes WHERE run_id = :r"), {"r": run_id})
         session.execute(text("DELETE FROM live_dirty WHERE run_id = :r"), {"r": run_id})
-    return deleted
-
-
-def mark_archived(url: str, run_id: str, archive_dir: str) -> None:
-    """Record that the run's raw spans are gone and where its archive is."""
-    with transaction(url) as session:
         session.execute(
             text("UPDATE runs SET archived_at = now(), archive_dir = :d WHERE run_id = :r"),
             {"r": run_id, "d": archive_dir},
         )
+    return deleted
 
 
 def stored_bytes(session: Session) -> dict[str, int]:

@@ -3,12 +3,15 @@
 Snapshots are immutable (a trigger refuses UPDATE/DELETE); a new seal is a new version.
 Sealers of one run serialize on a transaction-scoped advisory lock, so a second sealer
 (the worker and ``tpmledger analyze`` at the same moment) waits, then sees the first one's
-version; the (run_id, version) primary key still guards against forks.
+version; the (run_id, version) primary key still guards against forks. Worker replicas
+also claim a run before computing it (:func:`sealing_claim`), so two do not compute the
+same seal (docs/operations.md#replicas).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +20,7 @@ from psycopg import sql
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.database import libpq_url
 from tpmledger.storage.minute_versions import changed_rows, rows_as_of
 from tpmledger.storage.models import MinuteMetric, Snapshot
 
@@ -26,6 +30,27 @@ def lock_run_for_sealing(session: Session, run_id: str) -> None:
     session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended(:run_id, 0))"), {"run_id": run_id}
     )
+
+
+@contextmanager
+def sealing_claim(url: str, run_id: str) -> Iterator[bool]:
+    """Claim the run for sealing across processes (replicas of the analytics worker):
+    yields True while this process holds the run's claim, False when another one does
+    (it is sealing the run right now; skip it). The claim is a session-level advisory
+    lock on a connection of its own, released on exit or when the process dies."""
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(_TRY_CLAIM, (run_id,)).fetchone()
+        claimed = bool(row and row[0])
+        try:
+            yield claimed
+        finally:
+            if claimed and not conn.closed:
+                conn.execute(_RELEASE_CLAIM, (run_id,))
+
+
+# Key space 1 (the transaction lock above uses 0): a claim never blocks a seal's commit.
+_TRY_CLAIM = "SELECT pg_try_advisory_lock(hashtextextended(%s, 1))"
+_RELEASE_CLAIM = "SELECT pg_advisory_unlock(hashtextextended(%s, 1))"
 
 
 def latest_version(session: Session, run_id: str) -> tuple[int, str | None]:

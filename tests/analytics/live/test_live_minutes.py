@@ -254,3 +254,36 @@ def test_late_attempt_updates_a_closed_minute_and_state_is_reported(database_url
     assert [r["calls_in_minute"] for r in whole] == [2, 1, 1]
     assert [r["state"] for r in whole] == ["closed", "open", "open"]
     assert pl.Series([r["tpm_total"] for r in whole]).sum() == 4 * 150
+
+
+def test_an_update_aborted_by_a_concurrent_transaction_is_retried_at_once(
+    database_url: str, monkeypatch: Any
+) -> None:
+    """Round-2 reproduction: during a checkpoint the live update failed with
+    SerializationFailure and live figures paused 30 s."""
+    import psycopg
+
+    from tpmledger.storage import live_store
+    from tpmledger.storage.database import libpq_url
+
+    store(database_url, [_call(0), _call(0, 10)])
+    updater = LiveUpdater(database_url)
+    assert updater.update_once()
+    store(database_url, [_call(0, 20)])
+    original = live_store.replace_minutes
+    collided = []
+
+    def replace_after_a_concurrent_delete(conn: Any, run_id: str, *args: Any) -> None:
+        if not collided:  # as a seal does: drop the minute's live rows and commit
+            with psycopg.connect(libpq_url(database_url), autocommit=True) as other:
+                other.execute("DELETE FROM live_minutes WHERE run_id = %s", (run_id,))
+            collided.append(run_id)
+        original(conn, run_id, *args)
+
+    monkeypatch.setattr(
+        "tpmledger.analytics.live.live_updater.replace_minutes", replace_after_a_concurrent_delete
+    )
+    [update] = updater.update_once()
+    assert collided and not updater.failures  # retried at once, not paused for 30 s
+    assert update.minutes >= 1
+    _assert_same(database_url, "r", updater)

@@ -22,6 +22,16 @@ from tpmledger.storage.snapshots_read import latest_snapshot
 SECOND = 1_000_000_000
 
 
+def arrived_days_ago(url: str, run_id: str, days: int) -> None:
+    """Make the run's spans look as if they had arrived ``days`` ago (retention goes by
+    arrival: ``runs.updated_at``)."""
+    with raw_transaction(url) as conn:
+        conn.execute(
+            "UPDATE runs SET updated_at = updated_at - make_interval(days => %s) WHERE run_id = %s",
+            (days, run_id),
+        )
+
+
 def _attempts(url: str, run_id: str) -> int:
     with raw_transaction(url) as conn:
         row = conn.execute("SELECT count(*) FROM attempts WHERE run_id = %s", (run_id,)).fetchone()
@@ -42,7 +52,9 @@ def runs(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ]
     now = time.time_ns()
     recent = [attempt_row(run_id="new-run", start_ns=now - 5 * SECOND, end_ns=now - SECOND)]
-    store(database_url, old + recent)
+    store(database_url, old)
+    arrived_days_ago(database_url, "old-run", 40)
+    store(database_url, recent)
     return tmp_path / "archive"
 
 
@@ -97,8 +109,72 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
 def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Path) -> None:
     from tpmledger.analytics.proofs.run_archive import archive_path
 
-    assert archive_path(tmp_path, "run-1") == tmp_path / "run-1"
-    for hostile in ("..", "../../etc", "a/b", "."):
+    assert archive_path(tmp_path, "run-1").name.startswith("run-1-")
+    for hostile in ("..", "../../etc", "a/b", ".", "x" * 512, "é/" * 300):
         folder = archive_path(tmp_path, hostile)
         assert folder.parent == tmp_path and folder.name not in (".", "..")
+        assert len(folder.name.encode()) < 100
     assert archive_path(tmp_path, "a/b") != archive_path(tmp_path, "a_b")
+    # The round-2 collision: an id equal to another's old folder name.
+    first = archive_path(tmp_path, "col/x")
+    assert archive_path(tmp_path, first.name) != first
+
+
+def test_one_bad_run_never_stops_the_others(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Round-2 reproduction: a run longer than 31 days (RunTooLong) or with a 512-character
+    id (File name too long) crashed prune and every later run was skipped."""
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TPMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    day = 86_400 * SECOND
+    too_long = [
+        attempt_row(run_id="a-too-long", start_ns=BASE_NS, end_ns=BASE_NS + SECOND),
+        attempt_row(run_id="a-too-long", start_ns=BASE_NS + 40 * day, end_ns=BASE_NS + 40 * day),
+    ]
+    long_id = "b" + "x" * 511
+    rows = [
+        *too_long,
+        attempt_row(run_id=long_id, start_ns=BASE_NS, end_ns=BASE_NS + SECOND),
+        attempt_row(run_id="c-fine", start_ns=BASE_NS, end_ns=BASE_NS + SECOND),
+    ]
+    store(database_url, rows)
+    for run_id in ("a-too-long", long_id, "c-fine"):
+        arrived_days_ago(database_url, run_id, 40)
+    archive = tmp_path / "archive"
+    code = main(["prune", "--older-than", "30d", "--archive-dir", str(archive), "--json"])
+    out, err = capsys.readouterr()
+    actions = {r["run_id"]: r["action"] for r in json.loads(out)["runs"]}
+    assert code == 1  # a run was kept: the operator is told
+    assert actions[long_id] == "archived" and actions["c-fine"] == "archived"
+    assert actions["a-too-long"].startswith("kept: RunTooLong")
+    assert "a-too-long: kept" in err and "Traceback" not in err
+    assert _attempts(database_url, "c-fine") == 0  # pruned although an earlier run failed
+    assert _attempts(database_url, long_id) == 0
+    assert _attempts(database_url, "a-too-long") == 2  # kept, tried again next prune
+
+
+def test_a_folder_of_another_run_is_never_reused(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tpmledger.analytics.proofs.run_archive import RUN_MARKER, archive_path
+
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    monkeypatch.setenv("TPMLEDGER_DATA_DIR", str(tmp_path / "data"))
+    store(database_url, [attempt_row(run_id="victim", start_ns=BASE_NS, end_ns=BASE_NS + SECOND)])
+    arrived_days_ago(database_url, "victim", 40)
+    archive = tmp_path / "archive"
+    taken = archive_path(archive, "victim")
+    taken.mkdir(parents=True)
+    (taken / RUN_MARKER).write_text("someone-else")
+    code = main(["prune", "--older-than", "30d", "--archive-dir", str(archive), "--json"])
+    [kept] = json.loads(capsys.readouterr().out)["runs"]
+    assert code == 1 and kept["action"].startswith("kept") and "someone-else" in kept["action"]
+    assert (taken / RUN_MARKER).read_text() == "someone-else"
+    assert _attempts(database_url, "victim") == 1

@@ -55,6 +55,8 @@ from tpmledger.storage.minute_keys import WHOLE_RUN
 log = logging.getLogger("tpmledger.analytics.live")
 
 SECOND_NS = 1_000_000_000
+# A live update aborted by a concurrent transaction is tried again at once, this often.
+SERIALIZATION_TRIES = 5
 # Touched minutes further apart than this are read as separate windows.
 WINDOW_GAP_MINUTES = 10
 
@@ -149,7 +151,7 @@ class LiveUpdater:
             if self.failures.get(run_id, 0.0) > time.monotonic():
                 continue
             try:
-                update = self.update_run(run_id)
+                update = self._update_retrying(run_id)
             except Exception:  # one bad run must not stop the others
                 log.exception("live update of %s failed; retrying in 30 s", run_id)
                 self.failures[run_id] = time.monotonic() + 30.0
@@ -159,6 +161,24 @@ class LiveUpdater:
             if update is not None:
                 updates.append(update)
         return updates
+
+    def _update_retrying(self, run_id: str) -> LiveUpdate | None:
+        """:meth:`update_run`, tried again at once when PostgreSQL aborted its transaction
+        for a concurrent one (a seal or checkpoint dropping the same live rows, another
+        worker): nothing was written, and the next try reads a fresh snapshot."""
+        for attempt in range(1, SERIALIZATION_TRIES + 1):
+            try:
+                return self.update_run(run_id)
+            except (
+                psycopg.errors.SerializationFailure,
+                psycopg.errors.DeadlockDetected,
+                psycopg.errors.UniqueViolation,  # a replica inserted the same minute's rows
+            ):
+                self.caches.pop(run_id, None)
+                if attempt == SERIALIZATION_TRIES:
+                    raise
+                log.info("live update of %s met a concurrent transaction; tried again", run_id)
+        return None  # unreachable
 
     def update_run(self, run_id: str) -> LiveUpdate | None:
         """Recompute the minutes the run's queued marks touched (one transaction)."""

@@ -1,16 +1,23 @@
 """Pruning old runs: seal, archive a signed summary with its compressed event file, verify
 the archive, then delete the raw spans (docs/configuration.md#retention).
 
-For each run whose last event ended before the cutoff and that is not archived yet:
+For each run whose newest stored span arrived before the cutoff and that is not archived
+yet (event times do not matter: a backfilled run is due once its spans stop arriving):
 
 1. seal it if it has data newer than its newest version (a no-op otherwise);
 2. export its signed summary (the ``tpmledger summary export`` layout) into
-   ``ARCHIVE_DIR/RUN/`` with the event file gzip-compressed (``events.jsonl.gz``);
+   ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
+   ``RUN_ID`` file names the run) with the event file gzip-compressed (``events.jsonl.gz``);
 3. verify that directory offline (signature, digest — the decompressed file must hash to
    the sealed ``events_sha256`` —, figures, minute tree, proofs); a run whose archive
    does not verify keeps its spans;
-4. delete its raw spans in batches and mark it archived. Seals, figures and minute rows
-   stay: the run is still listed, as ``archived``.
+4. delete the raw spans that archive holds and mark the run archived, in one transaction
+   that finds nothing arrived since the seal (otherwise the run is kept and tried again).
+   Seals, figures and minute rows stay: the run is still listed, as ``archived``; ingest
+   refuses its new spans through OTLP partial success, naming the archive.
+
+A run that fails (spans still arriving, a run too long to seal, a file system error) is
+reported as kept and the others go on (docs/operations.md#retention-and-archives).
 
 ``dry_run`` says what would happen and changes nothing.
 """
@@ -19,23 +26,32 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tpmledger.analytics.proofs.summary_export import build_summary, write_export
+from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.proofs.summary_export import (
+    SnapshotOutdated,
+    build_summary,
+    write_export,
+)
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import verify_export
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.retention_store import (
+    ArrivedMeanwhile,
     OldRun,
-    delete_raw_spans,
-    mark_archived,
+    delete_archived_spans,
     runs_older_than,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,14 +86,36 @@ class PruneReport:
         }
 
 
+#: The file inside an archive folder that names its run, exactly (UTF-8).
+RUN_MARKER = "RUN_ID"
+_READABLE_CHARS = 48  # the decoration: a folder name stays far below 255 bytes
+
+
 def archive_path(archive_dir: Path, run_id: str) -> Path:
-    """Where a run's archive goes: one folder per run, named by its id. An id that is not
-    a plain folder name (``/``, ``..``, other characters) is made one, with a short hash of
-    the id so two such ids never share a folder."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id).strip(".") or "_"
-    if safe != run_id:
-        safe = f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
-    return archive_dir / safe
+    """Where a run's archive goes: one folder per run, named by the SHA-256 of its exact
+    id (24 hex digits), so two runs never share a folder whatever their ids; the readable
+    part in front (the id's first characters, others made ``_``) is decoration only."""
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in run_id)
+    readable = readable[:_READABLE_CHARS].strip(".") or "_"
+    return archive_dir / f"{readable}-{hashlib.sha256(run_id.encode()).hexdigest()[:24]}"
+
+
+class ForeignArchive(RuntimeError):
+    """The run's archive folder exists and belongs to another run (or to none)."""
+
+
+def claim_folder(target: Path, run_id: str) -> None:
+    """Create ``target`` with its :data:`RUN_MARKER`, or check that the existing folder is
+    this run's (an earlier prune that stopped half way); never reuse another run's."""
+    marker = target / RUN_MARKER
+    if target.exists():
+        owner = marker.read_bytes().decode("utf-8", "replace") if marker.is_file() else None
+        if owner != run_id:
+            whose = "no run" if owner is None else f"run {owner!r}"
+            raise ForeignArchive(f"{target} already exists and belongs to {whose}; left alone")
+        return
+    target.mkdir(parents=True)
+    marker.write_bytes(run_id.encode("utf-8"))
 
 
 def prune(
@@ -90,16 +128,21 @@ def prune(
     say: Callable[[str], None] = lambda line: None,
     now_s: float | None = None,
 ) -> PruneReport:
-    """Archive and prune every run whose last event ended more than ``older_than_s`` ago."""
-    cutoff_ns = int(((now_s if now_s is not None else time.time()) - older_than_s) * 1e9)
+    """Archive and prune every run whose newest stored span arrived more than
+    ``older_than_s`` ago. A run that cannot be archived (spans still arriving, a folder
+    of another run, a run too long to seal, a file system error) is reported as kept and
+    the others go on; the next prune tries it again."""
+    now = now_s if now_s is not None else time.time()
+    cutoff_ns = int((now - older_than_s) * 1e9)
+    cutoff = datetime.fromtimestamp(now - older_than_s, UTC)
     report = PruneReport(cutoff_ns, dry_run)
-    for old in in_one_snapshot(url, runs_older_than, cutoff_ns):
+    for old in in_one_snapshot(url, runs_older_than, cutoff):
         target = archive_path(archive_dir, old.run_id)
         if dry_run:
             outcome = _outcome(old, target, "would archive")
             say(f"{old.run_id}: would archive {old.attempts:,} attempts into {target}")
         else:
-            outcome = _archive(url, old, target, key, say)
+            outcome = _archive_or_keep(url, old, target, key, say)
         report.runs.append(outcome)
     return report
 
@@ -108,12 +151,33 @@ def _outcome(old: OldRun, target: Path, action: str) -> PruneOutcome:
     return PruneOutcome(old.run_id, old.last_event_ns, old.attempts, str(target), action)
 
 
+def _archive_or_keep(
+    url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
+) -> PruneOutcome:
+    try:
+        return _archive(url, old, target, key, say)
+    except (ArrivedMeanwhile, SnapshotOutdated):
+        reason = "spans arrived while it was archived; tried again by the next prune"
+    except ForeignArchive as exc:
+        reason = str(exc)
+    except (RunTooLong, OSError, LookupError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # one run's failure must not stop the others
+        log.exception("archiving run %r failed", old.run_id)
+        reason = f"{type(exc).__name__}: {exc}"
+    reason = reason.splitlines()[0] if reason else "failed"
+    say(f"{old.run_id}: kept ({reason})")
+    return _outcome(old, target, f"kept: {reason}")
+
+
 def _archive(
     url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
-    seal_run(url, old.run_id)
+    sealed = seal_run(url, old.run_id)
+    assert sealed.data_as_of is not None
     summary = build_summary(url, old.run_id, key)
+    claim_folder(target, old.run_id)
     write_export(summary, target)
     plain = target / "events.jsonl"
     data = plain.read_bytes()
@@ -126,10 +190,13 @@ def _archive(
         failed = ", ".join(c.name for c in report.checks if not c.ok)
         say(f"{old.run_id}: archive does not verify ({failed}); its spans are kept")
         return _outcome(old, target, f"kept: archive does not verify ({failed})")
-    deleted = delete_raw_spans(
-        url, old.run_id, lambda n: say(f"{old.run_id}: {n:,} raw rows deleted")
+    deleted = delete_archived_spans(
+        url,
+        old.run_id,
+        sealed.data_as_of,
+        str(target),
+        lambda n: say(f"{old.run_id}: {n:,} raw rows deleted"),
     )
-    mark_archived(url, old.run_id, str(target))
     say(f"{old.run_id}: archived ({deleted:,} raw rows deleted; seals and figures kept)")
     outcome = _outcome(old, target, "archived")
     outcome.events_sha256 = digest

@@ -18,6 +18,7 @@ from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.seal.minute_log import MINUTE
 from tpmledger.analytics.seal.sealing import SealResult, seal_run
 from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_checkpoint
 
 log = logging.getLogger("tpmledger.analytics")
@@ -54,7 +55,10 @@ class Checkpointer:
             if through is not None and _minute(through) + MINUTE >= cutoff:
                 continue  # its newest version already covers every closed minute
             try:
-                result = seal_run(self.url, run_id, end_before_ns=cutoff_ns, slo=self.slo)
+                with sealing_claim(self.url, run_id) as claimed:
+                    if not claimed:
+                        continue  # a worker replica is sealing it right now
+                    result = seal_run(self.url, run_id, end_before_ns=cutoff_ns, slo=self.slo)
             except RunTooLong as exc:
                 log.warning("no checkpoint: %s", exc)
                 continue

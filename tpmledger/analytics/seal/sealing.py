@@ -81,6 +81,9 @@ class SealResult:
     metrics: dict[str, Any]
     document: dict[str, Any]
     final: bool = True  # False: sealed while the run was still receiving data
+    # The run's updated_at in the snapshot this call read: every span stored by then is
+    # in the version (a prune deletes only those: analytics/proofs/run_archive.py).
+    data_as_of: datetime | None = None
 
 
 def seal_of(document: dict[str, Any]) -> str:
@@ -242,6 +245,19 @@ def seal_computation(
         version, previous_seal = latest_version(session, run_id)
         if version and not force:
             latest = session.get(Snapshot, (run_id, version))
+            if latest is not None and latest.data_as_of > computation.facts.updated_at:
+                # Another sealer (a worker replica) stored a version of newer data while
+                # this one computed: an older computation never follows a newer version.
+                return SealResult(
+                    run_id,
+                    version,
+                    latest.seal,
+                    False,
+                    latest.metrics,
+                    latest.document,
+                    latest.final,
+                    latest.data_as_of,
+                )
             if latest is not None and _unchanged(latest, computation, final):
                 drop_sealed_live_rows(
                     session, run_id, computation.facts.updated_at, _minute_range(computation)
@@ -255,6 +271,7 @@ def seal_computation(
                     latest.metrics,
                     latest.document,
                     latest.final,
+                    computation.facts.updated_at,
                 )
         computed_at = now or datetime.now(UTC)
         # The document carries milliseconds; store exactly what was sealed.
@@ -298,7 +315,9 @@ def seal_computation(
         drop_sealed_live_rows(
             session, run_id, computation.facts.updated_at, _minute_range(computation)
         )
-    return SealResult(run_id, version + 1, seal, True, metrics, document, final)
+    return SealResult(
+        run_id, version + 1, seal, True, metrics, document, final, computation.facts.updated_at
+    )
 
 
 def seal_run(
