@@ -1,0 +1,142 @@
+"""Per target (provider, model) and minute: used versus quota (docs/metrics.md#quota-headroom).
+
+One ``GROUP BY`` over the runs' stored attempts (rollups excluded, as in every figure), so
+its cost follows the attempts stored, never the minutes a run covers. For each target and
+UTC minute of the attempts' end times:
+
+- ``used_tpm`` = prompt + completion tokens, ``used_rpm`` = attempts;
+- ``quota_tpm`` / ``quota_rpm`` = the newest value reported in the minute, a declared
+  quota (``tpmledger.quota.*``) winning over a captured limit header;
+- ``headroom_*`` = 1 − used / quota (null without a quota; below 0 when over it);
+- ``min_remaining_*`` = the lowest ``remaining`` header seen in the minute;
+- ``rate_limited`` = attempts answered 429 (HTTP status, ``error.type`` 429, ``rate_limit…``
+  or a ``RateLimitError``), and ``serving_failures`` = other failures that were 5xx,
+  timeouts or cancellations (what the bottleneck verdict weighs).
+
+Also the count of rate-limit values that could not be read, per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+from sqlalchemy.orm import Session
+
+from tpmledger.storage.seal_reads import SealScope
+
+MINUTE_NS: Final = 60_000_000_000
+#: Error types (lower-cased) of failures on the serving side, besides 5xx statuses.
+SERVING_MARKERS: Final = (
+    "timeout", "timed_out", "timedout", "deadline", "cancel", "server_error", "overloaded",
+    "unavailable", "http_408", "http_499",
+)  # fmt: skip
+
+_LIMITED: Final = """(x.http_status = 429 OR x.error_type IN ('429', 'http_429')
+    OR lower(x.error_type) LIKE 'rate\\_limit%%' OR lower(x.error_type) LIKE '%%ratelimit%%')"""
+_SERVING: Final = """(x.status = 'error' AND (x.http_status >= 500
+    OR x.error_type ~ '^(http_)?5[0-9][0-9]$' OR lower(x.error_type) LIKE ANY(%(serving)s)))"""
+
+
+def _newest(column: str) -> str:
+    return (
+        f"(array_agg({column} ORDER BY end_ns DESC, span_id DESC) "
+        f"FILTER (WHERE {column} IS NOT NULL))[1]"
+    )
+
+
+_QUERY: Final = f"""
+WITH a AS (
+    SELECT x.run_id, x.provider, x.model, x.end_ns / {MINUTE_NS} AS minute, x.end_ns,
+           x.span_id, coalesce(x.prompt_tokens, 0) + coalesce(x.completion_tokens, 0) AS tokens,
+           {_LIMITED} AS limited, ({_SERVING} AND NOT {_LIMITED}) AS serving,
+           x.quota_tpm_declared, x.quota_rpm_declared, x.ratelimit_limit_tokens,
+           x.ratelimit_limit_requests, x.ratelimit_remaining_tokens,
+           x.ratelimit_remaining_requests, x.quota_values_ignored
+    FROM attempts x
+    WHERE x.run_id = ANY(%(run_ids)s) AND {{scope}}
+      AND NOT EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id
+                      AND c.parent_span_id = x.span_id AND c.run_id = x.run_id)
+)
+SELECT run_id, provider, model, minute, count(*), sum(tokens),
+       count(*) FILTER (WHERE limited), count(*) FILTER (WHERE serving),
+       coalesce({_newest("quota_tpm_declared")}, {_newest("ratelimit_limit_tokens")}),
+       coalesce({_newest("quota_rpm_declared")}, {_newest("ratelimit_limit_requests")}),
+       min(ratelimit_remaining_tokens), min(ratelimit_remaining_requests),
+       coalesce(sum(quota_values_ignored), 0)
+FROM a
+GROUP BY run_id, provider, model, minute
+ORDER BY run_id, provider NULLS FIRST, model NULLS FIRST, minute
+"""
+
+
+def _headroom(used: float, quota: float | None) -> float | None:
+    return None if not quota else 1.0 - used / quota
+
+
+@dataclass(frozen=True)
+class TargetMinute:
+    """One target's figures in one minute of one run."""
+
+    run_id: str
+    provider: str | None
+    model: str | None
+    minute_ns: int
+    used_tpm: int
+    used_rpm: int
+    rate_limited: int
+    serving_failures: int
+    quota_tpm: float | None
+    quota_rpm: float | None
+    min_remaining_tokens: float | None
+    min_remaining_requests: float | None
+    values_ignored: int
+
+    @property
+    def headroom_tokens(self) -> float | None:
+        return _headroom(self.used_tpm, self.quota_tpm)
+
+    @property
+    def headroom_requests(self) -> float | None:
+        return _headroom(self.used_rpm, self.quota_rpm)
+
+
+def fetch_target_minutes(
+    conn: psycopg.Connection, run_ids: list[str], scope: SealScope | None = None
+) -> list[TargetMinute]:
+    """Every (run, target, minute) of ``run_ids`` with attempts (within ``scope``: what a
+    seal sees), ordered by run, provider, model and minute."""
+    query = sql.SQL(_QUERY).format(scope=(scope or SealScope()).on("x"))
+    params: dict[str, Any] = {
+        "run_ids": list(run_ids),
+        "serving": [f"%{marker}%" for marker in SERVING_MARKERS],
+    }
+    rows = conn.execute(query, params).fetchall()
+    return [
+        TargetMinute(
+            run_id=str(r[0]),
+            provider=r[1],
+            model=r[2],
+            minute_ns=int(r[3]) * MINUTE_NS,
+            used_tpm=int(r[5]),
+            used_rpm=int(r[4]),
+            rate_limited=int(r[6]),
+            serving_failures=int(r[7]),
+            quota_tpm=r[8],
+            quota_rpm=r[9],
+            min_remaining_tokens=r[10],
+            min_remaining_requests=r[11],
+            values_ignored=int(r[12]),
+        )
+        for r in rows
+    ]
+
+
+def target_minutes(session: Session, run_ids: list[str]) -> list[TargetMinute]:
+    """:func:`fetch_target_minutes` in ``session``'s transaction (one snapshot with the
+    session's other reads)."""
+    driver = session.connection().connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return fetch_target_minutes(driver, run_ids)
