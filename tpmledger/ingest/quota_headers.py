@@ -48,7 +48,12 @@ QUOTA_FIELDS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
 QUOTA_COLUMNS: Final = (*(name for name, _ in QUOTA_FIELDS), "quota_values_ignored")
 QUOTA_KEYS: Final = frozenset(key for _, keys in QUOTA_FIELDS for key in keys)
 _LIMITS: Final = frozenset(
-    {"quota_tpm_declared", "quota_rpm_declared", "ratelimit_limit_tokens", "ratelimit_limit_requests"}
+    {
+        "quota_tpm_declared",
+        "quota_rpm_declared",
+        "ratelimit_limit_tokens",
+        "ratelimit_limit_requests",
+    }
 )
 #: The row part of a span that reports none of the keys.
 NO_QUOTA: Final = (None,) * len(QUOTA_FIELDS) + (0,)
