@@ -34,7 +34,8 @@ from typing import Any, Final
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.views.live_view import current_table
+from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.views.live_view import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.target_minutes import TargetMinute, target_minutes
@@ -262,16 +263,23 @@ def _minute_ns(value: Any) -> int:
 
 
 def current_bottleneck(
-    session: Session, run_id: str, *, close_after_s: float = 120.0
+    session: Session,
+    run_id: str,
+    *,
+    close_after_s: float = 120.0,
+    table: CurrentTable | None = None,
+    targets: Sequence[TargetMinute] | None = None,
 ) -> dict[str, Any] | None:
     """The verdict over the run's current minute table (sealed rows, live ones where new
-    data arrived), ``"live": true``; None for an unknown run."""
-    table = current_table(session, run_id, close_after_s=close_after_s)
+    data arrived), with ``live``; None for an unknown run. A caller that holds the table
+    or the target-minutes already passes them."""
+    table = table or current_table(session, run_id, close_after_s=close_after_s)
     if table is None:
         return None
     rows = [{**r, "minute_ns": _minute_ns(r["minute_utc"])} for r in table.shard_rows(WHOLE_RUN)]
-    verdict = bottleneck_verdict(rows, target_minutes(session, [run_id]))
-    return {**verdict, "live": table.live}
+    if targets is None:
+        targets = target_minutes(session, [run_id])
+    return {**clean(bottleneck_verdict(rows, targets)), "live": table.live}
 
 
 def run_object_with_bottleneck(
