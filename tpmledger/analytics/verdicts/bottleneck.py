@@ -27,7 +27,7 @@ current one (:func:`current_bottleneck`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -93,7 +93,7 @@ def _lowest_headroom(targets: Sequence[TargetMinute]) -> float | None:
 def _result(
     verdict: str | None,
     reason: str,
-    minutes: Sequence[int],
+    minutes: Iterable[int],
     params: BottleneckParams,
     evidence: dict[str, Any],
 ) -> dict[str, Any]:
