@@ -14,6 +14,11 @@ UTC minute of the attempts' end times:
   timeouts or cancellations (what the bottleneck verdict weighs).
 
 Also the count of rate-limit values that could not be read, per run.
+
+Each sealed version stores its target-minutes beside it (``snapshot_diagnostics``, under
+:data:`SEALED_TARGETS_KEY`); :func:`target_minutes` reads those and aggregates only the
+attempts that end after the version's last minute, so a page or a request over a sealed or
+checkpointed run never scans the attempts the version already covers.
 """
 
 from __future__ import annotations
@@ -25,9 +30,13 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.live_read import run_state
 from tpmledger.storage.seal_reads import SealScope
+from tpmledger.storage.sealed_figures_store import read_diagnostics
 
 MINUTE_NS: Final = 60_000_000_000
+#: Where a sealed version's target-minutes are stored in its diagnostics row.
+SEALED_TARGETS_KEY: Final = "quota_targets"
 #: Error types (lower-cased) of failures on the serving side, besides 5xx statuses.
 SERVING_MARKERS: Final = (
     "timeout", "timed_out", "timedout", "deadline", "cancel", "server_error", "overloaded",
@@ -56,7 +65,7 @@ WITH a AS (
            x.ratelimit_limit_requests, x.ratelimit_remaining_tokens,
            x.ratelimit_remaining_requests, x.quota_values_ignored
     FROM attempts x
-    WHERE x.run_id = ANY(%(run_ids)s) AND {{scope}}
+    WHERE x.run_id = ANY(%(run_ids)s) AND {{scope}} AND x.end_ns >= %(since_ns)s
       AND NOT EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id
                       AND c.parent_span_id = x.span_id AND c.run_id = x.run_id)
 )
@@ -104,12 +113,17 @@ class TargetMinute:
 
 
 def fetch_target_minutes(
-    conn: psycopg.Connection, run_ids: list[str], scope: SealScope | None = None
+    conn: psycopg.Connection,
+    run_ids: list[str],
+    scope: SealScope | None = None,
+    since_ns: int = 0,
 ) -> list[TargetMinute]:
     """Every (run, target, minute) of ``run_ids`` with attempts (within ``scope``: what a
-    seal sees), ordered by run, provider, model and minute."""
+    seal sees; ending at or after ``since_ns``), ordered by run, provider, model and
+    minute."""
     query = sql.SQL(_QUERY).format(scope=(scope or SealScope()).on("x"))
     params: dict[str, Any] = {
+        "since_ns": since_ns,
         "run_ids": list(run_ids),
         "serving": [f"%{marker}%" for marker in SERVING_MARKERS],
     }
@@ -134,9 +148,59 @@ def fetch_target_minutes(
     ]
 
 
+_FIELDS: Final = (
+    "provider", "model", "minute_ns", "used_tpm", "used_rpm", "rate_limited",
+    "serving_failures", "quota_tpm", "quota_rpm", "min_remaining_tokens",
+    "min_remaining_requests", "values_ignored",
+)  # fmt: skip
+
+
+def encode_target_minutes(targets: list[TargetMinute]) -> dict[str, Any]:
+    """Target-minutes as stored beside a sealed version: column names and row lists."""
+    return {"columns": list(_FIELDS), "rows": [[getattr(t, f) for f in _FIELDS] for t in targets]}
+
+
+def decode_target_minutes(run_id: str, stored: dict[str, Any]) -> list[TargetMinute]:
+    """The inverse of :func:`encode_target_minutes`."""
+    columns = stored["columns"]
+    return [
+        TargetMinute(run_id=run_id, **dict(zip(columns, row, strict=True)))
+        for row in stored["rows"]
+    ]
+
+
+def _order(t: TargetMinute) -> tuple[Any, ...]:
+    # As the query orders them: provider, model (NULLs first), minute.
+    return (t.provider is not None, t.provider or "", t.model is not None, t.model or "",
+            t.minute_ns)  # fmt: skip
+
+
+def _run_target_minutes(
+    session: Session, conn: psycopg.Connection, run_id: str
+) -> list[TargetMinute]:
+    state = run_state(session, run_id)
+    if state is None:
+        return []
+    sealed = None
+    if state.snapshot_version is not None and state.snapshot_through is not None:
+        row = read_diagnostics(session, run_id, state.snapshot_version)
+        stored = (row.diagnostics or {}).get(SEALED_TARGETS_KEY) if row is not None else None
+        if stored is not None:
+            sealed = decode_target_minutes(run_id, stored)
+    if sealed is None:  # never sealed, or sealed before target-minutes were stored
+        return fetch_target_minutes(conn, [run_id])
+    if not state.has_new_data:
+        return sealed
+    assert state.snapshot_through is not None
+    after_ns = (int(state.snapshot_through.timestamp()) + 60) * 1_000_000_000
+    return sorted(sealed + fetch_target_minutes(conn, [run_id], since_ns=after_ns), key=_order)
+
+
 def target_minutes(session: Session, run_ids: list[str]) -> list[TargetMinute]:
-    """:func:`fetch_target_minutes` in ``session``'s transaction (one snapshot with the
-    session's other reads)."""
+    """Every (run, target, minute) of ``run_ids`` in ``session``'s transaction (one snapshot
+    with the session's other reads): the newest version's stored target-minutes, plus the
+    attempts that end after its last minute (every attempt when the run was never sealed).
+    Late attempts ending in minutes a version sealed count from the next version on."""
     driver = session.connection().connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
-    return fetch_target_minutes(driver, run_ids)
+    return [t for run_id in run_ids for t in _run_target_minutes(session, driver, run_id)]

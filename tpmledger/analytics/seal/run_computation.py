@@ -44,7 +44,7 @@ from tpmledger.storage.seal_reads import (
     prepare_seal_transaction,
     snapshot_twin,
 )
-from tpmledger.storage.target_minutes import fetch_target_minutes
+from tpmledger.storage.target_minutes import TargetMinute, fetch_target_minutes
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")
@@ -92,6 +92,9 @@ class RunComputation:
     tree: MinuteTree
     metrics: dict[str, Any]
     explicit_call_ids: bool = False  # some event's call id was set explicitly
+    # Used versus quota per target and minute (docs/metrics.md#quota-headroom), sealed beside
+    # the version so pages read them without scanning attempts.
+    targets: list[TargetMinute] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -241,5 +244,11 @@ def compute_run(
     whole = analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN)
     metrics["bottleneck"] = clean(bottleneck_verdict(whole.to_dicts(), targets))
     return RunComputation(
-        facts, analysis, file, tree, metrics, explicit_call_ids=stream.explicit_call_ids
+        facts,
+        analysis,
+        file,
+        tree,
+        metrics,
+        explicit_call_ids=stream.explicit_call_ids,
+        targets=targets,
     )
