@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tpmledger.ingest.attribute_values import as_seconds
-
 HEADER: Final = "http.response.header."
+_INFINITY: Final = float("inf")
 
 #: Column → its keys, first readable value wins (the attempt columns, in their order).
 QUOTA_FIELDS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
@@ -61,27 +60,38 @@ NO_QUOTA: Final = (None,) * len(QUOTA_FIELDS) + (0,)
 
 def quota_number(value: Any) -> float | None:
     """A header or declared value as a non-negative finite number (None: unreadable)."""
-    if isinstance(value, list):
+    if type(value) is list:
         if not value:
             return None
         value = value[0]
-    if type(value) is str:
-        value = value.strip()
-    return as_seconds(value)
+    kind = type(value)
+    if kind is str:
+        try:
+            number = float(value)  # surrounding whitespace is allowed
+        except ValueError:
+            return None
+    elif kind is int or kind is float:  # not bool: its type is bool
+        number = float(value)
+    else:
+        return None
+    return number if 0.0 <= number < _INFINITY else None  # NaN compares false
 
 
 def quota_values(span: dict[str, Any], resource: dict[str, Any]) -> tuple[Any, ...]:
-    """The :data:`QUOTA_COLUMNS` values of one attempt (ignored values counted last)."""
-    if span.keys().isdisjoint(QUOTA_KEYS) and resource.keys().isdisjoint(QUOTA_KEYS):
-        return NO_QUOTA
+    """The :data:`QUOTA_COLUMNS` values of one attempt (ignored values counted last).
+
+    Ingest calls it only for spans whose key shape holds a :data:`QUOTA_KEYS` key
+    (``SpanPlan.reads_quota``); others get :data:`NO_QUOTA`."""
     values: list[Any] = []
     ignored = 0
     for name, keys in QUOTA_FIELDS:
         found = None
         for key in keys:
-            raw = span[key] if key in span else resource.get(key)
+            raw = span.get(key)
             if raw is None:
-                continue
+                raw = resource.get(key)
+                if raw is None:
+                    continue
             number = quota_number(raw)
             if number is None or (number == 0.0 and name in _LIMITS):
                 ignored += 1
