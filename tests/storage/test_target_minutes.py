@@ -60,3 +60,23 @@ def test_sealed_target_minutes_plus_the_tail_equal_a_full_aggregate(database_url
     assert first.headroom_tokens == 1 - 420 / 1003
     declared = read[0]
     assert (declared.model, declared.quota_tpm) == ("declared", 900.0)  # declared wins
+
+
+def test_rollups_are_counted_once(database_url: str) -> None:
+    """A framework span around an instrumented client span reports the same tokens: only
+    the innermost counts, and a minute where only the rollup ended is not listed."""
+    trace = bytes(range(16))
+    parent, child = b"\x01" * 8, b"\x02" * 8
+    rows = [
+        attempt_row(
+            run_id="tm", trace_id=trace, span_id=parent, model="framework",
+            start_ns=BASE_NS, end_ns=BASE_NS + MINUTE_NS + SECOND,
+        ),
+        attempt_row(
+            run_id="tm", trace_id=trace, span_id=child, parent_span_id=parent,
+            start_ns=BASE_NS + SECOND, end_ns=BASE_NS + 30 * SECOND, ratelimit_limit_tokens=10.0,
+        ),
+    ]  # fmt: skip
+    store(database_url, rows)
+    [only] = _everything(database_url)
+    assert (only.model, only.used_rpm, only.used_tpm, only.quota_tpm) == ("gpt-test", 1, 150, 10.0)

@@ -50,34 +50,41 @@ _SERVING: Final = """(x.status = 'error' AND (x.http_status >= 500
 
 
 def _newest(column: str) -> str:
+    # The value of the attempt that ended last (a tie: the larger value). max() over
+    # [end_ns, value] arrays, not array_agg(... ORDER BY): an ordered aggregate makes
+    # PostgreSQL sort every attempt of the run; this keeps one hash aggregate.
     return (
-        f"(array_agg({column} ORDER BY end_ns DESC, span_id DESC) "
-        f"FILTER (WHERE {column} IS NOT NULL))[1]"
+        f"(max(ARRAY[x.end_ns::numeric, {column}::numeric]) "
+        f"FILTER (WHERE {column} IS NOT NULL))[2]::float8"
     )
 
 
+_COUNTS: Final = f"""count(*), sum(coalesce(x.prompt_tokens, 0) + coalesce(x.completion_tokens, 0)),
+       count(*) FILTER (WHERE {_LIMITED}), count(*) FILTER (WHERE {_SERVING} AND NOT {_LIMITED})"""
+_GROUP: Final = f"x.run_id, x.provider, x.model, x.end_ns / {MINUTE_NS}"
+_WHERE: Final = "x.run_id = ANY(%(run_ids)s) AND {scope} AND x.end_ns >= %(since_ns)s"
+
+# Every attempt's figures, rollups included: one hash aggregate, which PostgreSQL plans
+# well (an anti join on the rollups here makes it expect one row and sort every attempt).
 _QUERY: Final = f"""
-WITH a AS (
-    SELECT x.run_id, x.provider, x.model, x.end_ns / {MINUTE_NS} AS minute, x.end_ns,
-           x.span_id, coalesce(x.prompt_tokens, 0) + coalesce(x.completion_tokens, 0) AS tokens,
-           {_LIMITED} AS limited, ({_SERVING} AND NOT {_LIMITED}) AS serving,
-           x.quota_tpm_declared, x.quota_rpm_declared, x.ratelimit_limit_tokens,
-           x.ratelimit_limit_requests, x.ratelimit_remaining_tokens,
-           x.ratelimit_remaining_requests, x.quota_values_ignored
-    FROM attempts x
-    WHERE x.run_id = ANY(%(run_ids)s) AND {{scope}} AND x.end_ns >= %(since_ns)s
-      AND NOT EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id
-                      AND c.parent_span_id = x.span_id AND c.run_id = x.run_id)
-)
-SELECT run_id, provider, model, minute, count(*), sum(tokens),
-       count(*) FILTER (WHERE limited), count(*) FILTER (WHERE serving),
-       coalesce({_newest("quota_tpm_declared")}, {_newest("ratelimit_limit_tokens")}),
-       coalesce({_newest("quota_rpm_declared")}, {_newest("ratelimit_limit_requests")}),
-       min(ratelimit_remaining_tokens), min(ratelimit_remaining_requests),
-       coalesce(sum(quota_values_ignored), 0)
-FROM a
-GROUP BY run_id, provider, model, minute
-ORDER BY run_id, provider NULLS FIRST, model NULLS FIRST, minute
+SELECT {_GROUP}, {_COUNTS},
+       coalesce({_newest("x.quota_tpm_declared")}, {_newest("x.ratelimit_limit_tokens")}),
+       coalesce({_newest("x.quota_rpm_declared")}, {_newest("x.ratelimit_limit_requests")}),
+       min(x.ratelimit_remaining_tokens), min(x.ratelimit_remaining_requests),
+       coalesce(sum(x.quota_values_ignored), 0)
+FROM attempts x
+WHERE {_WHERE}
+GROUP BY {_GROUP}
+"""
+# The rollups' counts, subtracted from the above (usually none): an attempt that another
+# attempt of the run, in the same scope, names as its parent (docs/conventions.md#rollups).
+_ROLLUPS: Final = f"""
+SELECT {_GROUP}, {_COUNTS}
+FROM attempts x
+WHERE {_WHERE} AND EXISTS (
+    SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id AND c.parent_span_id = x.span_id
+    AND c.run_id = x.run_id AND c.parent_span_id IS NOT NULL AND {{child_scope}})
+GROUP BY {_GROUP}
 """
 
 
@@ -120,32 +127,45 @@ def fetch_target_minutes(
 ) -> list[TargetMinute]:
     """Every (run, target, minute) of ``run_ids`` with attempts (within ``scope``: what a
     seal sees; ending at or after ``since_ns``), ordered by run, provider, model and
-    minute."""
-    query = sql.SQL(_QUERY).format(scope=(scope or SealScope()).on("x"))
+    minute. Counts leave rollups out; rate-limit values are read from every LLM span
+    (a rollup reports its call's provider state too)."""
+    scope = scope or SealScope()
     params: dict[str, Any] = {
         "since_ns": since_ns,
         "run_ids": list(run_ids),
         "serving": [f"%{marker}%" for marker in SERVING_MARKERS],
     }
-    rows = conn.execute(query, params).fetchall()
-    return [
-        TargetMinute(
-            run_id=str(r[0]),
-            provider=r[1],
-            model=r[2],
-            minute_ns=int(r[3]) * MINUTE_NS,
-            used_tpm=int(r[5]),
-            used_rpm=int(r[4]),
-            rate_limited=int(r[6]),
-            serving_failures=int(r[7]),
-            quota_tpm=r[8],
-            quota_rpm=r[9],
-            min_remaining_tokens=r[10],
-            min_remaining_requests=r[11],
-            values_ignored=int(r[12]),
+    query = sql.SQL(_QUERY).format(scope=scope.on("x"))
+    rollups = sql.SQL(_ROLLUPS).format(scope=scope.on("x"), child_scope=scope.on("c"))
+    minus = {tuple(r[:4]): r[4:] for r in conn.execute(rollups, params).fetchall()}
+    found = []
+    for r in conn.execute(query, params).fetchall():
+        attempts, tokens, limited, serving = (int(v) for v in r[4:8])
+        less = minus.get(tuple(r[:4]))
+        if less is not None:
+            attempts, tokens, limited, serving = (
+                a - int(b) for a, b in zip((attempts, tokens, limited, serving), less, strict=True)
+            )
+            if attempts == 0:
+                continue  # only rollups ended here
+        found.append(
+            TargetMinute(
+                run_id=str(r[0]),
+                provider=r[1],
+                model=r[2],
+                minute_ns=int(r[3]) * MINUTE_NS,
+                used_tpm=tokens,
+                used_rpm=attempts,
+                rate_limited=limited,
+                serving_failures=serving,
+                quota_tpm=r[8],
+                quota_rpm=r[9],
+                min_remaining_tokens=r[10],
+                min_remaining_requests=r[11],
+                values_ignored=int(r[12]),
+            )
         )
-        for r in rows
-    ]
+    return sorted(found, key=lambda t: (t.run_id, *_order(t)))
 
 
 _FIELDS: Final = (
