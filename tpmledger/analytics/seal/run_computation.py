@@ -211,7 +211,14 @@ def compute_run(
         facts = fetch_run_facts(conn, run_id)
         if facts is None:
             raise UnknownRun(run_id)
-        with snapshot_twin(conn, url) as twin:
+        with (
+            snapshot_twin(conn, url) as twin,
+            snapshot_twin(conn, url) as third,
+            ThreadPoolExecutor(max_workers=1) as aside,
+        ):
+            # The target-minute aggregate (docs/metrics.md#bottleneck) runs in PostgreSQL on a
+            # third connection of the same snapshot while this process walks the chunks.
+            pending = aside.submit(fetch_target_minutes, third, [run_id], scope)
             with timer.stage("plan"):
                 chunks = RunChunks(conn, twin, run_id, scope)
                 plan = chunks.plan
@@ -228,8 +235,8 @@ def compute_run(
             if progress is not None:
                 walked = _reporting(walked, progress, plan.attempts)
             _walk(walked, stream, files, consumers, timer)
-        with timer.stage("targets", cpu=False):  # docs/metrics.md#bottleneck
-            targets = fetch_target_minutes(conn, [run_id], scope)
+            with timer.stage("targets", cpu=False):  # waiting for the aggregate, if at all
+                targets = pending.result()
     with timer.stage("compute", cpu=False):
         analysis = (
             stream.finish()
