@@ -313,8 +313,9 @@ def stream_batch(run_id: str, after_ns: int, b: int) -> list[tuple[Any, ...]]:
             "span_kind": 3,
             "span_attributes": "{}",
             "resource_attributes": "{}",
+            "quota_values_ignored": 0,
         }
-        rows.append(tuple(values[c] for c in ATTEMPT_COPY_COLUMNS))
+        rows.append(tuple(values.get(c) for c in ATTEMPT_COPY_COLUMNS))
     return rows
 
 

@@ -172,3 +172,20 @@ def test_a_large_seal_shows_one_progress_line_on_a_terminal(
     quiet(3, 5)
     quiet.finish()
     assert small.getvalue() == ""  # a small run seals in moments: no line
+
+
+def test_analyze_prints_the_bottleneck_and_the_targets(
+    run_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", "cli-run", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    # 3 minutes: one inner minute, 2 shards at cap 16 with at most one attempt in flight.
+    assert metrics["bottleneck"]["verdict"] == "demand"
+    [target] = metrics["targets"]
+    assert (target["provider"], target["model"]) == ("openai", "gpt-test")
+    assert sum(m["used_rpm"] for m in target["minutes"]) == 30
+    assert all(m["quota_tpm"] is None and m["headroom_tokens"] is None for m in target["minutes"])
+    assert main(["analyze", "cli-run"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: demand" in out
+    assert "target openai/gpt-test: 3 minutes, lowest quota headroom not measured" in out

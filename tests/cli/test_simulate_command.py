@@ -76,3 +76,23 @@ def test_refuses_to_start_when_nothing_listens_at_the_endpoint(
     endpoint = f"http://127.0.0.1:{free_port()}"
     assert main(["simulate", "--endpoint", endpoint, "--duration", "1s"]) == 2
     assert "start tpmledger first" in capsys.readouterr().err
+
+
+def test_quota_flags_and_the_demos_quota_bound_run() -> None:
+    from tpmledger.cli.simulate_command import DEMO_QUOTA_TPM, _plan
+
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    from tpmledger.cli import simulate_command
+
+    simulate_command.register(subparsers)
+    endpoint = ["--endpoint", "http://127.0.0.1:4318"]
+    args = parser.parse_args(["simulate", "--quota-tpm", "90000", "--quota-rpm", "300", *endpoint])
+    [(config, _)] = _plan(args)
+    assert (config.server.quota_tpm, config.server.quota_rpm) == (90000, 300)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["simulate", "--quota-tpm", "0"])
+    demo = parser.parse_args(["simulate", "--demo", *endpoint])
+    phases = _plan(demo)
+    assert [c.run_id.rsplit("_", 1)[-1] for c, _ in phases] == ["sharded", "quota", "sweep"]
+    assert [c.server.quota_tpm for c, _ in phases] == [None, DEMO_QUOTA_TPM, None]

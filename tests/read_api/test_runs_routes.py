@@ -22,6 +22,7 @@ RUN_KEYS = {
     "last_event_utc", "active_minutes", "peak_minute", "peak_completion_minute",
     "sustained_tpm_total", "attempt_success_rate", "call_success_rate", "retry_rate",
     "retry_causes", "ttft_s", "shard_balance", "events_sha256", "seal", "snapshot_version",
+    "bottleneck",
 }  # fmt: skip
 EXTRA_KEYS = {
     "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",

@@ -128,3 +128,43 @@ def test_stalled_request_times_the_client_out_and_ends_when_it_leaves() -> None:
             timeout=30,
         )
     assert counts == {"stall": 1, "stall_abandoned": 1}
+
+
+def test_provider_quota_answers_429_with_rate_limit_headers() -> None:
+    completion, _ = reply_length(40, 5)
+    cost = 10 + completion  # prompt + reply tokens, charged on arrival
+    config = ServerConfig(quota_tpm=2 * cost + 1, quota_rpm=100, capacity_tpm=10**9, **FAST)
+    first, second, third = _post(config, _body(), _body(), _body())
+    assert first.status_code == second.status_code == 200
+    assert first.headers["x-ratelimit-limit-tokens"] == str(2 * cost + 1)
+    # Unless a minute boundary passed between the two requests, the window counts both.
+    if second.headers["x-ratelimit-remaining-tokens"] == "1":
+        assert first.headers["x-ratelimit-remaining-tokens"] == str(cost + 1)
+        assert second.headers["x-ratelimit-remaining-requests"] == "98"
+        assert third.status_code == 429
+        assert third.json()["error"]["type"] == "rate_limit_exceeded"
+        assert 1 <= int(third.headers["Retry-After"]) <= 60
+        assert third.headers["x-ratelimit-remaining-tokens"] == "1"
+    assert first.headers["x-ratelimit-limit-requests"] == "100"
+    assert first.headers["x-ratelimit-reset-tokens"].endswith("s")
+
+
+def test_minute_quota_windows_are_utc_minutes() -> None:
+    from tpmledger.simulator.capacity import MinuteQuota
+
+    quota = MinuteQuota(quota_tpm=100, quota_rpm=2)
+    minute = 1_800_000_000 // 60 * 60.0
+    assert quota.try_charge(60, now=minute + 1)
+    assert not quota.try_charge(60, now=minute + 2)  # 120 tokens > 100
+    assert quota.try_charge(40, now=minute + 3)
+    assert not quota.try_charge(0, now=minute + 4)  # a third request > 2 per minute
+    assert quota.headers(now=minute + 59.5) == {
+        "x-ratelimit-limit-tokens": "100",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "0.500s",
+        "x-ratelimit-limit-requests": "2",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "0.500s",
+    }
+    assert quota.try_charge(100, now=minute + 60)  # the next window starts empty
+    assert MinuteQuota(None, None).enabled is False

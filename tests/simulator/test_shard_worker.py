@@ -179,3 +179,24 @@ def test_stop_cancels_tries_in_flight_and_still_exports_them() -> None:
     assert all(s.status.status_code == StatusCode.ERROR for s in cancelled)
     assert exported == len(spans) == counters.spans_ended
     assert counters.calls_unfinished >= 3
+
+
+def test_rate_limit_headers_become_span_attributes_as_string_arrays() -> None:
+    """A provider quota far below the shard's demand: 429s, and every answer's x-ratelimit-*
+    headers recorded the way HTTP instrumentations capture response headers."""
+    config = ServerConfig(
+        speed=20.0, error_rate=0.0, timeout_rate=0.0, capacity_tpm=10**9, quota_tpm=3_000
+    )
+    with running_llm_server(config) as url:
+        spans, counters, _ = _run(_config(url, duration_s=1.0, retry_backoff_s=0.5))
+    header = "http.response.header."
+    limited = [s for s in spans if s.attributes.get("http.response.status_code") == 429]
+    assert limited and counters.rate_limited == len(limited)
+    for span in spans:
+        a = span.attributes
+        if a.get("error.type") == "cancelled":
+            continue
+        assert a[header + "x-ratelimit-limit-tokens"] == ("3000",)
+        assert int(a[header + "x-ratelimit-remaining-tokens"][0]) >= 0
+    for span in limited:
+        assert int(span.attributes[header + "retry-after"][0]) >= 1

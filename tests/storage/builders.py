@@ -49,6 +49,14 @@ def attempt_row(**fields: Any) -> tuple[Any, ...]:
         "span_kind": 3,
         "span_attributes": json.dumps({"gen_ai.operation.name": "chat"}),
         "resource_attributes": json.dumps({"service.name": "test"}),
+        "quota_tpm_declared": None,
+        "quota_rpm_declared": None,
+        "ratelimit_limit_tokens": None,
+        "ratelimit_limit_requests": None,
+        "ratelimit_remaining_tokens": None,
+        "ratelimit_remaining_requests": None,
+        "retry_after_s": None,
+        "quota_values_ignored": 0,
     }
     unknown = set(fields) - set(row)
     assert not unknown, f"unknown attempt columns: {unknown}"

@@ -141,6 +141,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.analytics.verdicts.slo import SloError, optional_slo
     from tpmledger.analytics.views.run_extras import reconciliation, run_extras
+    from tpmledger.analytics.views.target_views import targets_object
     from tpmledger.storage.database import read_view
     from tpmledger.storage.retention_store import RunArchived
 
@@ -172,6 +173,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             extras = run_extras(session, result.run_id, result.version, slo.text if slo else None)
             tokens = result.metrics.get("tokens")
             extras["reconciliation"] = reconciliation(session, result.run_id, tokens)
+            extras["targets"] = targets_object(session, result.run_id)["targets"]
     metrics = {**result.metrics, **extras}
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -184,8 +186,28 @@ def run_analyze(args: argparse.Namespace) -> int:
             "sweep keeps showing the run as live until the analytics worker seals it once "
             "quiet (docs/metrics.md#live-figures)"
         )
+    targets = metrics.pop("targets")
     _print_object(metrics)
+    _print_targets(targets)
     return 0
+
+
+def _print_targets(targets: list[dict[str, Any]]) -> None:
+    """One line per target: minutes, lowest headroom, rate-limited attempts
+    (the minutes themselves: ``--json`` or GET /v1/runs/RUN/targets)."""
+    for target in targets:
+        minutes = target["minutes"]
+        lowest = [
+            m[k]
+            for m in minutes
+            for k in ("headroom_tokens", "headroom_requests")
+            if m[k] is not None
+        ]
+        print(
+            f"target {target['provider'] or '-'}/{target['model'] or '-'}: {len(minutes)} minutes, "
+            f"lowest quota headroom {_shown(min(lowest)) if lowest else 'not measured'}, "
+            f"rate limited {sum(m['rate_limited'] for m in minutes)}"
+        )
 
 
 def run_snapshots(args: argparse.Namespace) -> int:

@@ -28,6 +28,9 @@ DEMO_SWEEP_CAPS = [4, 8, 16, 32]
 # Long enough that every cap's run has a whole minute strictly inside it, which is what
 # sustained TPM (docs/metrics.md) — and so the sweep's knee — is computed from.
 DEMO_SWEEP_RUN_S = 150.0
+# The demo's quota-bound run: the 8x16 fleet asks for ~600k tokens a minute; the provider
+# grants 300k, so the bottleneck verdict is provider_quota (docs/metrics.md#bottleneck).
+DEMO_QUOTA_TPM = 300_000
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -49,6 +52,16 @@ def _caps(text: str) -> list[int]:
         return parse_caps(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
 
 
 def _env_int(name: str, default: int) -> int:
@@ -86,6 +99,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sweep", type=_caps, default=None, metavar="CAPS", help="e.g. 4,8,16,32,64")
     p.add_argument("--sweep-id", default=None, help="default: the run id")
     p.add_argument("--capacity-tpm", type=int, default=None, help="server token budget per minute")
+    p.add_argument(
+        "--quota-tpm",
+        type=_positive_int,
+        default=None,
+        help="provider quota: tokens per UTC minute; over it the server answers 429 with "
+        "x-ratelimit-* headers, which the workers record as span attributes "
+        "(docs/simulator.md#provider-quota)",
+    )
+    p.add_argument(
+        "--quota-rpm", type=_positive_int, default=None, help="provider quota: requests per minute"
+    )
     p.add_argument("--speed", type=float, default=None, help="server service times ÷ SPEED")
     p.add_argument("--error-rate", type=float, default=None, help="share of 5xx answers")
     p.add_argument("--timeout-rate", type=float, default=None, help="share of stalled requests")
@@ -119,9 +143,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then a sweep over caps "
-        f"{','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each; each run ends when "
-        "its calls have finished: about 13 minutes in all, docs/simulator.md)",
+        help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then one bound by a provider "
+        f"quota of {DEMO_QUOTA_TPM:,} tokens a minute ({DEMO_SWEEP_RUN_S:.0f}s), then a sweep over "
+        f"caps {','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each; each run ends "
+        "when its calls have finished: about 16 minutes in all, docs/simulator.md)",
     )
     p.set_defaults(func=run_simulate)
 
@@ -154,11 +179,13 @@ def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
     server: dict[str, Any] = {"seed": args.seed}
     for flag, name in (
         ("capacity_tpm", "capacity_tpm"),
+        ("quota_tpm", "quota_tpm"),
+        ("quota_rpm", "quota_rpm"),
         ("speed", "speed"),
         ("error_rate", "error_rate"),
         ("timeout_rate", "timeout_rate"),
     ):
-        if getattr(args, flag) is not None:
+        if getattr(args, flag, None) is not None:
             server[name] = getattr(args, flag)
     workload: dict[str, Any] = {}
     if args.stream_share is not None:
@@ -199,7 +226,11 @@ def _plan(args: argparse.Namespace) -> list[tuple[FleetConfig, list[int] | None]
         args.shards, args.concurrency, args.duration = 8, 16, DEMO_RUN_S
         first = fleet_config(args, f"demo_{stamp}_sharded")
         args.duration = DEMO_SWEEP_RUN_S
-        return [(first, None), (fleet_config(args, f"demo_{stamp}_sweep"), DEMO_SWEEP_CAPS)]
+        args.quota_tpm = DEMO_QUOTA_TPM
+        quota = fleet_config(args, f"demo_{stamp}_quota")
+        args.quota_tpm = None
+        sweep = fleet_config(args, f"demo_{stamp}_sweep")
+        return [(first, None), (quota, None), (sweep, DEMO_SWEEP_CAPS)]
     run_id = args.run_id or f"sim_{_stamp()}_sharded"
     return [(fleet_config(args, run_id), args.sweep)]
 

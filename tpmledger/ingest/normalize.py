@@ -27,6 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest import span_validation as check
 from tpmledger.ingest.attribute_values import strip_nul
+from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
 from tpmledger.ingest.span_plan import ResourceContext, plan_for
 from tpmledger.ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
@@ -251,6 +252,7 @@ def normalize_span(
         span.kind,
         span_json,
         resource.encoded,
+        *(quota_values(span_values, resource.values) if plan.reads_quota else NO_QUOTA),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest.attribute_values import as_int, as_seconds, as_string_list, as_text
+from tpmledger.ingest.quota_headers import QUOTA_KEYS
 from tpmledger.ingest.span_validation import token_count, token_reason
 
 _INT32_MAX: Final = 2**31 - 1
@@ -79,6 +80,8 @@ class SpanPlan:
     token_convention: str | None
     # Family credited when gen_ai.operation.name identifies the span as an LLM call.
     operation_convention: str
+    # Some key of the provider's rate-limit state is present (ingest/quota_headers.py).
+    reads_quota: bool = False
 
 
 @lru_cache(maxsize=4096)
@@ -129,6 +132,9 @@ def plan_for(
         resource_shadowed_tokens=tuple(k for k, s in tokens.items() if not s and k not in winners),
         token_convention=token_convention,
         operation_convention=conv.convention_for(conv.OPERATION_NAME_KEY, span_key_set, name),
+        reads_quota=not (
+            QUOTA_KEYS.isdisjoint(span_key_set) and QUOTA_KEYS.isdisjoint(resource_keys)
+        ),
     )
 
 

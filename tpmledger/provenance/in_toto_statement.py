@@ -40,6 +40,10 @@ RUN_FIGURE_KEYS: tuple[str, ...] = (
     "ttft_s",
     "shard_balance",
 )
+# Figures of the run object the predicate carries when the snapshot has them, that need more
+# than the event file to recompute: the bottleneck verdict reads the rate-limit state of
+# every attempt (docs/metrics.md#bottleneck). Versions sealed before it carry none.
+CARRIED_KEYS: tuple[str, ...] = ("bottleneck",)
 PEAK_MINUTE_KEYS: tuple[str, ...] = (
     "minute_utc",
     "shard_count",
@@ -72,6 +76,9 @@ def build_predicate(
     if missing:
         raise StatementError(f"run figures lack {', '.join(missing)}")
     predicate: dict[str, Any] = {k: run_figures[k] for k in RUN_FIGURE_KEYS}
+    for key in CARRIED_KEYS:  # signed as sealed; not recomputable from events.jsonl alone
+        if key in run_figures:
+            predicate[key] = run_figures[key]
     predicate.update(
         events={"sha256": events_sha256, "count": events_count, "format": EVENTS_FORMAT},
         minutes={"merkle_root": merkle_root, "tree_size": tree_size},

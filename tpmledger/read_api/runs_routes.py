@@ -60,11 +60,16 @@ def build_router(
     )
     async def get_run(run_id: str) -> dict[str, Any]:
         from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-        from tpmledger.analytics.views.run_views import run_object
+        from tpmledger.analytics.verdicts.bottleneck import run_object_with_bottleneck
 
         try:
             return await run_in_threadpool(
-                in_one_snapshot, database_url, run_object, run_id, close_after_s, default_slo
+                in_one_snapshot,
+                database_url,
+                run_object_with_bottleneck,
+                run_id,
+                close_after_s,
+                default_slo,
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc
@@ -101,6 +106,21 @@ def build_router(
                 raise _unknown(run_id)
             raise HTTPException(404, detail=f"run {run_id!r} has no shard {shard_id!r}")
         return {"minutes": minutes}
+
+    @router.get(
+        "/runs/{run_id}/targets",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="Used versus quota per target (provider, model) and minute: quota, used "
+        "tokens and requests, headroom, lowest remaining, rate-limited attempts",
+        responses={404: {"description": "unknown run"}},
+    )
+    async def get_targets(run_id: str) -> dict[str, Any]:
+        from tpmledger.analytics.views.target_views import targets_object
+
+        try:
+            return await run_in_threadpool(in_one_snapshot, database_url, targets_object, run_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
 
     @router.get(
         "/runs/{run_id}/events.jsonl",

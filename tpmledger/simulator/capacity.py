@@ -5,6 +5,10 @@ Two limits, as in hosted LLM APIs and self-hosted engines:
 * ``TokenBudget`` — a token bucket refilled at ``capacity_tpm / 60`` per second. A request is
   charged ``prompt + max_tokens`` when it arrives (how provider rate limits count); if the
   bucket cannot pay, the answer is 429 with the time until it could.
+* ``MinuteQuota`` — a provider's quota per UTC minute window (``quota_tpm`` / ``quota_rpm``),
+  off by default: a request is charged its prompt + reply tokens when it arrives; over
+  either limit it is answered 429, and every answer reports the window's limits and what
+  remains (``x-ratelimit-*`` headers, as OpenAI sends them).
 * ``BatchSlots`` — at most ``max_parallel`` requests decode at once; more wait (their TTFT
   grows with the wait), and more than ``max_queue`` waiting answer 429. Every running
   request's per-token time grows with the batch size (service time grows with load).
@@ -47,6 +51,60 @@ class TokenBudget:
             self.level -= tokens
             return None
         return (needed - self.level) / self.rate_per_s
+
+
+class MinuteQuota:
+    """A provider quota per UTC minute window: tokens (``quota_tpm``) and requests
+    (``quota_rpm``), either ``None`` for no limit."""
+
+    def __init__(self, quota_tpm: int | None, quota_rpm: int | None) -> None:
+        self.quota_tpm = quota_tpm
+        self.quota_rpm = quota_rpm
+        self._window = -1
+        self.tokens = 0
+        self.requests = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.quota_tpm is not None or self.quota_rpm is not None
+
+    def _roll(self, now: float) -> None:
+        window = int(now // 60)
+        if window != self._window:
+            self._window, self.tokens, self.requests = window, 0, 0
+
+    def try_charge(self, tokens: int, now: float | None = None) -> bool:
+        """Count one request of ``tokens`` in this minute's window, or refuse it (False)."""
+        now = time.time() if now is None else now
+        self._roll(now)
+        over_tokens = self.quota_tpm is not None and self.tokens + tokens > self.quota_tpm
+        over_requests = self.quota_rpm is not None and self.requests + 1 > self.quota_rpm
+        if over_tokens or over_requests:
+            return False
+        self.tokens += tokens
+        self.requests += 1
+        return True
+
+    def headers(self, now: float | None = None) -> dict[str, str]:
+        """The rate-limit headers of an answer given now (limits, remaining, reset)."""
+        now = time.time() if now is None else now
+        self._roll(now)
+        reset = f"{60 - now % 60:.3f}s"
+        headers: dict[str, str] = {}
+        if self.quota_tpm is not None:
+            headers["x-ratelimit-limit-tokens"] = str(self.quota_tpm)
+            headers["x-ratelimit-remaining-tokens"] = str(max(self.quota_tpm - self.tokens, 0))
+            headers["x-ratelimit-reset-tokens"] = reset
+        if self.quota_rpm is not None:
+            headers["x-ratelimit-limit-requests"] = str(self.quota_rpm)
+            headers["x-ratelimit-remaining-requests"] = str(max(self.quota_rpm - self.requests, 0))
+            headers["x-ratelimit-reset-requests"] = reset
+        return headers
+
+    def seconds_to_reset(self, now: float | None = None) -> float:
+        """Seconds until the next window opens."""
+        now = time.time() if now is None else now
+        return 60 - now % 60
 
 
 class QueueFull(Exception):

@@ -29,6 +29,23 @@ class AttemptOutcome:
     finish_reasons: list[str] = field(default_factory=list)
     response_model: str | None = None
     response_id: str | None = None
+    # Rate-limit response headers (lower-case names), as an HTTP instrumentation set to
+    # capture them records them (docs/simulator.md#provider-quota).
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+#: Response headers the workers capture: the provider's rate-limit state.
+CAPTURED_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+CAPTURED_NAMES = frozenset({"retry-after"})
+
+
+def captured_headers(headers: httpx.Headers) -> dict[str, str]:
+    """The rate-limit headers of an answer, by lower-case name."""
+    return {
+        name: value
+        for name, value in ((k.lower(), v) for k, v in headers.items())
+        if name in CAPTURED_NAMES or name.startswith(CAPTURED_PREFIXES)
+    }
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
@@ -65,6 +82,7 @@ def _failed_http(response: httpx.Response) -> AttemptOutcome:
         error_type=str(status),
         retryable=status == 429 or status >= 500,
         retry_after_s=retry_after(response.headers),
+        headers=captured_headers(response.headers),
     )
 
 
@@ -108,7 +126,9 @@ async def chat_once(
                 await response.aread()
                 return _failed_http(response)
             if spec.stream:
-                return await _read_stream(response, sent_at)
+                streamed = await _read_stream(response, sent_at)
+                streamed.headers = captured_headers(response.headers)
+                return streamed
             payload = json.loads(await response.aread())
     except httpx.TimeoutException:
         return AttemptOutcome(error_type="timeout", retryable=True)
@@ -121,6 +141,7 @@ async def chat_once(
         response_model=payload.get("model"),
         response_id=payload.get("id"),
         finish_reasons=[c["finish_reason"] for c in payload.get("choices", [])],
+        headers=captured_headers(response.headers),
     )
     _apply_usage(outcome, payload.get("usage"))
     return outcome

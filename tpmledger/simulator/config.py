@@ -41,6 +41,15 @@ class ServerConfig(BaseModel):
         description="token budget per (real) minute; each request is charged "
         "prompt + max_tokens at admission, like provider rate limits",
     )
+    quota_tpm: int | None = Field(
+        default=None,
+        gt=0,
+        description="provider quota: tokens per UTC minute window (prompt + reply, charged "
+        "on arrival); over it, 429 with x-ratelimit-* headers (docs/simulator.md#provider-quota)",
+    )
+    quota_rpm: int | None = Field(
+        default=None, gt=0, description="provider quota: requests per UTC minute window"
+    )
     burst_s: float = Field(
         default=10.0, gt=0, description="bucket size, in seconds of budget (absorbs the start)"
     )

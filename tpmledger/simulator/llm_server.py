@@ -3,11 +3,14 @@
 Behaviour per request, in order:
 
 1. prompt tokens are counted (one per word, ``simulator.workload.count_prompt_tokens``);
-2. the token budget is charged ``prompt + max_tokens`` — if it cannot pay, 429 with
+2. with a provider quota (``quota_tpm`` / ``quota_rpm``), the request is counted in this
+   UTC minute's window (prompt + reply tokens) — over it, 429 with ``Retry-After`` until the
+   window resets; every answer carries the ``x-ratelimit-*`` headers of the window;
+3. the token budget is charged ``prompt + max_tokens`` — if it cannot pay, 429 with
    ``Retry-After`` (whole seconds, RFC 9110) and ``retry-after-ms`` (as OpenAI sends);
-3. a fault is drawn: ``error_rate`` answer 500/502/503, ``timeout_rate`` stall (no bytes)
+4. a fault is drawn: ``error_rate`` answer 500/502/503, ``timeout_rate`` stall (no bytes)
    until the client gives up;
-4. the request waits for a batch slot (429 when too many wait), prefills (TTFT grows with
+5. the request waits for a batch slot (429 when too many wait), prefills (TTFT grows with
    the wait and the batch size), then decodes ``chunk_tokens`` at a time.
 
 The reply length comes from the request's ``seed`` (so a retried call gets the same reply):
@@ -32,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tpmledger.simulator.capacity import BatchSlots, QueueFull, TokenBudget
+from tpmledger.simulator.capacity import BatchSlots, MinuteQuota, QueueFull, TokenBudget
 from tpmledger.simulator.config import ServerConfig
 from tpmledger.simulator.workload import count_prompt_tokens
 
@@ -64,6 +67,7 @@ class SimulatedLLM:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.budget = TokenBudget(config.capacity_tpm, config.burst_s)
+        self.quota = MinuteQuota(config.quota_tpm, config.quota_rpm)
         self.batch = BatchSlots(config)
         self._faults = random.Random(f"faults/{config.seed}")
         self.counts: dict[str, int] = {}
@@ -80,6 +84,22 @@ class SimulatedLLM:
             return _error(400, "messages must be a list", "invalid_request_error")
         prompt = count_prompt_tokens(body["messages"])
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
+        if not self.quota.enabled:
+            return await self._answer(request, body, prompt, max_tokens)
+        completion, _ = reply_length(max_tokens, body.get("seed"))
+        if not self.quota.try_charge(prompt + completion):
+            self._count("429_quota")
+            refused = _rate_limited(self.quota.seconds_to_reset(), "quota per minute exceeded")
+            refused.headers.update(self.quota.headers())
+            return refused
+        headers = self.quota.headers()  # what remains once this request is counted
+        response = await self._answer(request, body, prompt, max_tokens)
+        response.headers.update(headers)
+        return response
+
+    async def _answer(
+        self, request: Request, body: dict[str, Any], prompt: int, max_tokens: int
+    ) -> Response:
         wait_s = self.budget.try_charge(prompt + max_tokens)
         if wait_s is not None:
             self._count("429_budget")

@@ -200,6 +200,9 @@ class ShardWorker:
         """Outcome attributes (docs/conventions.md) and the simulator's own counters."""
         if outcome.status_code is not None:
             span.set_attribute("http.response.status_code", outcome.status_code)
+        for name, value in outcome.headers.items():
+            # OTel HTTP semconv: captured response headers are string arrays.
+            span.set_attribute(f"http.response.header.{name}", [value])
         if outcome.error_type is not None:
             span.set_attribute("error.type", outcome.error_type)
             span.set_status(Status(StatusCode.ERROR, outcome.error_type))

@@ -81,6 +81,17 @@ ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
     AttemptColumn("span_kind", "smallint", nullable=False),
     AttemptColumn("span_attributes", "jsonb", nullable=False),
     AttemptColumn("resource_attributes", "jsonb", nullable=False),
+    # The provider's rate-limit state the span reported (ingest/quota_headers.py,
+    # docs/metrics.md#quota-headroom): declared quotas, captured response headers, and how
+    # many of those values could not be read (NULL for rows stored before migration 0007).
+    AttemptColumn("quota_tpm_declared", "double precision"),
+    AttemptColumn("quota_rpm_declared", "double precision"),
+    AttemptColumn("ratelimit_limit_tokens", "double precision"),
+    AttemptColumn("ratelimit_limit_requests", "double precision"),
+    AttemptColumn("ratelimit_remaining_tokens", "double precision"),
+    AttemptColumn("ratelimit_remaining_requests", "double precision"),
+    AttemptColumn("retry_after_s", "double precision"),
+    AttemptColumn("quota_values_ignored", "smallint"),
 )
 
 #: Columns written by the bulk path, in COPY order.

@@ -215,7 +215,7 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
          explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt, completion,
          reported, cache_read, cache_write, reasoning, model, provider, operation,
          finish, status, error_type, http_status, convention, span_name, span_kind,
-         span_json, resource_json) = row  # fmt: skip
+         span_json, resource_json, *quota) = row  # fmt: skip
         # orjson would print NaN or infinity as null: refuse instead of storing NULL.
         if (queue_wait is not None and not isfinite(queue_wait)) or (
             ttft is not None and not isfinite(ttft)
@@ -223,7 +223,8 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
             raise ValueError(f"non-finite duration in attempt {span_id.hex()}")
         numbers.append(
             (declared, cap, explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt,
-             completion, reported, cache_read, cache_write, reasoning, http_status, span_kind)
+             completion, reported, cache_read, cache_write, reasoning, http_status, span_kind,
+             *quota)
         )  # fmt: skip
         tally = runs.get(run_id)
         if tally is None:

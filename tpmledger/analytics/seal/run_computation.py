@@ -20,12 +20,14 @@ from typing import Any, Protocol
 import polars as pl
 import rfc8785
 
+from tpmledger.analytics.kernels.figure_rules import clean
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext, analyze_events
 from tpmledger.analytics.seal.minute_leaves import MinuteDigests
 from tpmledger.analytics.seal.minute_tree import MinuteTree, build_minute_tree
 from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict
 from tpmledger.provenance.event_file import EVENT_SCHEMA, FileDigests, FileDigestStream
 from tpmledger.storage.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
@@ -35,12 +37,14 @@ from tpmledger.storage.attempt_frames import (
     fetch_run_facts,
 )
 from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
 from tpmledger.storage.seal_reads import (
     SealScope,
     prepare_seal_transaction,
     snapshot_twin,
 )
+from tpmledger.storage.target_minutes import TargetMinute, fetch_target_minutes
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")
@@ -88,6 +92,9 @@ class RunComputation:
     tree: MinuteTree
     metrics: dict[str, Any]
     explicit_call_ids: bool = False  # some event's call id was set explicitly
+    # Used versus quota per target and minute (docs/metrics.md#quota-headroom), sealed beside
+    # the version so pages read them without scanning attempts.
+    targets: list[TargetMinute] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -204,7 +211,14 @@ def compute_run(
         facts = fetch_run_facts(conn, run_id)
         if facts is None:
             raise UnknownRun(run_id)
-        with snapshot_twin(conn, url) as twin:
+        with (
+            snapshot_twin(conn, url) as twin,
+            snapshot_twin(conn, url) as third,
+            ThreadPoolExecutor(max_workers=1) as aside,
+        ):
+            # The target-minute aggregate (docs/metrics.md#bottleneck) runs in PostgreSQL on a
+            # third connection of the same snapshot while this process walks the chunks.
+            pending = aside.submit(fetch_target_minutes, third, [run_id], scope)
             with timer.stage("plan"):
                 chunks = RunChunks(conn, twin, run_id, scope)
                 plan = chunks.plan
@@ -221,6 +235,8 @@ def compute_run(
             if progress is not None:
                 walked = _reporting(walked, progress, plan.attempts)
             _walk(walked, stream, files, consumers, timer)
+            with timer.stage("targets", cpu=False):  # waiting for the aggregate, if at all
+                targets = pending.result()
     with timer.stage("compute", cpu=False):
         analysis = (
             stream.finish()
@@ -232,6 +248,14 @@ def compute_run(
     with timer.stage("merkle"):
         tree = build_minute_tree(analysis.minutes, file, digests)
         metrics = {**analysis.figures, "events_sha256": file.sha256}
+    whole = analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN)
+    metrics["bottleneck"] = clean(bottleneck_verdict(whole.to_dicts(), targets))
     return RunComputation(
-        facts, analysis, file, tree, metrics, explicit_call_ids=stream.explicit_call_ids
+        facts,
+        analysis,
+        file,
+        tree,
+        metrics,
+        explicit_call_ids=stream.explicit_call_ids,
+        targets=targets,
     )

@@ -53,6 +53,7 @@ from tpmledger.storage.snapshot_store import (
     latest_version,
     lock_run_for_sealing,
 )
+from tpmledger.storage.target_minutes import SEALED_TARGETS_KEY, encode_target_minutes
 from tpmledger.storage.time_text import minute_text, minute_text_ns, utc_ms
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
@@ -219,7 +220,8 @@ def compute_for_sealing(
     figures = extras.finish(
         whole, computation.metrics.get("work_conserving"), computation.explicit_call_ids
     )
-    return computation, figures
+    sealed_targets = {SEALED_TARGETS_KEY: encode_target_minutes(computation.targets)}
+    return computation, replace(figures, diagnostics={**figures.diagnostics, **sealed_targets})
 
 
 def seal_computation(

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
 from tpmledger.analytics.views.live_view import current_table, live_figures
 from tpmledger.storage.database import read_view
 from tpmledger.storage.live_read import RunState, run_states
@@ -55,6 +56,8 @@ class SweepPoint:
     accepted: bool | None = None  # None: the walk stopped before this cap
     reason: str = ""
     status: str = "sealed"  # "sealed" | "live"
+    # What bounds the run's throughput at this cap (docs/metrics.md#bottleneck).
+    bottleneck: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
 
 @dataclass
@@ -143,6 +146,7 @@ def point_from_metrics(
         call_success_rate=metrics.get("call_success_rate"),
         ttft_p95_s=(metrics.get("ttft_s") or {}).get("p95"),
         status=status,
+        bottleneck=metrics.get("bottleneck"),
     )
 
 
@@ -161,7 +165,10 @@ def _run_point(session: Session, state: RunState) -> SweepPoint | None:
     table = current_table(session, state.run_id)
     if table is None or not table.rows:
         return None
-    return point_from_metrics(state.run_id, live_figures(table), status="live")
+    verdict = current_bottleneck(session, state.run_id, table=table)
+    return point_from_metrics(
+        state.run_id, {**live_figures(table), "bottleneck": verdict}, status="live"
+    )
 
 
 def load_sweep(url: str, sweep_id: str, thresholds: SweepThresholds | None = None) -> SweepResult:

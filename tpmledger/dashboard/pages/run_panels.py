@@ -15,12 +15,14 @@ from dash import dcc, html
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
 from tpmledger.analytics.views.live_view import CurrentTable, current_table, live_figures
 from tpmledger.analytics.views.run_extras import (
     live_run_diagnostics,
     reconciliation,
     run_extras,
 )
+from tpmledger.dashboard.components.bottleneck_panel import bottleneck_panel
 from tpmledger.dashboard.components.diagnostics_panel import diagnostics_panel
 from tpmledger.dashboard.components.empty_states import (
     live_waiting,
@@ -47,11 +49,13 @@ from tpmledger.dashboard.figures.concurrency import (
     concurrency_figure,
     work_conserving_text,
 )
+from tpmledger.dashboard.figures.quota import quota_figure
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
 from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.target_minutes import target_minutes
 
 
 @dataclass
@@ -164,11 +168,17 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
         extras["diagnostics"] = live_run_diagnostics(
             session, run.run_id, run.metrics["diagnostics"], version
         )
+    targets = target_minutes(session, [run.run_id])  # docs/metrics.md#quota-headroom
+    verdict = run.metrics.get("bottleneck") or current_bottleneck(
+        session, run.run_id, close_after_s=config.close_after_s, table=table, targets=targets
+    )
     return RunPanels(
         header=html.Div(
             [
                 _header(run),
                 reconciliation_line(checked),
+                bottleneck_panel(verdict),
+                dcc.Graph(id="run-quota", figure=quota_figure(targets)),
                 diagnostics_panel({**run.metrics, **extras}),
             ]
         ),

@@ -16,6 +16,7 @@ import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
 from tpmledger.analytics.verdicts.cap_sweep import SweepResult, load_sweep
+from tpmledger.dashboard.components.bottleneck_panel import verdict_words
 from tpmledger.dashboard.components.empty_states import no_sweeps_state
 from tpmledger.dashboard.components.kpi_cards import NOT_YET
 from tpmledger.dashboard.components.status_badge import status_badge
@@ -48,6 +49,7 @@ _COLUMNS = (
     "Call success",
     "Retry rate",
     "TTFT p95",
+    "Bottleneck",
     "Verdict of the walk",
 )
 
@@ -55,6 +57,13 @@ _COLUMNS = (
 def _verdict(accepted: bool | None, reason: str) -> str:
     label = {True: "accepted", False: "rejected", None: "not reached"}[accepted]
     return f"{label}: {reason}" if reason else label
+
+
+def _bottleneck(bottleneck: dict[str, Any] | None) -> Any:
+    """The run's verdict in words, its reason on hover (docs/metrics.md#bottleneck)."""
+    words = verdict_words(bottleneck)
+    reason = (bottleneck or {}).get("reason")
+    return html.Span(words, title=reason) if reason else words
 
 
 def _later(status: str, text: str) -> str:
@@ -89,6 +98,7 @@ def _points_table(view: SweepResult) -> dbc.Table:
                 html.Td(_later(p.status, fmt_rate(p.call_success_rate))),
                 html.Td(fmt_rate(p.retry_rate)),
                 html.Td(_later(p.status, fmt_seconds(p.ttft_p95_s))),
+                html.Td(_bottleneck(p.bottleneck), className="small"),
                 html.Td(_verdict(p.accepted, p.reason), className="small"),
             ]
         )
