@@ -131,6 +131,12 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
         "while others did",
         labels=_RUN,
     )
+    headroom = GaugeMetricFamily(
+        "tpmledger_run_quota_headroom_ratio",
+        "Headroom before the provider's quota in the newest closed minute, per target: "
+        "1 - used / quota (the lower of tokens and requests); absent without a quota",
+        labels=["run_id", "provider", "model"],
+    )
     live = GaugeMetricFamily(
         "tpmledger_run_live", "1 while the run is receiving data, 0 once sealed", labels=_RUN
     )
@@ -173,6 +179,8 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
             storm.add_metric(rid, 1 if run.retry_storm else 0)
         if run.shards_silent is not None:
             silent.add_metric(rid, run.shards_silent)
+        for (provider, model), ratio in sorted(run.headroom.items()):
+            headroom.add_metric([run.run_id, provider, model], ratio)
     yield from (
         tokens,
         attempts,
@@ -184,4 +192,4 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
         in_flight,
         minute_ts,
     )
-    yield from (cap, storm, silent, live, age)
+    yield from (cap, headroom, storm, silent, live, age)

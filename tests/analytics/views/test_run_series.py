@@ -193,3 +193,35 @@ def test_sealed_runs_are_read_once_until_new_data_arrives(database_url: str) -> 
     assert fresh.live is True
     assert fresh.input_tokens == first.input_tokens + 100
     assert "cached" not in cache.entries
+
+
+def test_quota_headroom_per_target_of_the_newest_closed_minute(database_url: str) -> None:
+    # Two targets: one with a declared token quota, one reporting only remaining counts
+    # (no limit: no headroom, the series is left out for it).
+    rows = []
+    for minute in range(6):
+        rows += [
+            _attempt(
+                "quota-run",
+                "0",
+                minute,
+                provider="openai",
+                model="gpt-x",
+                prompt_tokens=300,
+                completion_tokens=100,
+                quota_tpm_declared=10_000.0,
+                quota_rpm_declared=10.0,
+            )
+            for _ in range(4)
+        ]
+        rows.append(
+            _attempt("quota-run", "1", minute, provider="anthropic", model="c-y",
+                     ratelimit_remaining_tokens=5.0)
+        )  # fmt: skip
+    store(database_url, rows)
+    LiveUpdater(database_url).update_once()
+    now = BASE + timedelta(minutes=6, seconds=10)  # newest closed: minute 3
+    series = _series(database_url, now)["quota-run"]
+    assert series.minute_utc == BASE + timedelta(minutes=3)
+    # Tokens: 1 - 1,600 / 10,000 = 0.84; requests: 1 - 4 / 10 = 0.6; the lower wins.
+    assert series.headroom == {("openai", "gpt-x"): 0.6}

@@ -30,6 +30,7 @@ from tpmledger.storage.run_metrics_read import (
     shard_caps,
     whole_run_totals,
 )
+from tpmledger.storage.target_minutes import target_minutes_ending_from
 
 MINUTE = timedelta(minutes=1)
 #: Shards silent: reported in the last ``SILENT_LOOKBACK`` closed minutes, not in the newest
@@ -61,6 +62,9 @@ class RunSeries:
     retry_storm: bool | None = None
     shards_silent: int | None = None
     concurrency_cap: int | None = None
+    # (provider, model) -> the lower of token and request headroom in the newest closed
+    # minute (docs/metrics.md#quota-headroom); a target without a quota is left out.
+    headroom: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def newest_closed_minute(
@@ -160,6 +164,9 @@ def run_series(
         )
         for s in todo
     }
+    for s in todo:
+        if (m := newest.get(s.run_id)) is not None:
+            series[s.run_id].headroom = _headroom(session, s.run_id, m)
     for run_id, sums in extras.items():
         series[run_id].other_tokens = {k: v for (kind, k), v in sums.items() if kind == "tokens"}
         series[run_id].errors = {k: v for (kind, k), v in sums.items() if kind == "errors"}
@@ -169,6 +176,20 @@ def run_series(
     if cache is not None:
         cache.keep(states, series)
     return [series[s.run_id] for s in states]
+
+
+def _headroom(session: Session, run_id: str, minute: datetime) -> dict[tuple[str, str], float]:
+    """Each target's headroom in ``minute``: the lower of 1 − used / quota for tokens and
+    for requests, where a quota is known (read from that minute's attempts on)."""
+    minute_ns = int(minute.timestamp()) * 1_000_000_000
+    found: dict[tuple[str, str], float] = {}
+    for target in target_minutes_ending_from(session, run_id, minute_ns):
+        if target.minute_ns != minute_ns:
+            continue
+        known = [h for h in (target.headroom_tokens, target.headroom_requests) if h is not None]
+        if known:
+            found[(target.provider or "", target.model or "")] = clean(min(known))
+    return found
 
 
 def _age(state: RunState, now: datetime) -> float:
