@@ -230,7 +230,10 @@ def test_dashboard_answers_on_its_published_port_with_the_token(stack: Stack) ->
     dashboard = f"http://127.0.0.1:{stack.dashboard_port}"
     assert httpx.get(f"{dashboard}/", timeout=30).status_code == 401
     with httpx.Client(base_url=dashboard, timeout=30) as browser:
-        page = browser.get("/", params={"token": TOKEN})
+        # ?token= logs in once: a redirect to the clean URL, setting the session cookie.
+        login = browser.get("/", params={"token": TOKEN})
+        assert login.status_code == 303 and TOKEN not in login.headers["location"]
+        page = browser.get(login.headers["location"])
         assert page.status_code == 200
         assert "_dash-config" in page.text  # the Dash app itself, not a proxy's page
         # The token is remembered as a cookie: the app's own requests need no token.
