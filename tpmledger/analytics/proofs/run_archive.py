@@ -17,7 +17,6 @@ For each run whose last event ended before the cutoff and that is not archived y
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tpmledger.analytics.proofs.summary_export import build_summary, write_export
-from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_unless_current
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import verify_export
 from tpmledger.storage.database import in_one_snapshot
@@ -112,15 +111,13 @@ def _archive(
     url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
-    seal_run(url, old.run_id)
-    summary = build_summary(url, old.run_id, key)
+    seal_unless_current(url, old.run_id)
+    # The event file streams into its gzip a range of minutes at a time (never whole).
+    summary = build_summary(
+        url, old.run_id, key, events_to=target / "events.jsonl.gz", compress_events=True
+    )
     write_export(summary, target)
-    plain = target / "events.jsonl"
-    data = plain.read_bytes()
-    (target / "events.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
-    plain.unlink()
-    digest = hashlib.sha256(data).hexdigest()
-    del data
+    digest = str(summary.predicate["events"]["sha256"])
     report = verify_export(target)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if not c.ok)

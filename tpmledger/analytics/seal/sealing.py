@@ -41,6 +41,7 @@ from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream
 from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_file import EVENTS_FORMAT
 from tpmledger.storage.database import in_one_snapshot, transaction
+from tpmledger.storage.live_read import run_state
 from tpmledger.storage.live_store import drop_sealed_live_rows
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.models import Snapshot
@@ -325,3 +326,15 @@ def seal_run(
         return seal_computation(url, computation, figures, force=force, final=final)
     with timer.stage("store"):
         return seal_computation(url, computation, figures, force=force, final=final)
+
+
+def seal_unless_current(url: str, run_id: str) -> bool:
+    """Seal ``run_id`` (:func:`seal_run`) unless its newest snapshot is final and no data
+    arrived since; True when it sealed. Exports and archives call this first: a seal
+    recomputes the whole run (hundreds of MB for millions of attempts), which a run sealed
+    already does not need."""
+    state = in_one_snapshot(url, run_state, run_id)
+    if state is not None and state.snapshot_version is not None and not state.is_live:
+        return False
+    seal_run(url, run_id)
+    return True
