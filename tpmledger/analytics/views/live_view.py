@@ -352,7 +352,17 @@ def run_view(
 def minutes_view(
     session: Session, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
 ) -> list[dict[str, Any]] | None:
-    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``."""
+    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``.
+
+    A run sealed with nothing newer reads that shard's sealed rows only (the seal applied
+    the table's rules already): the work follows the rows asked for, not every shard's.
+    """
+    state = run_state(session, run_id)
+    if state is None:
+        return None
+    if not state.has_new_data and state.snapshot_version is not None:
+        rows = sealed_minute_rows(session, run_id, state.snapshot_version, shard_id)
+        return [{**row, "state": "sealed"} for row in rows]
     table = current_table(session, run_id, close_after_s=close_after_s)
     if table is None:
         return None
