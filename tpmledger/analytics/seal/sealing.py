@@ -17,6 +17,7 @@ worker poll after a duplicate export makes no new version). ``force=True`` seals
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -168,10 +169,23 @@ def rebase_of(session: Session, latest: Snapshot, computation: RunComputation) -
 
 def minute_records(minutes: pl.DataFrame, run_id: str, version: int) -> list[dict[str, Any]]:
     """minute_metrics rows (dicts) of a minute table with ``minute_ns``."""
-    table = with_minute_utc(minutes).with_columns(
-        run_id=pl.lit(run_id), version=pl.lit(version, dtype=pl.Int32)
-    )
-    return table.to_dicts()
+    return list(iter_minute_records(minutes, run_id, version))
+
+
+#: Minute rows made into dicts at a time while a seal stores them (a dict per row costs
+#: ~1.5 KB: a table of 20 shards x 30 days, 900,000 rows, made whole was 1.3 GB).
+RECORD_BATCH_ROWS = 20_000
+
+
+def iter_minute_records(
+    minutes: pl.DataFrame, run_id: str, version: int
+) -> Iterator[dict[str, Any]]:
+    """:func:`minute_records`, a batch of :data:`RECORD_BATCH_ROWS` rows at a time."""
+    for part in minutes.iter_slices(RECORD_BATCH_ROWS):
+        table = with_minute_utc(part).with_columns(
+            run_id=pl.lit(run_id), version=pl.lit(version, dtype=pl.Int32)
+        )
+        yield from table.to_dicts()
 
 
 def _unchanged(latest: Snapshot, computation: RunComputation, final: bool) -> bool:
@@ -289,7 +303,7 @@ def seal_computation(
             "final": final,
             "leaf_hashes": b"".join(computation.tree.leaf_hashes),
         }
-        records = minute_records(computation.analysis.minutes, run_id, version + 1)
+        records = iter_minute_records(computation.analysis.minutes, run_id, version + 1)
         insert_snapshot(session, row, records)
         store_sealed_figures(session, run_id, version + 1, figures)
         drop_sealed_live_rows(
