@@ -321,17 +321,22 @@ def write_export(summary: RunSummary, out_dir: Path) -> list[Path]:
         "summary.dsse.json": _json_bytes(summary.envelope),
         "summary.sigstore.json": _json_bytes(summary.bundle),
         "service.pub": summary.public_pem.encode("ascii"),
-        "minute-proofs.json": _json_bytes(summary.minute_proofs),
         "SUMMARY.txt": summary.text.encode("utf-8"),
     }
     if summary.events is not None:
         contents["events.jsonl"] = summary.events
     paths = []
     for name in EXPORT_FILES:
-        if name not in contents:
-            continue
         path = out_dir / name
-        path.write_bytes(contents[name])
+        if name == "minute-proofs.json":
+            # Written as it is encoded: a month of minutes is ~70 MB of JSON text.
+            with path.open("w", encoding="utf-8") as out:
+                json.dump(summary.minute_proofs, out, indent=2, ensure_ascii=False)
+                out.write("\n")
+        elif name in contents:
+            path.write_bytes(contents[name])
+        else:
+            continue
         paths.append(path)
     return paths
 
