@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from anyio import CancelScope
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
@@ -38,8 +39,11 @@ async def _streamed(file: RunEventFile, slot: HeavySlot) -> AsyncIterator[bytes]
             yield block
     finally:
         try:
-            await run_in_threadpool(blocks.close)
-            await run_in_threadpool(file.__exit__, None, None, None)
+            # Shielded: a client that went away cancels this task, and the snapshot's
+            # connection must still be closed now, not whenever the collector finds it.
+            with CancelScope(shield=True):
+                await run_in_threadpool(blocks.close)
+                await run_in_threadpool(file.__exit__, None, None, None)
         finally:
             slot.release()
 
