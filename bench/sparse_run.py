@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         for run_id in sparse:
             _store_run(db.url, run_id, args.shards, int(args.days * DAY), now_ns)
         measure(db.url, "sparse", sparse, say, work)
+    shutil.rmtree(work, ignore_errors=True)
     say(f"load average after: {os.getloadavg()[0]:.1f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import http.client
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
             f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
         )
+    shutil.rmtree(work, ignore_errors=True)  # exports and archives: GBs
     say(f"load average after: {os.getloadavg()[0]:.1f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
