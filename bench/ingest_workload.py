@@ -231,6 +231,7 @@ class IngestProcess:
     host: str
     port: int
     log_path: Path
+    grpc_port: int = 0
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -247,11 +248,12 @@ def start_ingest(database_url: str, env: dict[str, str] | None = None) -> Ingest
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="bench-ingest-", suffix=".log")[1])
     command = [sys.executable, "-m", "tpmledger.cli.main", "serve", "ingest"]
-    command += ["--http-port", str(port), "--grpc-port", str(free_port())]
+    grpc_port = free_port()
+    command += ["--http-port", str(port), "--grpc-port", str(grpc_port)]
     full_env = {**os.environ, "TPMLEDGER_DATABASE_URL": database_url, **(env or {})}
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    ingest = IngestProcess(process, "127.0.0.1", port, log_path)
+    ingest = IngestProcess(process, "127.0.0.1", port, log_path, grpc_port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -42,11 +42,11 @@ from typing import Any
 import httpx
 import psycopg
 from ingest_workload import RssSampler, build_bodies, percentile, start_ingest
-from ingest_workload import key_value as _kv
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from seal import _postgres_cpu
 from seal_workload import generate
 
+from tests.otlp_values import key_value as _kv
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.storage import migrate
 from tpmledger.storage.bulk_writer import write_attempts

@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         description="Decompressed bytes of request bodies ingest holds at once (503 past it); "
         "one body larger than this is refused with 413 (docs/ingest.md#limits).",
     )
+    heavy_requests: int = Field(
+        default=2,
+        ge=1,
+        description="Whole-run read requests (events.jsonl) a process serves at once; "
+        "more get 503 with Retry-After (docs/ingest.md#limits).",
+    )
     reseal_quiet_s: float = Field(
         default=10.0, description="A run is resealed once it received no data for this long."
     )

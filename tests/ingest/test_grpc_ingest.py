@@ -117,3 +117,24 @@ def test_database_outage_answers_unavailable_with_retry_info(
         assert run_attempts(separate_postgres.url, "grpc-outage") == 2
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    ],
+)
+def test_a_grpc_gzip_bomb_is_stopped_by_the_body_budget(
+    running_ingest: RunningIngest, method: str
+) -> None:
+    # 63 MiB of zeros, gzip-compressed by gRPC: it used to be inflated whole by gRPC
+    # (up to 64 MiB per call) before any budget saw it.
+    with grpc.insecure_channel(running_ingest.grpc_endpoint) as channel:
+        call = channel.unary_unary(method, request_serializer=None)
+        with pytest.raises(grpc.RpcError) as caught:
+            call(bytes(63 * 2**20), timeout=60, compression=grpc.Compression.Gzip)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "in-flight body budget" in (caught.value.details() or "")

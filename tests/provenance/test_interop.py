@@ -171,7 +171,7 @@ def test_a_real_export_verifies_with_securesystemslib_and_sigstore_js(
     seal_run(database_url, RUN_ID)
     key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
     out = tmp_path / "export"
-    write_export(build_summary(database_url, RUN_ID, key), out)
+    write_export(build_summary(database_url, RUN_ID, key, events_to=out / "events.jsonl"), out)
     envelope = Envelope.from_dict(json.loads((out / "summary.dsse.json").read_text()))
     assert list(envelope.verify([sslib_key(key.private_key, key.fingerprint)], 1)) == [
         key.fingerprint

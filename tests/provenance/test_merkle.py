@@ -140,3 +140,13 @@ def test_every_proof_verifies_and_root_matches_definition(data: list[bytes]) -> 
     assert root == _recursive_root(hashes)
     for i in range(len(hashes)):
         assert verify_inclusion(i, len(hashes), hashes[i], inclusion_proof(hashes, i), root)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 8, 13, 64, 100])
+def test_all_inclusion_proofs_in_one_pass_equal_each_proof_alone(n: int) -> None:
+    from tpmledger.provenance.merkle import all_inclusion_proofs
+
+    hashes = [leaf_hash(bytes([i % 256, i // 256])) for i in range(n)]
+    root, paths = all_inclusion_proofs(hashes)
+    assert root == root_from_leaf_hashes(hashes)
+    assert paths == [inclusion_proof(hashes, i) for i in range(n)]

@@ -43,7 +43,9 @@ def export_dir(database_url: str, signing_key: SigningKey, tmp_path: Path) -> Pa
     store_sharded_run(database_url)
     seal_run(database_url, RUN_ID)
     out = tmp_path / "export"
-    write_export(build_summary(database_url, RUN_ID, signing_key), out)
+    write_export(
+        build_summary(database_url, RUN_ID, signing_key, events_to=out / "events.jsonl"), out
+    )
     return out
 
 

@@ -147,3 +147,26 @@ def test_a_nul_byte_in_a_run_id_is_404_not_500(client: TestClient) -> None:
     for path in ("", "/minutes", "/events.jsonl", "/summary", "/consistency?from=1&to=2"):
         response = client.get(f"/v1/runs/a%00b{path}")
         assert response.status_code == 404, (path, response.status_code)
+
+
+def test_whole_run_downloads_past_the_cap_get_503_with_retry_after(database_url: str) -> None:
+    from tpmledger.read_api import runs_routes
+    from tpmledger.read_api.heavy_requests import HeavyRequests
+
+    store(database_url, [attempt_row(run_id="capped") for _ in range(3)])
+    heavy = HeavyRequests(1, retry_after_s=3)
+    app = FastAPI()
+    app.include_router(runs_routes.build_router(database_url, heavy=heavy), prefix="/v1")
+    client = TestClient(app)
+    busy = heavy.take()  # another download in progress
+    refused = client.get("/v1/runs/capped/events.jsonl")
+    assert refused.status_code == 503
+    assert refused.headers["Retry-After"] == "3"
+    busy.release()
+    served = client.get("/v1/runs/capped/events.jsonl")
+    assert served.status_code == 200
+    assert served.headers["X-Events-Count"] == "3"
+    assert served.content.count(b"\n") == 3
+    assert heavy.in_use == 0  # released once the file was sent
+    assert client.get("/v1/runs/nope/events.jsonl").status_code == 404
+    assert heavy.in_use == 0  # and when the run is unknown

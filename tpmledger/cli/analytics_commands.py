@@ -266,17 +266,16 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.proofs.run_events import load_run_events
+    from tpmledger.analytics.proofs.run_events import RunEventFile
     from tpmledger.analytics.seal.run_computation import UnknownRun
-    from tpmledger.provenance.event_file import build_event_file
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
-            events = load_run_events(url, args.run_id)
+            with RunEventFile(url, args.run_id) as file:  # streamed: memory follows a chunk
+                file.write_to(sys.stdout.buffer.write)
         except UnknownRun as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
-    sys.stdout.buffer.write(build_event_file(events).data)
     sys.stdout.buffer.flush()
     return 0
 

@@ -102,12 +102,13 @@ def register(subparsers: Any) -> None:
 SEAL_ATTEMPTS = 3
 
 
-def _summary(args: argparse.Namespace) -> RunSummary | None:
-    """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
+def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSummary | None:
+    """Seal the run if it changed (a no-op otherwise), then build its signed summary; the
+    event file streams to ``events_to`` (or is only hashed)."""
     from tpmledger.analytics.kernels.compile_notice import ensure_kernels
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
-    from tpmledger.analytics.seal.sealing import seal_run
+    from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
@@ -118,13 +119,23 @@ def _summary(args: argparse.Namespace) -> RunSummary | None:
         with database(settings, migrate_to_head=True) as url:
             if version is not None:  # an earlier version as it was sealed: no new seal
                 return build_summary(
-                    url, args.run_id, key, version, log_origin=settings.checkpoint_origin
+                    url,
+                    args.run_id,
+                    key,
+                    version,
+                    log_origin=settings.checkpoint_origin,
+                    events_to=events_to,
                 )
             for attempt in range(1, SEAL_ATTEMPTS + 1):
-                seal_run(url, args.run_id)
+                # Sealed and quiet: export that version without recomputing the run.
+                (seal_unless_current if attempt == 1 else seal_run)(url, args.run_id)
                 try:
                     return build_summary(
-                        url, args.run_id, key, log_origin=settings.checkpoint_origin
+                        url,
+                        args.run_id,
+                        key,
+                        log_origin=settings.checkpoint_origin,
+                        events_to=events_to,
                     )
                 except SnapshotOutdated:
                     if attempt == SEAL_ATTEMPTS:
@@ -164,9 +175,12 @@ def export_summary(args: argparse.Namespace) -> int:
     """Write the export directory."""
     from tpmledger.analytics.proofs.summary_export import write_export
 
-    summary = _summary(args)
+    events = args.out / "events.jsonl"
+    summary = _summary(args, events_to=events)
     if summary is None:
+        events.unlink(missing_ok=True)  # a file that does not match a signed summary
         return 1
+    print(events)
     for path in write_export(summary, args.out, tiles=args.tiles):
         print(path)
     print(f"verify with: tpmledger summary verify {args.out} --key {args.out / 'service.pub'}")

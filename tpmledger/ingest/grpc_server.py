@@ -4,8 +4,23 @@ Same path as HTTP (:class:`ingest.export_handler.TraceExportHandler`), same auth
 the error mapping of :mod:`ingest.error_taxonomy`: ``UNAVAILABLE`` with a
 ``google.rpc.RetryInfo`` detail when overloaded or the database is down (OTLP spec,
 "OTLP/gRPC Throttling"), ``INVALID_ARGUMENT`` for undecodable requests,
-``UNAUTHENTICATED`` without a valid ``authorization`` metadata entry. gRPC itself answers
-``RESOURCE_EXHAUSTED`` to messages over 64 MiB.
+``UNAUTHENTICATED`` without a valid ``authorization`` metadata entry.
+
+Messages are charged to the in-flight body budget of :mod:`ingest.body_budget` (shared with
+OTLP/HTTP) **while they decompress**, for traces, metrics and logs alike: gRPC's own
+per-message decompression is turned off, so gRPC hands over the bytes as they came off
+the wire (at most 16 MiB, the HTTP limit: ``RESOURCE_EXHAUSTED`` past it), and
+:func:`read_message` inflates them as a stream, a step at a time, each step charged
+first. With gRPC decompressing, every concurrent call inflated its whole message (up to
+64 MiB) before any budget saw it: 40 gzip bombs of 63 MiB took ingest to 7.8 GB
+(bench/grpc_bombs.py). gRPC does not pass the ``grpc-encoding`` header to the handler;
+a compressed message is recognised by its gzip or zlib header, which an OTLP request
+(a protobuf whose first field is 1, byte ``0x0a``) never starts with.
+
+At most :data:`MAX_CONCURRENT_RPCS` calls are taken from gRPC at once; the others wait
+inside gRPC, which reads no more of them than one HTTP/2 flow-control window (64 KiB).
+That bounds what gRPC holds before the budget sees it: the compressed bytes of the calls
+being handled.
 
 The method is registered with the service and method names of the
 ``opentelemetry-proto`` stubs but receives the request as raw bytes: the normalizer reads
@@ -20,17 +35,46 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tpmledger.ingest.auth import TokenVerifier
-from tpmledger.ingest.body_budget import BodyBudget
+from tpmledger.ingest.body_budget import BodyBudget, BodyCharge
 from tpmledger.ingest.error_taxonomy import IngestError
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
-from tpmledger.ingest.otlp_http_codec import MAX_DECOMPRESSED_BYTES, PROTOBUF
+from tpmledger.ingest.otlp_http_codec import MAX_COMPRESSED_BYTES, PROTOBUF, BodyReader
 
 # "opentelemetry.proto.collector.trace.v1.TraceService", as in the generated stubs.
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
 METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
 LOGS_SERVICE = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"].full_name
+
+#: Calls handled at once (the rest wait in gRPC, unread); each holds at most its
+#: compressed message (16 MiB) outside the body budget.
+MAX_CONCURRENT_RPCS = 8
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def message_encoding(message: bytes) -> str:
+    """``gzip``, ``deflate`` (zlib, gRPC's "deflate") or ``identity``, from the first bytes."""
+    if message[:2] == _GZIP_MAGIC:
+        return "gzip"
+    if len(message) >= 2 and message[0] == 0x78 and (message[0] << 8 | message[1]) % 31 == 0:
+        return "deflate"
+    return "identity"
+
+
+def read_message(message: bytes, charge: BodyCharge) -> bytes | bytearray:
+    """The decompressed message, charged to ``charge`` as it inflates (413 when it alone
+    passes the budget, 503 when the bodies in flight would, 400 when it is corrupt)."""
+    encoding = message_encoding(message)
+    if encoding == "identity":
+        return message
+    reader = BodyReader(encoding, on_growth=charge.grow_to)
+    try:
+        reader.feed(message)
+        return reader.finish()
+    except IngestError:
+        reader.discard()  # not held by the traceback until a garbage collection
+        raise
 
 
 class TraceService:
@@ -46,8 +90,8 @@ class TraceService:
         self._handler = handler
         self._verifier = verifier
         self._metrics = metrics
-        # gRPC has read the message already; the budget still bounds how many requests
-        # are held while they are normalized and committed (shared with OTLP/HTTP).
+        # Charged from the compressed message on, as it inflates, until the answer
+        # (shared with OTLP/HTTP).
         self._bodies = bodies or BodyBudget()
 
     async def export(
@@ -57,8 +101,12 @@ class TraceService:
         try:
             self._verifier.check_authorization(_metadata_value(context, "authorization"))
             self._handler.check_admission()
-            with self._bodies.hold(str(len(payload))):
-                response = await self._handler.export_payload(payload)
+            with self._bodies.hold(str(len(payload))) as charge:
+                body = read_message(payload, charge)
+                del payload
+                encoded = await self._handler.encode(body)
+                del body  # waiting for the commit needs the COPY block, not the body
+                response = await self._handler.store(encoded)
         except IngestError as err:
             self._metrics.requests.labels("grpc", err.grpc_code.name).inc()
             await context.abort(
@@ -101,9 +149,9 @@ class SignalServices:
     ) -> metrics_service_pb2.ExportMetricsServiceResponse:
         try:
             await self._check(payload, context)
-            with self._bodies.hold(str(len(payload))):
+            with self._bodies.hold(str(len(payload))) as charge:
                 request = metrics_service_pb2.ExportMetricsServiceRequest()
-                parse(request, payload, PROTOBUF)
+                parse(request, read_message(payload, charge), PROTOBUF)
                 response = await self._signals.export_metrics(request)
         except IngestError as err:
             await self._abort(err, context)
@@ -116,9 +164,10 @@ class SignalServices:
     ) -> logs_service_pb2.ExportLogsServiceResponse:
         try:
             await self._check(payload, context)
-            request = logs_service_pb2.ExportLogsServiceRequest()
-            parse(request, payload, PROTOBUF)
-            response = self._signals.export_logs(request)
+            with self._bodies.hold(str(len(payload))) as charge:
+                request = logs_service_pb2.ExportLogsServiceRequest()
+                parse(request, read_message(payload, charge), PROTOBUF)
+                response = self._signals.export_logs(request)
         except IngestError as err:
             await self._abort(err, context)
             raise  # unreachable: abort raises
@@ -157,15 +206,25 @@ def _metadata_value(context: grpc.aio.ServicerContext, key: str) -> str | None:
 
 
 def build_grpc_server(
-    service: TraceService, host: str, port: int, signals: SignalServices | None = None
+    service: TraceService,
+    host: str,
+    port: int,
+    signals: SignalServices | None = None,
+    *,
+    max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
 ) -> grpc.aio.Server:
     """A grpc.aio server with the trace service (and the metrics and logs services, when
     given) bound on ``host:port`` (not started)."""
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", MAX_DECOMPRESSED_BYTES),
+            # Messages arrive as sent; read_message inflates them against the budget.
+            ("grpc.per_message_decompression", 0),
+            ("grpc.max_receive_message_length", MAX_COMPRESSED_BYTES),
+            # Waiting calls get one flow-control window, not a window grown by BDP probes.
+            ("grpc.http2.bdp_probe", 0),
             ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share
-        ]
+        ],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     server.add_generic_rpc_handlers((service.handler(),))
     if signals is not None:

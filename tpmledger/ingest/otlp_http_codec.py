@@ -103,6 +103,12 @@ class BodyReader:
                 raise UndecodableBody(f"truncated or empty {self._encoding} body")
         return self._out
 
+    def discard(self) -> None:
+        """Drop what was decoded so far (a refused body): an exception's traceback keeps
+        the reader alive until the cyclic collector runs, which ingest makes rare."""
+        self._out = bytearray()
+        self._decompressor = None
+
     def _new_decompressor(self, first: bytes) -> Any:
         if self._encoding == "gzip":
             return zlib.decompressobj(16 + zlib.MAX_WBITS)

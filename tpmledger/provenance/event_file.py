@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -282,7 +284,7 @@ MAX_DIGEST_MINUTES = 10_000_000
 def file_digests(
     events: pl.DataFrame,
     chunk_lines: int = DIGEST_CHUNK_LINES,
-    whole: hashlib._Hash | None = None,
+    whole: _Updatable | None = None,
 ) -> FileDigests:
     """The digests of :func:`build_event_file`'s bytes, written and hashed a few minutes
     at a time so neither the file nor its column buffers are ever whole in memory
@@ -341,10 +343,16 @@ class FileDigestStream:
     Each :meth:`add` takes the events of a later range of whole minutes (a minute is never
     split between two calls); the file is their concatenation, so the digests equal those
     of the whole file written at once. Minutes with no line get the SHA-256 of nothing.
+
+    ``sink``, when given, is handed every block of the file's bytes as it is written (in
+    order), so the file can be streamed or saved while it is hashed; a block is only valid
+    until ``sink`` returns unless ``sink`` copies it.
     """
 
-    def __init__(self) -> None:
-        self._whole = hashlib.sha256()
+    def __init__(self, sink: Callable[[memoryview], object] | None = None) -> None:
+        self._whole: _Updatable = hashlib.sha256()
+        if sink is not None:
+            self._whole = _Tee(self._whole, sink)
         self._count = 0
         self._first_minute_ns: int | None = None
         self._counts: list[int] = []
@@ -377,6 +385,27 @@ class FileDigestStream:
             self._counts,
             self._digests,
         )
+
+
+class _Updatable(Protocol):
+    def update(self, data: memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+class _Tee:
+    """A SHA-256 that also hands every block it hashes to a sink."""
+
+    def __init__(self, digest: _Updatable, sink: Callable[[memoryview], object]) -> None:
+        self._digest = digest
+        self._sink = sink
+
+    def update(self, data: memoryview, /) -> None:
+        self._digest.update(data)
+        self._sink(data)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
 
 
 def read_events(source: str | Path | bytes) -> pl.DataFrame:

@@ -75,6 +75,32 @@ def inclusion_proof(hashes: Sequence[bytes], index: int) -> list[bytes]:
     return path
 
 
+def all_inclusion_proofs(hashes: Sequence[bytes]) -> tuple[bytes, list[list[bytes]]]:
+    """The root and every leaf's audit path, from one pass over the tree.
+
+    Equal to ``[inclusion_proof(hashes, i) for i in range(n)]``, which rebuilds sibling
+    subtrees for every leaf (quadratic in the leaves); here each subtree is hashed once
+    and its hash appended to the paths of the leaves on its other side: O(n log n).
+    """
+    paths: list[list[bytes]] = [[] for _ in hashes]
+    if not hashes:
+        return EMPTY_ROOT, paths
+
+    def subtree(lo: int, hi: int) -> bytes:
+        if hi - lo == 1:
+            return hashes[lo]
+        k = lo + split_point(hi - lo)
+        left, right = subtree(lo, k), subtree(k, hi)
+        # Deeper siblings were appended first: each path runs from the leaf up.
+        for i in range(lo, k):
+            paths[i].append(right)
+        for i in range(k, hi):
+            paths[i].append(left)
+        return node_hash(left, right)
+
+    return subtree(0, len(hashes)), paths
+
+
 def root_from_inclusion_proof(
     index: int, tree_size: int, leaf: bytes, proof: Sequence[bytes]
 ) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from tpmledger.read_api import compare_routes, log_routes, runs_routes, summary_routes
+from tpmledger.read_api.heavy_requests import HeavyRequests
 from tpmledger.settings import Settings
 
 
@@ -15,10 +16,12 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
     ``settings`` locates the summary signing key (default: read from the environment).
     """
     router = APIRouter(prefix="/v1")
-    close_after_s = (settings or Settings()).minute_close_after_s
-    slo = (settings or Settings()).slo
-    router.include_router(runs_routes.build_router(database_url, close_after_s, slo))
+    settings = settings or Settings()
+    close_after_s = settings.minute_close_after_s
+    slo = settings.slo
+    heavy = HeavyRequests(settings.heavy_requests, settings.retry_after_s)
+    router.include_router(runs_routes.build_router(database_url, close_after_s, slo, heavy))
     router.include_router(summary_routes.build_router(database_url, settings))
     router.include_router(compare_routes.build_router(database_url, slo))
-    router.include_router(log_routes.build_router(database_url, settings or Settings()))
+    router.include_router(log_routes.build_router(database_url, settings))
     return router

@@ -2,42 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from anyio import CancelScope
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from tpmledger.read_api.heavy_requests import HeavyRequests, HeavySlot
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
 
 if TYPE_CHECKING:
-    from tpmledger.provenance.event_file import EventFile
+    from tpmledger.analytics.proofs.run_events import RunEventFile
 
 # analytics and provenance (Polars, Arrow) are imported by the handlers that need them, on
 # first use: the router is mounted in every ingest process, which should stay small.
-
-STREAM_CHUNK = 1 << 20
 
 
 def _unknown(run_id: str) -> HTTPException:
     return HTTPException(status_code=404, detail=f"unknown run {run_id!r}: no spans stored")
 
 
-def _chunks(file: EventFile) -> Iterator[bytes]:
-    for start in range(0, len(file.data), STREAM_CHUNK):
-        yield bytes(file.data[start : start + STREAM_CHUNK])
+async def _streamed(file: RunEventFile, slot: HeavySlot) -> AsyncIterator[bytes]:
+    """The file's blocks, each read and written in a worker thread; the snapshot and the
+    slot are let go when the download ends, fails or the client goes away."""
+    blocks = file.blocks()
+    try:
+        while True:
+            block = await run_in_threadpool(next, blocks, None)
+            if block is None:
+                break
+            yield block
+    finally:
+        try:
+            # Shielded: a client that went away cancels this task, and the snapshot's
+            # connection must still be closed now, not whenever the collector finds it.
+            with CancelScope(shield=True):
+                await run_in_threadpool(blocks.close)
+                await run_in_threadpool(file.__exit__, None, None, None)
+        finally:
+            slot.release()
 
 
 def build_router(
-    database_url: str, close_after_s: float = 120.0, default_slo: str | None = None
+    database_url: str,
+    close_after_s: float = 120.0,
+    default_slo: str | None = None,
+    heavy: HeavyRequests | None = None,
 ) -> APIRouter:
     """Run routes over ``database_url``; ``close_after_s`` is when a live minute closes;
-    ``default_slo`` (``TPMLEDGER_SLO``) is the SLO of the run object's goodput."""
+    ``default_slo`` (``TPMLEDGER_SLO``) is the SLO of the run object's goodput; ``heavy``
+    caps the whole-run downloads served at once (default: 2)."""
     router = APIRouter(tags=["runs"])
+    heavy = heavy or HeavyRequests(2)
 
     @router.get(
         "/runs",
@@ -125,27 +146,34 @@ def build_router(
     @router.get(
         "/runs/{run_id}/events.jsonl",
         dependencies=[Depends(reject_nul_run_id)],
-        summary="The canonical event file (docs/provenance.md); its SHA-256 is events_sha256",
+        summary="The canonical event file (docs/provenance.md); its SHA-256 is events_sha256. "
+        "Streamed a range of minutes at a time; at most TPMLEDGER_HEAVY_REQUESTS at once",
         response_class=StreamingResponse,
-        responses={404: {"description": "unknown run"}},
+        responses={
+            404: {"description": "unknown run"},
+            503: {"description": "too many whole-run downloads in progress (Retry-After)"},
+        },
     )
     async def get_events(run_id: str) -> StreamingResponse:
-        from tpmledger.analytics.proofs.run_events import load_run_events
-        from tpmledger.provenance.event_file import build_event_file
+        from tpmledger.analytics.proofs.run_events import RunEventFile
         from tpmledger.storage.retention_store import RunArchived, refuse_if_archived
 
+        slot = heavy.take()
         try:
-            await run_in_threadpool(in_one_snapshot, database_url, refuse_if_archived, run_id)
-        except RunArchived as exc:
-            raise HTTPException(410, detail=str(exc)) from exc
-
-        try:
-            events = await run_in_threadpool(load_run_events, database_url, run_id)
-        except UnknownRun as exc:
-            raise _unknown(run_id) from exc
-        file = await run_in_threadpool(build_event_file, events)
+            try:
+                await run_in_threadpool(in_one_snapshot, database_url, refuse_if_archived, run_id)
+            except RunArchived as exc:
+                raise HTTPException(410, detail=str(exc)) from exc
+            file = RunEventFile(database_url, run_id)
+            try:
+                await run_in_threadpool(file.__enter__)
+            except UnknownRun as exc:
+                raise _unknown(run_id) from exc
+        except BaseException:
+            slot.release()
+            raise
         return StreamingResponse(
-            _chunks(file),
+            _streamed(file, slot),
             media_type="application/x-ndjson",
             headers={
                 "Content-Disposition": 'attachment; filename="events.jsonl"',

@@ -133,13 +133,16 @@ def run_states(session: Session, run_ids: list[str] | None = None) -> list[RunSt
     return [_state(row) for row in rows]
 
 
-def sealed_minute_rows(session: Session, run_id: str, version: int) -> list[dict[str, Any]]:
-    """Every row (all shards and '*') of one snapshot version."""
+def sealed_minute_rows(
+    session: Session, run_id: str, version: int, shard_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Every row (all shards and '*') of one snapshot version, or one shard's only."""
+    where = "" if shard_id is None else " WHERE shard_id = :shard"
     query = text(
-        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m "
-        "ORDER BY shard_id, minute_utc"
+        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m"
+        f"{where} ORDER BY shard_id, minute_utc"
     )
-    rows = session.execute(query, {"run_id": run_id, "version": version})
+    rows = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id})
     return [dict(zip(_MINUTE_COLUMNS, row, strict=True)) for row in rows]
 
 

@@ -10,7 +10,7 @@ same seal (docs/operations.md#replicas).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -65,23 +65,28 @@ def latest_version(session: Session, run_id: str) -> tuple[int, str | None]:
 
 
 def insert_snapshot(
-    session: Session, snapshot: dict[str, Any], minute_rows: Sequence[dict[str, Any]]
+    session: Session, snapshot: dict[str, Any], minute_rows: Iterable[dict[str, Any]]
 ) -> int:
     """Store one sealed snapshot row and the minute rows that changed since the version
     before it (storage/minute_versions.py); returns how many minute rows were stored.
 
     The minute rows (thousands per seal: every shard's minutes and the run's) go in with
     one ``COPY`` on the session's own connection and transaction; a multi-row INSERT
-    of them bound ~130,000 parameters per million-attempt seal.
+    of them bound ~130,000 parameters per million-attempt seal. A first version's rows
+    are written as ``minute_rows`` yields them (an iterator keeps only a batch in memory);
+    a later version's are compared with the previous version's first.
     """
     previous = int(snapshot["version"]) - 1
-    if previous > 0 and minute_rows:
-        query = text(rows_as_of(":run_id", ":version"))
-        found = session.execute(query, {"run_id": snapshot["run_id"], "version": previous})
-        minute_rows = changed_rows([dict(row._mapping) for row in found], minute_rows)
+    if previous > 0:
+        rows = list(minute_rows)
+        if rows:
+            query = text(rows_as_of(":run_id", ":version"))
+            found = session.execute(query, {"run_id": snapshot["run_id"], "version": previous})
+            rows = changed_rows([dict(row._mapping) for row in found], rows)
+        minute_rows = rows
     session.add(Snapshot(**snapshot))
     session.flush()
-    if not minute_rows:
+    if isinstance(minute_rows, list) and not minute_rows:
         return 0
     columns = [column.name for column in MinuteMetric.__table__.columns]
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
@@ -91,10 +96,12 @@ def insert_snapshot(
     driver = session.connection().connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise TypeError("minute rows are copied over psycopg (3) connections only")
+    written = 0
     with driver.cursor() as cursor, cursor.copy(statement) as copy:
         for row in minute_rows:
             copy.write_row([row.get(name) for name in columns])
-    return len(minute_rows)
+            written += 1
+    return written
 
 
 def snapshot_count(session: Session, run_id: str) -> int:

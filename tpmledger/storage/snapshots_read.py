@@ -80,6 +80,21 @@ def minute_rows(
     return [dict(zip(MINUTE_ROW_COLUMNS, row, strict=True)) for row in rows]
 
 
+def busy_minute_rows(
+    session: Session, run_id: str, version: int, columns: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The whole-run rows of one version's minutes that hold at least one attempt, by
+    minute, with ``minute_utc`` and ``columns`` only (an empty minute's figures are
+    constants: a reader that needs them makes them)."""
+    wanted = ["minute_utc", *columns]
+    query = text(
+        f"SELECT {', '.join(wanted)} FROM ({rows_as_of(':run_id', ':version', wanted)}) m "
+        "WHERE shard_id = :shard AND calls_in_minute > 0 ORDER BY minute_utc"
+    )
+    rows = session.execute(query, {"run_id": run_id, "version": version, "shard": WHOLE_RUN})
+    return [dict(zip(wanted, row, strict=True)) for row in rows]
+
+
 def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
     """Runs with data newer than their latest snapshot (or whose latest snapshot was sealed
     while they were still receiving data) and quiet for ``quiet_s`` seconds.

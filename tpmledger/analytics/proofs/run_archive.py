@@ -24,7 +24,6 @@ reported as kept and the others go on (docs/operations.md#retention-and-archives
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 import time
@@ -174,17 +173,17 @@ def _archive(
     url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
+    # Sealed now (unchanged runs are not stored again): what the archive covers is what
+    # this seal saw, data_as_of, and the delete below removes exactly that.
     sealed = seal_run(url, old.run_id)
     assert sealed.data_as_of is not None
-    summary = build_summary(url, old.run_id, key)
     claim_folder(target, old.run_id)
+    # The event file streams into its gzip a range of minutes at a time (never whole).
+    summary = build_summary(
+        url, old.run_id, key, events_to=target / "events.jsonl.gz", compress_events=True
+    )
     write_export(summary, target)
-    plain = target / "events.jsonl"
-    data = plain.read_bytes()
-    (target / "events.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
-    plain.unlink()
-    digest = hashlib.sha256(data).hexdigest()
-    del data
+    digest = str(summary.predicate["events"]["sha256"])
     report = verify_export(target)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if not c.ok)

@@ -15,8 +15,11 @@ minute tree head as a C2SP signed note, docs/provenance.md#checkpoints) and, wit
 
 from __future__ import annotations
 
+import gzip
 import json
 import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,9 +29,10 @@ import polars as pl
 from sqlalchemy import select
 
 from tpmledger import __version__
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
-from tpmledger.analytics.proofs.run_events import load_run_events
-from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes, minute_leaves
+from tpmledger.analytics.proofs.run_events import RunEventFile
+from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.provenance.checkpoint import (
     Checkpoint,
     default_log_origin,
@@ -36,21 +40,21 @@ from tpmledger.provenance.checkpoint import (
     sign_checkpoint,
 )
 from tpmledger.provenance.dsse import sign_envelope
-from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.event_file import FileDigests, build_event_file
 from tpmledger.provenance.in_toto_statement import (
     build_predicate,
     build_statement,
     statement_payload,
 )
-from tpmledger.provenance.minute_proofs import build_minute_proofs, leaf_bytes
+from tpmledger.provenance.minute_proofs import LEAF_FIGURES, build_minute_proofs, leaf_bytes
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.sigstore_bundle import bundle_from_envelope
 from tpmledger.provenance.summary_text import summary_text
 from tpmledger.provenance.tiles import tree_tile_files
 from tpmledger.storage.database import read_session, read_view
 from tpmledger.storage.models import Snapshot
-from tpmledger.storage.snapshots_read import snapshot_at
-from tpmledger.storage.time_text import utc_ms
+from tpmledger.storage.snapshots_read import busy_minute_rows, snapshot_at
+from tpmledger.storage.time_text import minute_text_ns, utc_ms
 
 EXPORT_FILES = (
     "events.jsonl",
@@ -96,11 +100,11 @@ class SnapshotOutdated(RuntimeError):
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Everything an export writes, built in memory."""
+    """Everything an export writes except, for a stored run, the event file (streamed)."""
 
     run_id: str
     seal: str
-    events: bytes
+    events: bytes | None  # None: the event file was streamed (build_summary's events_to)
     predicate: dict[str, Any]
     envelope: dict[str, Any]
     bundle: dict[str, Any]
@@ -143,51 +147,57 @@ def build_summary(
     version: int | None = None,
     *,
     log_origin: str | None = None,
+    events_to: Path | None = None,
+    compress_events: bool = False,
 ) -> RunSummary:
     """Sign a summary of the run's newest snapshot (or of ``version``) with ``key``, with
-    its events and proofs.
+    its minute proofs; the canonical event file streams to ``events_to`` (gzip when
+    ``compress_events``), or is only hashed when it is None.
 
-    The events of an earlier version are those it saw: attempts stored by its
-    ``data_as_of`` that ended by the end of its last minute (a checkpoint covers closed
-    minutes only). Raises :class:`SnapshotOutdated` when the stored events no longer hash
-    to what the snapshot sealed.
+    The file is written a range of minutes at a time (:class:`RunEventFile`), so memory
+    follows a chunk, not the run; the leaves are the version's sealed minute figures with
+    the streamed file's minute digests (an empty minute's leaf is a constant of its
+    minute), and every proof comes from one pass over the tree. The events of an earlier
+    version are those it saw: attempts stored by its ``data_as_of`` that ended by the end
+    of its last minute (a checkpoint covers closed minutes only). Raises
+    :class:`SnapshotOutdated` when the stored events no longer hash to what the snapshot
+    sealed.
     """
     if version is None:
         snapshot = _latest_snapshot(url, run_id)
         if snapshot is None:
             raise RunNotSealed(run_id)
-        events = load_run_events(url, run_id)
+        file = RunEventFile(url, run_id)
     else:
         with read_view(url) as session:
             snapshot = snapshot_at(session, run_id, version)
         if snapshot is None:
             raise VersionNotSealed(run_id, version)
-        events = load_run_events(
-            url,
-            run_id,
-            end_before_ns=version_end_ns(snapshot),
-            received_by=snapshot.data_as_of,
+        file = RunEventFile(
+            url, run_id, end_before_ns=version_end_ns(snapshot), received_by=snapshot.data_as_of
         )
-    event_file = build_event_file(events)
-    if version is not None and (event_file.sha256, event_file.count) != (
+    with file, _events_sink(events_to, compress_events) as write:
+        file.write_to(write)
+        digests = file.finish()
+    if version is not None and (digests.sha256, digests.count) != (
         snapshot.events_sha256,
         snapshot.events_count,
     ):
         raise SnapshotOutdated(
             f"the events of run {run_id!r} version {version} can no longer be rebuilt: "
-            f"{event_file.count} events stored by {utc_ms(snapshot.data_as_of)} hash to "
-            f"{event_file.sha256[:16]}…, the version sealed {snapshot.events_count} "
+            f"{digests.count} events stored by {utc_ms(snapshot.data_as_of)} hash to "
+            f"{digests.sha256[:16]}…, the version sealed {snapshot.events_count} "
             f"({snapshot.events_sha256[:16]}…); an ingest commit overlapped its seal, or "
             "its raw spans were pruned"
         )
-    if (event_file.sha256, event_file.count) != (snapshot.events_sha256, snapshot.events_count):
+    if (digests.sha256, digests.count) != (snapshot.events_sha256, snapshot.events_count):
         raise SnapshotOutdated(
-            f"run {run_id!r} has {event_file.count} events (sha256 {event_file.sha256[:16]}…) "
+            f"run {run_id!r} has {digests.count} events (sha256 {digests.sha256[:16]}…) "
             f"but snapshot v{snapshot.version} sealed {snapshot.events_count} "
             f"(sha256 {snapshot.events_sha256[:16]}…): reseal with "
             f"`tpmledger analyze {shlex.quote(run_id)}`"
         )
-    proofs = build_minute_proofs(run_id, minute_leaves(events, event_file))
+    proofs = build_minute_proofs(run_id, _sealed_leaves(url, snapshot, digests))
     if (proofs["merkle_root"], proofs["tree_size"]) != (snapshot.merkle_root, snapshot.tree_size):
         raise SnapshotOutdated(
             f"minute Merkle root {proofs['merkle_root']} differs from snapshot "
@@ -198,7 +208,7 @@ def build_summary(
     return RunSummary(
         run_id=run_id,
         seal=snapshot.seal,
-        events=event_file.tobytes(),
+        events=None,
         predicate=predicate,
         envelope=envelope,
         bundle=bundle_from_envelope(envelope, key.fingerprint),
@@ -207,6 +217,53 @@ def build_summary(
         key_fingerprint=key.fingerprint,
         checkpoint=signed_checkpoint(run_id, proofs, key, log_origin),
     )
+
+
+@contextmanager
+def _events_sink(path: Path | None, compress: bool) -> Iterator[Callable[[bytes], object]]:
+    """Where the streamed event file goes: a file (gzip'd, no name or time in its header,
+    so equal files compress to equal bytes), or nowhere (only hashed)."""
+    if path is None:
+        yield lambda block: None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as raw:
+        if not compress:
+            yield raw.write
+            return
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as out:
+            yield out.write
+
+
+def _sealed_leaves(url: str, snapshot: Snapshot, digests: FileDigests) -> list[dict[str, Any]]:
+    """Every minute's leaf, first to last: the version's sealed figures of the minutes
+    with attempts, a constant leaf for the others (retries 0, or null when the run does
+    not measure retries), each with the streamed file's digest of its lines."""
+    with read_view(url) as session:
+        busy = busy_minute_rows(session, snapshot.run_id, snapshot.version, LEAF_FIGURES)
+    figures = {int(row.pop("minute_utc").timestamp()) * SECOND_NS: row for row in busy}
+    retries_when_empty = 0 if (snapshot.metrics or {}).get("retry_rate") is not None else None
+    empty = {name: 0 for name in LEAF_FIGURES} | {"retries": retries_when_empty}
+    leaves: list[dict[str, Any]] = []
+    for i, (count, digest) in enumerate(zip(digests.counts, digests.digests, strict=True)):
+        minute_ns = digests.first_minute_ns + i * MINUTE_NS
+        row = figures.pop(minute_ns, None) if count else None
+        if count and (row is None or int(row["calls_in_minute"]) != count):
+            raise SnapshotOutdated(
+                f"minute {minute_text_ns(minute_ns)}: {count} events in the file, but "
+                f"snapshot v{snapshot.version} sealed "
+                f"{'none' if row is None else row['calls_in_minute']}"
+            )
+        leaf: dict[str, Any] = {"minute_utc": minute_text_ns(minute_ns)}
+        leaf |= row if row is not None else empty
+        leaf["events_sha256"] = digest
+        leaves.append(leaf)
+    if figures:
+        raise SnapshotOutdated(
+            f"snapshot v{snapshot.version} sealed {len(figures)} minutes with attempts that "
+            "the event file does not hold"
+        )
+    return leaves
 
 
 def summary_from_events(
@@ -289,21 +346,32 @@ def _sign(predicate: dict[str, Any], key: SigningKey) -> dict[str, Any]:
 def write_export(summary: RunSummary, out_dir: Path, *, tiles: bool = False) -> list[Path]:
     """Write the export files into ``out_dir`` (created if needed) and, with ``tiles``, the
     minute tree as C2SP tiles and entry bundles under ``out_dir/tile``; return the paths
-    written (tiles as their one ``tile`` folder)."""
+    written (tiles as their one ``tile`` folder).
+
+    ``events.jsonl`` is written only when the summary holds the events
+    (:func:`summary_from_events`); :func:`build_summary` streamed it already."""
     out_dir.mkdir(parents=True, exist_ok=True)
     contents: dict[str, bytes] = {
-        "events.jsonl": summary.events,
         "summary.dsse.json": _json_bytes(summary.envelope),
         "summary.sigstore.json": _json_bytes(summary.bundle),
         "service.pub": summary.public_pem.encode("ascii"),
-        "minute-proofs.json": _json_bytes(summary.minute_proofs),
         "SUMMARY.txt": summary.text.encode("utf-8"),
         "checkpoint": summary.checkpoint.encode("utf-8"),
     }
+    if summary.events is not None:
+        contents["events.jsonl"] = summary.events
     paths = []
     for name in EXPORT_FILES:
         path = out_dir / name
-        path.write_bytes(contents[name])
+        if name == "minute-proofs.json":
+            # Written as it is encoded: a month of minutes is ~70 MB of JSON text.
+            with path.open("w", encoding="utf-8") as out:
+                json.dump(summary.minute_proofs, out, indent=2, ensure_ascii=False)
+                out.write("\n")
+        elif name in contents:
+            path.write_bytes(contents[name])
+        else:
+            continue
         paths.append(path)
     if tiles:
         paths.append(write_tiles(summary.minute_proofs, out_dir))

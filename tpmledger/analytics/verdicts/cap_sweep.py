@@ -163,7 +163,7 @@ def _run_point(session: Session, state: RunState) -> SweepPoint | None:
         assert state.snapshot_metrics is not None
         return point_from_metrics(state.run_id, state.snapshot_metrics)
     table = current_table(session, state.run_id)
-    if table is None or not table.rows:
+    if table is None or not table.minutes:
         return None
     verdict = current_bottleneck(session, state.run_id, table=table)
     return point_from_metrics(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import shlex
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -229,6 +229,47 @@ FIGURES: Final[dict[str, tuple[Statistic, tuple[str, ...]]]] = {
 SLO_FIGURES: Final = ("goodput_tpm_total", "good_call_share")
 
 
+#: Resample indices held at once per run (rows × minutes): 2000 resamples of a 30-day run
+#: drawn whole were 2000 × 43,000 indices, 690 MB per run, before any figure gathered them.
+RESAMPLE_CELLS: Final = 1 << 21
+
+
+class Resamples:
+    """One run's ``(resamples, n)`` bootstrap indices, drawn a batch of rows at a time.
+
+    The batches (``rows`` rows each, the same for both runs of a comparison) are the rows
+    of one ``integers(0, n, size=(resamples, n))`` draw from the generator state given, in
+    order (NumPy's bounded integers consume the stream element
+    by element, so drawing the rows in batches yields the same values; a test holds it),
+    and every figure is computed row by row, so its bootstrap values are unchanged while
+    memory follows :data:`RESAMPLE_CELLS`, not the run's minutes. Indices that fit are
+    drawn once and kept.
+    """
+
+    def __init__(self, rng: np.random.Generator, n: int, count: int, rows: int) -> None:
+        self._state = rng.bit_generator.state
+        self.n, self.count, self._rows = n, count, max(rows, 1)
+        self._kept: npt.NDArray[np.int64] | None = None
+        for batch in self._draw():  # moves ``rng`` past these draws; keeps them if they fit
+            self._kept = batch if self._rows >= count else None
+        rng.bit_generator.state = self._end_state
+
+    def _draw(self) -> Iterator[npt.NDArray[np.int64]]:
+        rng = np.random.default_rng(0)
+        rng.bit_generator.state = self._state
+        for start in range(0, self.count, self._rows):
+            rows = min(self._rows, self.count - start)
+            yield rng.integers(0, max(self.n, 1), size=(rows, self.n))
+        self._end_state = rng.bit_generator.state
+
+    def batches(self) -> Iterator[npt.NDArray[np.int64]]:
+        """The index rows, in order, a batch at a time."""
+        if self._kept is not None:
+            yield self._kept
+            return
+        yield from self._draw()
+
+
 def _value(x: float) -> float | None:
     return None if math.isnan(x) else float(f"{x:.12g}")
 
@@ -237,8 +278,8 @@ def _figure(
     name: str,
     a: RunMinutes,
     b: RunMinutes,
-    idx_a: npt.NDArray[np.int64],
-    idx_b: npt.NDArray[np.int64],
+    idx_a: Resamples,
+    idx_b: Resamples,
     params: CompareParams,
 ) -> tuple[dict[str, Any], str | None]:
     """(figure entry, why it is not measured or None)."""
@@ -259,7 +300,12 @@ def _figure(
     if math.isnan(point_a) or math.isnan(point_b):
         side = a if math.isnan(point_a) else b
         return empty, f"{name} is not measured in run {side.run_id!r} (no minute reports it)"
-    diffs = stat(cols_b, idx_b) - stat(cols_a, idx_a)
+    diffs = np.concatenate(
+        [
+            stat(cols_b, rows_b) - stat(cols_a, rows_a)
+            for rows_a, rows_b in zip(idx_a.batches(), idx_b.batches(), strict=True)
+        ]
+    )
     tail = (1 - params.confidence) / 2 * 100
     diffs = diffs[~np.isnan(diffs)]
     interval = None
@@ -341,8 +387,9 @@ def compare(
 ) -> dict[str, Any]:
     """The compare result of two loaded runs (docs/metrics.md#compare)."""
     rng = np.random.default_rng(params.seed)
-    idx_a = rng.integers(0, max(a.inner_count, 1), size=(params.resamples, a.inner_count))
-    idx_b = rng.integers(0, max(b.inner_count, 1), size=(params.resamples, b.inner_count))
+    rows = RESAMPLE_CELLS // max(a.inner_count, b.inner_count, 1)  # same batches for both
+    idx_a = Resamples(rng, a.inner_count, params.resamples, rows)
+    idx_b = Resamples(rng, b.inner_count, params.resamples, rows)
     names = [n for n in FIGURES if slo_text is not None or n not in SLO_FIGURES]
     figures: dict[str, Any] = {}
     why: dict[str, str] = {}

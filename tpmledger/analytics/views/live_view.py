@@ -82,10 +82,15 @@ def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
 
 @dataclass
 class CurrentTable:
-    """The merged minute table of one run (rows by shard, then minute)."""
+    """The merged minute table of one run (rows by shard, then minute).
+
+    Rows are made one shard at a time, when asked for (:meth:`shard_rows`): the stored
+    rows are kept as they are (a row per shard and minute that has one), and a minute
+    without one is an empty row made on the way. So a run whose few attempts lie weeks
+    apart costs the rows asked for, not shards × minutes at once.
+    """
 
     state: RunState
-    rows: list[dict[str, Any]]
     live: bool
     data_as_of: datetime | None
     retries_measured: bool
@@ -96,13 +101,50 @@ class CurrentTable:
     # Per-minute run facts (storage.live_read.live_run_minute_rows), every minute's.
     run_facts: list[dict[str, Any]] = field(default_factory=list)
     hidden_cap: int = 0  # caps of shards the snapshot's '*' counts but lists no rows of
+    # What the rows are made from (set by merge_tables).
+    minutes: list[datetime] = field(default_factory=list)
+    called: list[str] = field(default_factory=list)  # shards with calls, sorted
+    stored: dict[str, dict[datetime, dict[str, Any]]] = field(default_factory=dict)
+    live_minutes: set[datetime] = field(default_factory=set)
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    close_after_s: float = 120.0
 
     def shard_rows(self, shard_id: str) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["shard_id"] == shard_id]
+        """One shard's (or ``*``'s) rows, first minute to last; none for another shard."""
+        if shard_id != WHOLE_RUN and shard_id not in self.called:
+            return []
+        stored = self.stored.get(shard_id, {})
+        rows = []
+        for minute in self.minutes:
+            source = stored.get(minute)
+            row = dict(source) if source is not None else _empty_row(shard_id, minute)
+            is_sealed = (
+                source is not None and not source.get("_live") and minute not in self.live_minutes
+            )
+            rows.append(_apply_rules(self, row, shard_id, is_sealed, self.now, self.close_after_s))
+        return rows
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row: each shard's, then the whole run's (made whole: prefer shard_rows)."""
+        if not self.minutes:
+            return []
+        return [row for shard in [*self.called, WHOLE_RUN] for row in self.shard_rows(shard)]
 
     @property
     def shard_ids(self) -> list[str]:
-        return sorted({r["shard_id"] for r in self.rows} - {WHOLE_RUN})
+        return list(self.called) if self.minutes else []
+
+    def shard_tokens(self, shard_id: str) -> int:
+        """Prompt + completion tokens of a shard's rows (empty minutes hold none)."""
+        if not self.minutes or shard_id not in self.called:
+            return 0
+        first, last = self.minutes[0], self.minutes[-1]
+        return sum(
+            int(r["prompt_tpm_in"]) + int(r["completion_tpm_out"])
+            for minute, r in self.stored.get(shard_id, {}).items()
+            if first <= minute <= last
+        )
 
 
 def _state_of(minute: datetime, sealed: bool, now: datetime, close_after_s: float) -> str:
@@ -148,7 +190,6 @@ def merge_tables(
     active = sorted(m for m, r in whole.items() if r["calls_in_minute"] > 0)
     table = CurrentTable(
         state=state,
-        rows=[],
         live=state.has_new_data,
         # What the rows reflect: the newest ingest commit the live rows saw (the live
         # table may be a moment behind the newest commit), else the snapshot's.
@@ -204,20 +245,15 @@ def merge_tables(
     check_run_minutes(
         state.run_id, int(active[0].timestamp()) // 60, int(active[-1].timestamp()) // 60
     )
-    minutes = []
     minute = active[0]
     while minute <= active[-1]:
-        minutes.append(minute)
+        table.minutes.append(minute)
         minute += MINUTE
-    by_key = {(r["shard_id"], r["minute_utc"]): r for r in chosen}
-    for shard in [*sorted(called), WHOLE_RUN]:
-        for minute in minutes:
-            source = by_key.get((shard, minute))
-            row = dict(source) if source is not None else _empty_row(shard, minute)
-            is_sealed = (
-                source is not None and not source.get("_live") and minute not in live_minutes
-            )
-            table.rows.append(_apply_rules(table, row, shard, is_sealed, now, close_after_s))
+    for r in chosen:  # as before: a later row of the same shard and minute wins
+        table.stored.setdefault(r["shard_id"], {})[r["minute_utc"]] = r
+    table.called = sorted(called)
+    table.live_minutes = live_minutes
+    table.now, table.close_after_s = now, close_after_s
     return table
 
 
@@ -309,10 +345,7 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
     completion = sum(r["completion_tpm_out"] for r in whole)
     # Open minutes are still filling: never a peak, never part of the sustained rate.
     inner = [r["tpm_total"] for r in whole[1:-1] if r["state"] in SETTLED]
-    tokens = {
-        s: sum(r["prompt_tpm_in"] + r["completion_tpm_out"] for r in table.shard_rows(s))
-        for s in table.shard_ids
-    }
+    tokens = {s: table.shard_tokens(s) for s in table.shard_ids}
     total = sum(tokens.values())
     balance: dict[str, Any] = {"shares": None, "imbalance": None}
     if total:
@@ -468,7 +501,17 @@ def run_view(
 def minutes_view(
     session: Session, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
 ) -> list[dict[str, Any]] | None:
-    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``."""
+    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``.
+
+    A run sealed with nothing newer reads that shard's sealed rows only (the seal applied
+    the table's rules already): the work follows the rows asked for, not every shard's.
+    """
+    state = run_state(session, run_id)
+    if state is None:
+        return None
+    if not state.has_new_data and state.snapshot_version is not None:
+        rows = sealed_minute_rows(session, run_id, state.snapshot_version, shard_id)
+        return [{**row, "state": "sealed"} for row in rows]
     table = current_table(session, run_id, close_after_s=close_after_s)
     if table is None:
         return None

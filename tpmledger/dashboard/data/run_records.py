@@ -116,7 +116,7 @@ def with_live_figures(session: Session, run: RunRecord, close_after_s: float) ->
         table = current_table(session, run.run_id, close_after_s=close_after_s)
     except RunTooLong:
         return replace(run, metrics={}, data_as_of=None)  # the run page says why
-    if table is None or not table.rows:
+    if table is None or not table.minutes:
         return replace(run, metrics={}, data_as_of=None)
     return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of)
 

@@ -120,7 +120,7 @@ def _live(
 ) -> tuple[RunRecord, CurrentTable | None]:
     """A live run with its live figures, and its current minute table (read once)."""
     table = current_table(session, run.run_id, close_after_s=config.close_after_s)
-    if table is None or not table.rows:
+    if table is None or not table.minutes:
         return replace(run, metrics={}, data_as_of=None), None
     return replace(run, metrics=live_figures(table), data_as_of=table.data_as_of), table
 

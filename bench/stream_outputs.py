@@ -1,0 +1,218 @@
+"""Whole-run outputs stream: serving ``events.jsonl``, exporting a summary and archiving a run
+keep their process's memory flat in the run's size (docs/provenance.md#streaming-seal).
+
+    .venv/bin/python bench/stream_outputs.py [--attempts 1000000 2000000] [--shards 8]
+                                             [--out FILE]
+
+For each size, a run of the seal benchmarks (bench/seal_workload.py) is loaded into a fresh
+database and sealed (in its own process). Then, per run:
+
+* ``GET /v1/runs/RUN/events.jsonl`` from a running ``tpmledger serve ingest`` (the
+  serving process): its RSS is sampled every 20 ms during the download (``VmRSS`` of
+  /proc/PID/status; the process's own ``VmHWM`` is printed at the end), and the body's
+  SHA-256 must equal the sealed ``events_sha256``; then three downloads at once, of which
+  one must get 503 + Retry-After (``TPMLEDGER_HEAVY_REQUESTS`` = 2);
+* ``tpmledger summary export RUN --out DIR`` in a new process: its peak RSS (its own
+  ``VmHWM``, read until it exits);
+* ``tpmledger summary verify DIR`` of that export (the offline verifier prune also runs);
+* at the end, ``tpmledger prune --older-than 1d`` archives every run (gzip event file,
+  verified): the peak RSS of that process.
+
+Baseline in the same run: the ingest process's RSS at rest before the first download.
+Target: ≤ 400 MB in each process. Printed and written to
+``bench/results/stream_outputs.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ingest_workload as workload
+import seal_workload
+from grpc_bombs import RssWatch, proc_status_kib
+
+from tpmledger.storage.database import raw_transaction
+
+RESULTS = workload.REPO / "bench" / "results" / "stream_outputs.txt"
+TARGET_MB = 400
+
+
+def _download(host: str, port: int, run_id: str) -> tuple[int, str, int, str | None]:
+    """Status, SHA-256 of the body, its size, and Retry-After."""
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    conn.request("GET", f"/v1/runs/{run_id}/events.jsonl")
+    response = conn.getresponse()
+    digest, size = hashlib.sha256(), 0
+    while block := response.read(1 << 20):
+        digest.update(block)
+        size += len(block)
+    conn.close()
+    return response.status, digest.hexdigest(), size, response.getheader("Retry-After")
+
+
+def _child_peak(command: list[str], env: dict[str, str]) -> tuple[int, float, str]:
+    """Peak RSS (KiB: the child's own ``VmHWM``, read every 20 ms until it exits), wall
+    seconds and output of a command. (``ru_maxrss`` from ``wait4`` would not do: Linux
+    carries the forking process's peak into the child, and this bench holds a run.)"""
+    started = time.monotonic()
+    peak = 0
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            peak = max(peak, proc_status_kib(process.pid, "VmHWM"))
+            time.sleep(0.02)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{text}")
+    return peak, time.monotonic() - started, text
+
+
+def _sealed_sha256(url: str, run_id: str) -> str:
+    with raw_transaction(url) as conn:
+        row = conn.execute(
+            "SELECT events_sha256 FROM snapshots WHERE run_id = %s ORDER BY version DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+    return str(row[0]) if row else ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--attempts", type=int, nargs="+", default=[1_000_000, 2_000_000])
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    lines = [
+        f"tpmledger whole-run outputs — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+        "command: .venv/bin/python bench/stream_outputs.py --attempts "
+        + " ".join(str(a) for a in args.attempts)
+        + f" --shards {args.shards}",
+        f"machine: {os.cpu_count()} cpus; load average before {os.getloadavg()[0]:.1f}",
+    ]
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    for line in lines:
+        print(line)
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    with workload.fresh_database() as db:
+        runs = []
+        for attempts in args.attempts:
+            run_id = seal_workload.run_id_for(attempts)
+            started = time.monotonic()
+            seal_workload.load(db.url, attempts, args.shards, run_id=run_id)
+            loaded = time.monotonic() - started
+            seal_mib, seal_s = seal_workload.seal_peak_rss(db.url, run_id)
+            say(
+                f"{attempts:,} attempts: loaded in {loaded:.0f} s; sealed in {seal_s:.1f} s "
+                f"(seal process peak {seal_mib} MiB)"
+            )
+            runs.append((attempts, run_id, _sealed_sha256(db.url, run_id)))
+
+        env = {**os.environ, "TPMLEDGER_DATA_DIR": str(work / "data")}
+        ingest = workload.start_ingest(db.url, {"TPMLEDGER_DATA_DIR": str(work / "data")})
+        pid = ingest.process.pid
+        try:
+            time.sleep(1.0)
+            idle_kib = proc_status_kib(pid, "VmRSS")
+            say(f"serving process (tpmledger serve ingest) at rest: {idle_kib / 1024:.0f} MiB")
+            for attempts, run_id, sealed in runs:
+                watch = RssWatch(pid)
+                watch.start()
+                started = time.monotonic()
+                status, digest, size, _ = _download(ingest.host, ingest.port, run_id)
+                took = time.monotonic() - started
+                watch.stop()
+                say(
+                    f"GET events.jsonl of {attempts:,} attempts: {status}, {size / 1e6:,.0f} MB "
+                    f"in {took:.1f} s, sha256 {'equals' if digest == sealed else 'DIFFERS FROM'}"
+                    f" the seal's; serving process peak {watch.peak_kib / 1024:.0f} MiB = "
+                    f"{watch.peak_kib * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+                    f"{'met' if watch.peak_kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+                )
+            # Three at once with the default cap of two: one gets 503 + Retry-After.
+            attempts, run_id, sealed = runs[-1]
+            answers: list[tuple[int, str, int, str | None]] = []
+            watch = RssWatch(pid)
+            watch.start()
+            threads = [
+                threading.Thread(
+                    target=lambda: answers.append(_download(ingest.host, ingest.port, run_id))
+                )
+                for _ in range(3)
+            ]
+            for thread in threads:
+                thread.start()
+                time.sleep(0.5)
+            for thread in threads:
+                thread.join()
+            watch.stop()
+            statuses = sorted((a[0], a[3]) for a in answers)
+            say(
+                f"3 downloads at once of {attempts:,} attempts: (status, Retry-After) "
+                f"{statuses}; all 200s equal the seal: "
+                f"{all(a[1] == sealed for a in answers if a[0] == 200)}; serving process "
+                f"peak {watch.peak_kib / 1024:.0f} MiB"
+            )
+            say(
+                f"serving process VmHWM over the whole bench: "
+                f"{proc_status_kib(pid, 'VmHWM') / 1024:.0f} MiB "
+                f"({proc_status_kib(pid, 'VmHWM') / max(idle_kib, 1):.2f} x at rest)"
+            )
+        finally:
+            ingest.stop()
+
+        command = [sys.executable, "-m", "tpmledger.cli.main"]
+        env["TPMLEDGER_DATABASE_URL"] = db.url
+        for attempts, run_id, _ in runs:
+            out_dir = work / f"export-{run_id}"
+            peak, took, _ = _child_peak(
+                [*command, "summary", "export", run_id, "--out", str(out_dir)], env
+            )
+            size = (out_dir / "events.jsonl").stat().st_size
+            say(
+                f"summary export of {attempts:,} attempts: {took:.1f} s, events.jsonl "
+                f"{size / 1e6:,.0f} MB; process peak {peak / 1024:.0f} MiB = "
+                f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+                f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+            )
+            peak, took, _ = _child_peak([*command, "summary", "verify", str(out_dir)], env)
+            say(
+                f"  summary verify of that export (offline, standard-library verifier): "
+                f"{took:.1f} s; process peak {peak / 1024:.0f} MiB"
+            )
+        peak, took, text = _child_peak(
+            [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
+        )
+        archived = text.count("archived (")
+        say(
+            f"prune (archive + verify + delete) of the {len(runs)} runs "
+            f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts): {took:.1f} s, "
+            f"{archived} archived; process peak {peak / 1024:.0f} MiB = "
+            f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+            f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+        )
+    shutil.rmtree(work, ignore_errors=True)  # exports and archives: GBs
+    say(f"load average after: {os.getloadavg()[0]:.1f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A summary exported by streaming has the proofs and event file of one built whole."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from tests.analytics.seeding import store
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.proofs.run_events import load_run_events
+from tpmledger.analytics.proofs.summary_export import build_summary
+from tpmledger.analytics.seal.minute_leaves import minute_leaves
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.provenance.event_file import build_event_file
+from tpmledger.provenance.minute_proofs import build_minute_proofs
+from tpmledger.provenance.signing_keys import load_or_create_signing_key
+from tpmledger.settings import Settings
+
+SECOND = 1_000_000_000
+MINUTE = 60 * SECOND
+
+
+@pytest.mark.parametrize("resend_count", [None, 1], ids=["retries not measured", "measured"])
+def test_streamed_export_equals_the_whole_one(
+    database_url: str, tmp_path: Path, resend_count: int | None
+) -> None:
+    run = f"export-{resend_count}"
+    rows = [
+        attempt_row(
+            run_id=run,
+            shard_id=str(i % 2),
+            start_ns=BASE_NS + i * 40 * MINUTE,
+            # Two attempts every 40 minutes: most minutes are empty.
+            end_ns=BASE_NS + (i // 2) * 40 * MINUTE + 5 * SECOND,
+            resend_count=resend_count if i % 3 == 0 else None,
+            status="error" if i % 5 == 0 else "ok",
+        )
+        for i in range(12)
+    ]
+    store(database_url, rows)
+    seal_run(database_url, run)
+    key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+    target = tmp_path / "events.jsonl.gz"
+    summary = build_summary(database_url, run, key, events_to=target, compress_events=True)
+
+    events = load_run_events(database_url, run)
+    whole = build_event_file(events)
+    assert gzip.decompress(target.read_bytes()) == whole.tobytes()
+    expected = build_minute_proofs(run, minute_leaves(events, whole))
+    assert summary.minute_proofs == expected
+    assert summary.minute_proofs["tree_size"] > 100  # the empty minutes are leaves too
