@@ -104,9 +104,9 @@ SEAL_ATTEMPTS = 3
 
 def _summary(args: argparse.Namespace) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary."""
-    from tpmledger.analytics.kernels.compile_notice import ensure_kernels
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 

@@ -199,23 +199,3 @@ def run_minutes(
                     if flight < low[row]:
                         sag[row, minute] += seconds
     return flight_sum, flight_max, depth_sum, depth_max, queued, sag
-
-
-@_kernel
-def run_totals(
-    offsets: Ints, run_start: Ints, run_flight: Ints, run_depth: Ints, last: int, low: Floats
-) -> tuple[Ints, Ints]:
-    """Per row over the whole grid: seconds with a queue, and those with in-flight <
-    ``low[row]`` as well (the work-conserving check's counts)."""
-    rows = offsets.size - 1
-    queued = np.zeros(rows, np.int64)
-    sag = np.zeros(rows, np.int64)
-    for row in range(rows):
-        for k in range(offsets[row], offsets[row + 1]):
-            if run_depth[k] <= 0:
-                continue
-            end = run_start[k + 1] if k + 1 < offsets[row + 1] else last
-            queued[row] += end - run_start[k]
-            if run_flight[k] < low[row]:
-                sag[row] += end - run_start[k]
-    return queued, sag

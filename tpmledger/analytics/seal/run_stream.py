@@ -19,8 +19,9 @@ minutes, not its attempts:
 - run-wide rules (retries measured at all, shards that report queue waits, caps) are
   applied once, to the finished table.
 
-Tests prove the result equal, row for row and figure for figure, to
-:func:`analytics.run_figures.analyze_events` over the whole run.
+This is the product's only implementation of the run figures. Tests prove the result
+equal, row for row and figure for figure, to an independent whole-run pass kept as a
+test oracle (tests/analytics/oracle/whole_run.py).
 """
 
 from __future__ import annotations
