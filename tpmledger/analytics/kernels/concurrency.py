@@ -41,6 +41,7 @@ from tpmledger.analytics.kernels.group_kernels import second_grid, second_sample
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
     run_minutes,
+    run_totals_before,
     sparse_runs,
     sparse_steps,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "SecondSeries",
     "minute_samples",
     "second_series",
+    "seconds_before",
 ]
 
 # Queue samples reach back at most this far before the first start (bounds the grid).
@@ -183,3 +185,22 @@ def minute_samples(series: SecondSeries, caps: Mapping[str, int | None]) -> Minu
         queue_seconds=queued,
         sag_seconds=sag,
     )
+
+
+def seconds_before(
+    series: SecondSeries, until_second: int, caps: Mapping[str, int | None]
+) -> tuple[Ints, Ints]:
+    """Per row (shards, then ``'*'``: 0), the seconds before epoch second ``until_second``
+    with a queue, and of those the seconds in-flight sagged below 0.9 × ``caps`` (what the
+    work-conserving check counts before the first minute a seal samples)."""
+    queued, sag = run_totals_before(
+        series.offsets,
+        series.run_start,
+        series.run_in_flight,
+        series.run_queue_depth,
+        series.last_second,
+        until_second,
+        _sag_below(series, caps),
+    )
+    queued[-1] = 0
+    return queued, sag

@@ -199,3 +199,32 @@ def run_minutes(
                     if flight < low[row]:
                         sag[row, minute] += seconds
     return flight_sum, flight_max, depth_sum, depth_max, queued, sag
+
+
+@_kernel
+def run_totals_before(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    until: int,
+    low: Floats,
+) -> tuple[Ints, Ints]:
+    """Per row, over the grid's seconds before epoch second ``until``: seconds with a queue,
+    and those with in-flight < ``low[row]`` as well (what :func:`run_minutes` counts, without
+    a per-minute array: the seconds before a run's first minute can span years)."""
+    rows = offsets.size - 1
+    queued = np.zeros(rows, np.int64)
+    sag = np.zeros(rows, np.int64)
+    for row in range(rows):
+        for k in range(offsets[row], offsets[row + 1]):
+            if run_depth[k] <= 0:
+                continue
+            hi = min(run_start[k + 1] if k + 1 < offsets[row + 1] else last, until)
+            if hi <= run_start[k]:
+                continue
+            queued[row] += hi - run_start[k]
+            if run_flight[k] < low[row]:
+                sag[row] += hi - run_start[k]
+    return queued, sag
