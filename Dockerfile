@@ -38,7 +38,7 @@ COPY tpmledger/ tpmledger/
 # tpmledger itself on the pinned dependencies (requirements.lock's setuptools builds it), then
 # compile the analytics kernels into the image (about 6 s), readable by the service user.
 RUN pip install --no-deps --no-build-isolation . && cd / && rm -rf /src \
-    && python -m tpmledger.analytics.kernels.kernel_warmup && chmod -R a+rX /opt/tpmledger
+    && python -m tpmledger.analytics.seal.kernel_warmup && chmod -R a+rX /opt/tpmledger
 
 USER tpmledger
 WORKDIR /data

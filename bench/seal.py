@@ -22,9 +22,9 @@ measure the peak memory of one seal (README.md#benchmarks).
    CPU that PostgreSQL's processes used. It also prints the seal's digests (merkle root,
    events_sha256, metrics_sha256): any change in them between two source trees is a
    behaviour change. The best repeat is reported.
-4. Analytics alone: ``analyze_events`` (minute table + run figures; no file, no hashing)
-   on events already in memory, best of ``--repeat`` (up to 2 M attempts: it holds the
-   run).
+4. Analytics alone: ``fold_events`` (the seal's walk as one chunk: minute table + run
+   figures; no file, no hashing) on events already in memory, best of ``--repeat`` (up
+   to 2 M attempts: it holds the run).
 5. Peak RSS of one seal in a fresh process. With ``--compare-attempts N``, a second run of
    N attempts is loaded into the same database and both are sealed in fresh processes,
    alternating, ``--repeat`` times: their wall times, peak RSS and the ratio.
@@ -49,7 +49,8 @@ import polars as pl
 from seal_workload import load, run_id_for, run_stored, seal_peak_rss  # the generated run
 
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.run_computation import StageTimer, load_run
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.storage import migrate
@@ -128,7 +129,7 @@ def _copy_floor(url: str, run_id: str) -> float | None:
 
 
 def _analytics_alone(url: str, run_id: str, repeat: int) -> tuple[int, float, float]:
-    """Attempts, best wall and best CPU seconds of ``analyze_events`` on the whole run
+    """Attempts, best wall and best CPU seconds of ``fold_events`` on the whole run
     already in memory (fetched and rollups resolved before timing)."""
     facts, attempts = load_run(url, run_id)
     events = attempts_to_events(attempts)
@@ -136,7 +137,7 @@ def _analytics_alone(url: str, run_id: str, repeat: int) -> tuple[int, float, fl
     timings, cpu_timings = [], []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        analyze_events(events, context)
+        fold_events(events, context)
         timings.append(time.perf_counter() - t0)
         cpu_timings.append(time.process_time() - c0)
     return events.height, min(timings), min(cpu_timings)
@@ -241,7 +242,7 @@ def main() -> int:
         if args.attempts <= ANALYTICS_ALONE_MAX:
             count, analytics_s, analytics_cpu = _analytics_alone(url, run_id, args.repeat)
             say(
-                f"analytics alone (analyze_events on events in memory, best of {args.repeat}): "
+                f"analytics alone (fold_events on events in memory, best of {args.repeat}): "
                 f"{analytics_s:.3f} s wall = {count / analytics_s / 1e6:.2f} M attempts/s; "
                 f"{analytics_cpu:.3f} s CPU (all threads) = "
                 f"{count / analytics_cpu / 1e6:.2f} M attempts per CPU-second (target >= 5 M/s)"

@@ -16,7 +16,8 @@
    peak RSS (VmHWM, read by the process itself: a forked child would otherwise inherit
    this process's high-water mark).
 5. For comparison only: the analytics engine on the same file (``read_events`` +
-   ``analyze_events``), which the verifier does not use (it must not repeat the sealer).
+   ``fold_events``, the seal's walk as one chunk), which the verifier does not use (it
+   must not repeat the sealer).
 
 Prints best-of-``--repeat`` times and verify / seal against the target (README.md and
 issue 15: offline verify of a 1 M export ≤ 3 × the seal time of the same run).
@@ -40,8 +41,9 @@ import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from seal_workload import RUN_ID, load, seal_peak_rss  # the seal bench's run
 
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.proofs.summary_export import build_summary, write_export
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import read_events
 from tpmledger.provenance.signing_keys import SigningKey
@@ -164,9 +166,9 @@ def main() -> int:
             say("verify / seal (target <= 3)", f"{ratio:8.2f}  {verdict}")
 
             engine_s, _ = best_of(
-                args.repeat, lambda: analyze_events(read_events(events), RunContext(RUN_ID))
+                args.repeat, lambda: fold_events(read_events(events), RunContext(RUN_ID))
             )
-            say("for comparison: read_events + analyze_events", f"{engine_s:8.3f} s")
+            say("for comparison: read_events + fold_events", f"{engine_s:8.3f} s")
         print(f"load average after: {os.getloadavg()} (the machine is shared; wall times vary)")
         print(
             f"command: .venv/bin/python bench/summary_verify.py --attempts {args.attempts} "

@@ -12,7 +12,7 @@ import pytest
 
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
-from tpmledger.analytics.kernels.compile_notice import NOTICE
+from tpmledger.analytics.seal.compile_notice import NOTICE
 from tpmledger.cli.main import numba_cache_dir
 
 pytestmark = pytest.mark.slow

@@ -17,12 +17,15 @@ import hashlib
 from typing import Any
 
 import polars as pl
+import pytest
 import rfc8785
 
 from tests.analytics.golden_events import CAPS, golden_records
+from tests.analytics.oracle.whole_run import analyze_events
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import build_event_file
@@ -58,11 +61,13 @@ def _metrics_sha256(figures: dict[str, Any], events_sha256: str) -> str:
     return hashlib.sha256(rfc8785.dumps({**figures, "events_sha256": events_sha256})).hexdigest()
 
 
-def test_golden_digests_in_memory() -> None:
+@pytest.mark.parametrize("analyze", [fold_events, analyze_events], ids=["stream", "oracle"])
+def test_golden_digests_in_memory(analyze: Any) -> None:
+    # The product's streaming walk (one chunk) and the whole-run test oracle both.
     events = golden_events()
     file = build_event_file(events)
     context = RunContext(run_id="golden", caps=CAPS, declared_shard_count=2, concurrency_cap=1)
-    analysis = analyze_events(events, context)
+    analysis = analyze(events, context)
     root, size = minute_tree_root(leaves_from_minutes(analysis.minutes, file))
     metrics = _metrics_sha256(analysis.figures, file.sha256)
     print(f"\nEVENTS_SHA256 = {file.sha256}\nMERKLE_ROOT = {root}\nMETRICS_SHA256 = {metrics}")

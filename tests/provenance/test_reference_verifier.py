@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS, golden_records
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA, NS_COLUMNS
@@ -47,7 +48,7 @@ S = 1_000_000_000
 def sealer_and_reference(events: pl.DataFrame) -> tuple[dict[str, Any], Recomputed]:
     """What the sealer signs (figures, leaves, root) and what the reference recomputes."""
     file = build_event_file(events)
-    analysis = analyze_events(events, RunContext())
+    analysis = fold_events(events, RunContext())
     leaves = leaves_from_minutes(analysis.minutes, file)
     root, size = minute_tree_root(leaves)
     sealed = {

@@ -23,10 +23,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-from tpmledger.analytics.kernels.kernel_warmup import warm
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.checkpoints import Checkpointer
+from tpmledger.analytics.seal.kernel_warmup import warm
 from tpmledger.analytics.seal.run_computation import StageTimer
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo

@@ -135,8 +135,8 @@ class SealProgress:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.kernels.compile_notice import ensure_kernels
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+    from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.run_computation import UnknownRun
     from tpmledger.analytics.seal.sealing import seal_run
     from tpmledger.analytics.verdicts.slo import SloError, optional_slo

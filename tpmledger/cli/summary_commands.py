@@ -105,9 +105,9 @@ SEAL_ATTEMPTS = 3
 def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSummary | None:
     """Seal the run if it changed (a no-op otherwise), then build its signed summary; the
     event file streams to ``events_to`` (or is only hashed)."""
-    from tpmledger.analytics.kernels.compile_notice import ensure_kernels
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 

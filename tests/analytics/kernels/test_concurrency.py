@@ -16,13 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS, S
+from tests.analytics.oracle.whole_run import minute_concurrency, work_conserving
 from tpmledger.analytics.kernels import concurrency
 from tpmledger.analytics.kernels.concurrency import (
     SecondSeries,
-    minute_concurrency,
     minute_samples,
     second_series,
-    work_conserving,
 )
 from tpmledger.provenance.event_file import EVENT_SCHEMA
 
@@ -194,7 +193,8 @@ limit = 1024 * 2**20  # private memory of this process, Python and the kernels i
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 import polars as pl
 from tpmledger.analytics.live.live_minutes import live_minute_rows
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import EVENT_SCHEMA
 base = {name: None for name in EVENT_SCHEMA}
 start, end = 946_684_800 * 10**9, 1_769_917_470 * 10**9  # 2000-01-01 .. 2026-02-01
@@ -205,7 +205,7 @@ rows = [
             "start_ns": end - 5 * 10**9, "end_ns": end, "status": "ok"},
 ]
 events = pl.DataFrame(rows, schema=EVENT_SCHEMA)
-result = analyze_events(events, RunContext(caps={"s": 2}))
+result = fold_events(events, RunContext(caps={"s": 2}))
 whole = result.minutes.filter(pl.col("shard_id") == "*").row(0, named=True)
 print(result.minutes.height, whole["in_flight_max"], whole["in_flight_mean"],
       result.figures["work_conserving"]["seconds_with_queue"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tpmledger.analytics.kernels.logical_calls import count_logical_calls, repeated
+from tests.analytics.oracle.whole_run import count_logical_calls
+from tpmledger.analytics.kernels.logical_calls import repeated
 
 
 def test_repeated_flags_every_occurrence_of_a_value_seen_twice() -> None:

@@ -8,7 +8,15 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from tests.analytics.golden_events import CAPS, golden_events
-from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, compute_minutes
+from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, with_minute_utc
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
+
+
+def compute_minutes(events: pl.DataFrame, caps: dict[str, int] | None = None) -> pl.DataFrame:
+    """The product's minute table: the streaming seal's walk over the events as one chunk."""
+    return with_minute_utc(fold_events(events, RunContext(caps=caps or {})).minutes)
+
 
 MINUTES = [datetime(2026, 2, 1, 3, m, tzinfo=UTC) for m in range(44, 49)]
 COUNTS = [

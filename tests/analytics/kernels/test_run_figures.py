@@ -6,7 +6,13 @@ import polars as pl
 import pytest
 
 from tests.analytics.golden_events import CAPS, golden_events
-from tpmledger.analytics.kernels.run_figures import RunContext, clean, compute_run_figures
+from tpmledger.analytics.kernels.run_figures import RunContext, clean
+from tpmledger.analytics.seal.memory_run import fold_events
+
+
+def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict:
+    """The product's figures: the streaming seal's walk over the events as one chunk."""
+    return fold_events(events, context).figures
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tests.analytics.golden_events import golden_events
-from tpmledger.analytics.kernels.minute_table import build_minute_table
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes, minute_digests
 from tpmledger.provenance.event_file import build_event_file
 
@@ -21,7 +21,7 @@ def test_digests_hash_each_minutes_lines_including_empty_minutes() -> None:
     lines = file.tobytes().splitlines(keepends=True)
     assert digests.digests[0] == hashlib.sha256(b"".join(lines[:3])).hexdigest()
     assert digests.digests[2] == hashlib.sha256(b"").hexdigest()
-    table = build_minute_table(events)
+    table = fold_events(events).minutes
     assert leaves_from_minutes(table, file, digests) == leaves_from_minutes(table, file)
 
 
@@ -29,7 +29,7 @@ def test_a_table_that_disagrees_with_the_file_is_refused() -> None:
     events = golden_events()
     file = build_event_file(events)
     digests = minute_digests(events, file)
-    table = build_minute_table(events).with_columns(
+    table = fold_events(events).minutes.with_columns(
         calls_in_minute=pl.when(pl.col("calls_in_minute") == 2)
         .then(3)
         .otherwise(pl.col("calls_in_minute"))

@@ -4,8 +4,8 @@ Random runs (rollup parents and children, explicit calls whose attempts end in d
 chunks, resend counts present or absent, queue waits reaching back before the first
 minute and across chunk edges, caps) are stored through the real write path; the run is
 then computed chunk by chunk (chunks as small as one attempt's worth of minutes) and
-compared with :func:`analyze_events` over the whole run read at once, and the streamed
-file digests with the file built whole.
+compared with the whole-run test oracle (:func:`tests.analytics.oracle.whole_run.analyze_events`)
+over the whole run read at once, and the streamed file digests with the file built whole.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from tests.analytics.live.test_live_minutes import _rows, attempt_specs
+from tests.analytics.oracle.whole_run import analyze_events
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
-from tpmledger.analytics.seal.minute_leaves import minute_leaves
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
+from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.analytics.seal.minute_tree import tree_from_leaves
 from tpmledger.analytics.seal.run_chunks import CallOrder, chunk_ranges
 from tpmledger.analytics.seal.run_computation import compute_run, load_run
@@ -35,7 +37,7 @@ from tpmledger.storage.seal_reads import SealScope, fetch_seal_plan
 MINUTE = 60_000_000_000
 
 
-def _whole_run(url: str, run_id: str, end_before_ns: int | None = None) -> Any:
+def _whole_run(url: str, run_id: str, end_before_ns: int | None = None) -> tuple[Any, ...]:
     facts, attempts = load_run(url, run_id, end_before_ns)
     events = attempts_to_events(attempts)
     context = RunContext(
@@ -45,18 +47,22 @@ def _whole_run(url: str, run_id: str, end_before_ns: int | None = None) -> Any:
         concurrency_cap=facts.concurrency_cap,
         sweep_id=facts.sweep_id,
     )
-    return events, analyze_events(events, context)
+    return events, context, analyze_events(events, context)
 
 
 def _assert_equal(url: str, run_id: str, chunk_attempts: int, end_before_ns: int | None) -> None:
     streamed = compute_run(url, run_id, end_before_ns=end_before_ns, chunk_attempts=chunk_attempts)
-    events, whole = _whole_run(url, run_id, end_before_ns)
+    events, context, whole = _whole_run(url, run_id, end_before_ns)
     assert_frame_equal(streamed.analysis.minutes, whole.minutes)
     assert streamed.analysis.figures == whole.figures
+    # The same walk over the events in memory, as one chunk (empty runs, summaries).
+    folded = fold_events(events, context)
+    assert_frame_equal(folded.minutes, whole.minutes)
+    assert folded.figures == whole.figures
     file = build_event_file(events)
     assert (streamed.file.sha256, streamed.file.count) == (file.sha256, file.count)
     if events.height:
-        assert streamed.tree.root == tree_from_leaves(minute_leaves(events, file)).root
+        assert streamed.tree.root == tree_from_leaves(leaves_from_minutes(whole.minutes, file)).root
 
 
 @settings(

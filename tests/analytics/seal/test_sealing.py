@@ -8,9 +8,9 @@ import psycopg
 import pytest
 import rfc8785
 
+from tests.analytics.oracle.whole_run import compute_run_figures
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
-from tpmledger.analytics.kernels.run_figures import compute_run_figures
 from tpmledger.analytics.proofs.run_events import load_run_events
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.analytics.seal.minute_leaves import minute_leaves

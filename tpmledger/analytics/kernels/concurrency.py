@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -36,17 +36,15 @@ from tpmledger.analytics.kernels.event_plans import SECOND_NS
 from tpmledger.analytics.kernels.figure_rules import (
     SAG_FRACTION_OF_CAP,
     SAG_PASS_SHARE,
-    work_conserving_result,
 )
 from tpmledger.analytics.kernels.group_kernels import second_grid, second_samples
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
     run_minutes,
-    run_totals,
+    run_totals_before,
     sparse_runs,
     sparse_steps,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
 
 __all__ = [
     "SAG_FRACTION_OF_CAP",
@@ -55,6 +53,7 @@ __all__ = [
     "SecondSeries",
     "minute_samples",
     "second_series",
+    "seconds_before",
 ]
 
 # Queue samples reach back at most this far before the first start (bounds the grid).
@@ -188,56 +187,20 @@ def minute_samples(series: SecondSeries, caps: Mapping[str, int | None]) -> Minu
     )
 
 
-def minute_concurrency(series: SecondSeries, caps: Mapping[str, int] | None) -> pl.DataFrame:
-    """Per (shard_id or '*', window minute): in-flight and queue depth mean/max, and the cap."""
-    samples = minute_samples(series, {})
-    queue_rows = np.array([s in series.queue_shards for s in series.shard_ids], dtype=np.bool_)
-    shard_ids = [*series.shard_ids, WHOLE_RUN]
-    minutes = series.window_minutes
-    cap_map = dict(caps or {})
-    caps_by_row = {**cap_map, WHOLE_RUN: sum(cap_map.values()) if cap_map else None}
-    # Shards that never reported a queue wait have depth 0 throughout, so the '*' row's
-    # depth is the sum over reporting shards; it is null when none reported.
-    has_queue = np.append(queue_rows, bool(series.queue_shards)).repeat(minutes)
-    frame = pl.DataFrame(
-        {
-            "shard_id": np.repeat(np.array(shard_ids, dtype=object), minutes).tolist(),
-            "minute_ns": np.tile(samples.minute_ns, len(shard_ids)),
-            "in_flight_mean": samples.in_flight_mean.ravel(),
-            "in_flight_max": samples.in_flight_max.ravel(),
-            "queue_depth_mean": samples.queue_depth_mean.ravel(),
-            "queue_depth_max": samples.queue_depth_max.ravel(),
-            "has_queue": has_queue,
-        },
-        schema_overrides={"shard_id": pl.String, "minute_ns": pl.Int64},
-    )
-    queue = pl.col("has_queue")
-    return frame.select(
-        "shard_id",
-        "minute_ns",
-        "in_flight_mean",
-        pl.col("in_flight_max").cast(pl.Int32),
-        pl.when(queue).then(pl.col("queue_depth_mean")).alias("queue_depth_mean"),
-        pl.when(queue).then(pl.col("queue_depth_max").cast(pl.Int32)).alias("queue_depth_max"),
-        pl.col("shard_id")
-        .replace_strict(caps_by_row, default=None, return_dtype=pl.Int32)
-        .alias("concurrency_cap"),
-    )
-
-
-def work_conserving(series: SecondSeries, caps: Mapping[str, int] | None) -> dict[str, Any]:
-    """The docs/metrics.md work-conserving check; figures are null when they cannot be measured."""
-    result = work_conserving_result()
-    usable = {s: c for s, c in (caps or {}).items() if s in series.queue_shards and c}
-    if not usable:
-        return result
-    queued, sag = run_totals(
+def seconds_before(
+    series: SecondSeries, until_second: int, caps: Mapping[str, int | None]
+) -> tuple[Ints, Ints]:
+    """Per row (shards, then ``'*'``: 0), the seconds before epoch second ``until_second``
+    with a queue, and of those the seconds in-flight sagged below 0.9 × ``caps`` (what the
+    work-conserving check counts before the first minute a seal samples)."""
+    queued, sag = run_totals_before(
         series.offsets,
         series.run_start,
         series.run_in_flight,
         series.run_queue_depth,
         series.last_second,
-        _sag_below(series, usable),
+        until_second,
+        _sag_below(series, caps),
     )
-    rows = [row for row, shard in enumerate(series.shard_ids) if shard in usable]
-    return work_conserving_result(int(queued[rows].sum()), int(sag[rows].sum()))
+    queued[-1] = 0
+    return queued, sag

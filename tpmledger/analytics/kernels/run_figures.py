@@ -1,16 +1,16 @@
-"""Run-level figures (docs/metrics.md, named as docs/metrics.md ``GET /v1/runs/{run_id}``) from
-events alone.
+"""Run-level figures (docs/metrics.md, named as docs/metrics.md ``GET /v1/runs/{run_id}``):
+the run object assembled from a minute table and a run's totals.
 
-:func:`compute_run_figures` takes a frame with exactly the canonical event columns, so a
-signed summary can be re-verified from ``events.jsonl``. The optional :class:`RunContext`
-carries what the event file does not (declared shard count, caps, sweep); figures that
-need it (``work_conserving``, ``concurrency_cap``, …) are null without it.
+The streaming seal (:mod:`tpmledger.analytics.seal.run_stream`) builds the table and the
+:class:`RunTotals` and :func:`run_figures_of` assembles the figures. The optional
+:class:`RunContext` carries what the event file does not (declared shard count, caps,
+sweep); figures that need it (``work_conserving``, ``concurrency_cap``, …) are null
+without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,18 +20,8 @@ import polars as pl
 
 from tpmledger.analytics.kernels.cell_figures import (
     WHOLE_RUN,
-    CellFigures,
-    cell_figures,
-    event_value_groups,
-    run_values,
 )
-from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series, work_conserving
-from tpmledger.analytics.kernels.event_arrays import EventArrays, event_arrays
-from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
-from tpmledger.analytics.kernels.event_plans import explicit_call_ids
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.kernels.logical_calls import count_logical_calls
-from tpmledger.analytics.kernels.minute_table import build_minute_table
 from tpmledger.storage.time_text import minute_text_ns, ns_to_rfc3339
 
 PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
@@ -91,17 +81,12 @@ def _sustained(whole: pl.DataFrame) -> float | None:
     return float(value) if value is not None else None  # type: ignore[arg-type]
 
 
-def _run_id(events: pl.DataFrame) -> str | None:
-    run_ids = events.get_column("run_id").drop_nulls().unique().sort()
-    return run_ids[0] if run_ids.len() else None
-
-
 @dataclass(frozen=True)
 class RunTotals:
     """What the run figures are assembled from besides the minute table: sums over every
     event, logical calls, run-level percentiles and moments, per-shard tokens and the
-    work-conserving check. A whole-run pass and the streaming seal
-    (:mod:`analytics.seal.run_stream`) each build one; :func:`run_figures_of` is shared."""
+    work-conserving check, as the streaming seal (:mod:`analytics.seal.run_stream`) sums
+    them (the whole-run test oracle builds one too); :func:`run_figures_of` is shared."""
 
     run_id: str | None
     attempts: int
@@ -117,39 +102,6 @@ class RunTotals:
     shard_ids: tuple[str, ...]  # shards with events, sorted
     shard_tokens: npt.NDArray[np.int64]  # prompt + completion per shard of shard_ids
     work_conserving: dict[str, Any]
-
-
-def _whole_run_totals(events: pl.DataFrame, parts: _Parts, context: RunContext) -> RunTotals:
-    first, last = events.select(first=pl.col("end_ns").min(), last=pl.col("end_ns").max()).row(0)
-    arrays = parts.arrays
-    return RunTotals(
-        run_id=context.run_id or _run_id(events),
-        attempts=events.height,
-        first_ns=first,
-        last_ns=last,
-        successes=int(arrays.ok.sum()),
-        retries=int(arrays.retry.sum()),
-        prompt=int(arrays.prompt.sum()),
-        completion=int(arrays.completion.sum()),
-        retries_measured=arrays.retries_measured,
-        calls=parts.calls,
-        values=parts.run,
-        shard_ids=parts.grid.shard_ids,
-        shard_tokens=parts.cells.shard_tokens,
-        work_conserving=work_conserving(parts.series, context.caps),
-    )
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What the run figures are assembled from (computed side by side)."""
-
-    grid: EventGrid
-    arrays: EventArrays
-    cells: CellFigures
-    run: dict[str, float | None]  # run-level percentiles and moments
-    series: SecondSeries
-    calls: tuple[int, int, Any]
 
 
 def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> dict[str, Any]:
@@ -198,37 +150,3 @@ def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> di
     }
     cleaned: dict[str, Any] = clean(figures)
     return cleaned
-
-
-def analyze_events(events: pl.DataFrame, context: RunContext | None = None) -> RunAnalysis:
-    """Minute table and run figures of canonical ``events`` (any row order)."""
-    context = context or RunContext()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The worker: grid, concurrency series, logical calls, run-level sorts; this
-        # thread: per-event arrays, sorted groups, the minute table. Polars, NumPy's
-        # sorts and the compiled loops all release the GIL.
-        grid_job = pool.submit(event_grid, events)
-        series = pool.submit(lambda: second_series(events, grid_job.result()))
-        explicit = explicit_call_ids(events)
-        arrays = event_arrays(events, explicit=explicit)
-        calls = pool.submit(
-            count_logical_calls,
-            events,
-            arrays.ok,
-            explicit=explicit,
-            measured=arrays.retries_measured,
-        )
-        grid = grid_job.result()
-        ttft, latency = event_value_groups(grid, arrays)
-        run = pool.submit(run_values, ttft, latency)
-        cells = cell_figures(grid, arrays, ttft, latency)
-        table = build_minute_table(events, context.caps, series.result(), grid=grid, cells=cells)
-        parts = _Parts(grid, arrays, cells, run.result(), series.result(), calls.result())
-    return RunAnalysis(
-        table, run_figures_of(table, _whole_run_totals(events, parts, context), context)
-    )
-
-
-def compute_run_figures(events: pl.DataFrame, context: RunContext | None = None) -> dict[str, Any]:
-    """Run-level figures from canonical events (the run object without seal keys)."""
-    return analyze_events(events, context).figures

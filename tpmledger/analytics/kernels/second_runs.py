@@ -202,11 +202,18 @@ def run_minutes(
 
 
 @_kernel
-def run_totals(
-    offsets: Ints, run_start: Ints, run_flight: Ints, run_depth: Ints, last: int, low: Floats
+def run_totals_before(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    until: int,
+    low: Floats,
 ) -> tuple[Ints, Ints]:
-    """Per row over the whole grid: seconds with a queue, and those with in-flight <
-    ``low[row]`` as well (the work-conserving check's counts)."""
+    """Per row, over the grid's seconds before epoch second ``until``: seconds with a queue,
+    and those with in-flight < ``low[row]`` as well (what :func:`run_minutes` counts, without
+    a per-minute array: the seconds before a run's first minute can span years)."""
     rows = offsets.size - 1
     queued = np.zeros(rows, np.int64)
     sag = np.zeros(rows, np.int64)
@@ -214,8 +221,10 @@ def run_totals(
         for k in range(offsets[row], offsets[row + 1]):
             if run_depth[k] <= 0:
                 continue
-            end = run_start[k + 1] if k + 1 < offsets[row + 1] else last
-            queued[row] += end - run_start[k]
+            hi = min(run_start[k + 1] if k + 1 < offsets[row + 1] else last, until)
+            if hi <= run_start[k]:
+                continue
+            queued[row] += hi - run_start[k]
             if run_flight[k] < low[row]:
-                sag[row] += end - run_start[k]
+                sag[row] += hi - run_start[k]
     return queued, sag

@@ -10,7 +10,7 @@ both read through the (run_id, end_ns) index:
 Rollups and the retry position of attempts without a resend count depend on other
 attempts of the run; the storage probes settle them per attempt (``rollup``,
 ``later_in_call``), so the figures here are the batch table's exactly
-(tests/analytics/test_live_minutes.py checks this against :func:`compute_minutes`).
+(tests/analytics/live/test_live_minutes.py checks this against the seal's table).
 
 Rows keep raw values where the batch table applies run-level rules, which the read side
 applies over the whole run: ``retries`` is a count (null when no attempt of the run

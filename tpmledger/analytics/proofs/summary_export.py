@@ -30,8 +30,9 @@ from sqlalchemy import select
 
 from tpmledger import __version__
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
-from tpmledger.analytics.kernels.run_figures import RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.proofs.run_events import RunEventFile
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.provenance.checkpoint import (
     Checkpoint,
@@ -279,7 +280,7 @@ def summary_from_events(
     """A signed summary of canonical ``events`` computed in memory, without a database or a
     stored snapshot (``seal`` and ``version`` are only labels): for benchmarks and tests."""
     event_file = build_event_file(events)
-    analysis = analyze_events(events, RunContext(run_id=run_id))
+    analysis = fold_events(events, RunContext(run_id=run_id))
     proofs = build_minute_proofs(run_id, leaves_from_minutes(analysis.minutes, event_file))
     predicate = build_predicate(
         analysis.figures,

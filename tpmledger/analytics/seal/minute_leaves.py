@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS
-from tpmledger.analytics.kernels.minute_table import build_minute_table
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import EventFile, FileDigests, build_event_file
 from tpmledger.provenance.minute_proofs import LEAF_FIGURES
 from tpmledger.storage.minute_keys import WHOLE_RUN
@@ -85,6 +85,7 @@ def leaves_from_minutes(
 
 
 def minute_leaves(events: pl.DataFrame, file: EventFile | None = None) -> list[dict[str, Any]]:
-    """Leaves from canonical events alone (``file`` = their canonical file, built if absent)."""
+    """Leaves from canonical events alone (``file`` = their canonical file, built if absent),
+    their minute table folded by the streaming seal as one chunk."""
     file = file if file is not None else build_event_file(events)
-    return leaves_from_minutes(build_minute_table(events), file)
+    return leaves_from_minutes(fold_events(events).minutes, file)

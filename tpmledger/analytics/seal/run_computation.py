@@ -21,7 +21,8 @@ import polars as pl
 import rfc8785
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext, analyze_events
+from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import MinuteDigests
 from tpmledger.analytics.seal.minute_tree import MinuteTree, build_minute_tree
 from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges
@@ -241,7 +242,7 @@ def compute_run(
         analysis = (
             stream.finish()
             if stream.attempts
-            else analyze_events(pl.DataFrame(schema=EVENT_SCHEMA), context)
+            else fold_events(pl.DataFrame(schema=EVENT_SCHEMA), context)
         )
     file = files.finish()
     digests = MinuteDigests(file.first_minute_ns, file.counts, file.digests)

@@ -19,8 +19,9 @@ minutes, not its attempts:
 - run-wide rules (retries measured at all, shards that report queue waits, caps) are
   applied once, to the finished table.
 
-Tests prove the result equal, row for row and figure for figure, to
-:func:`analytics.run_figures.analyze_events` over the whole run.
+This is the product's only implementation of the run figures. Tests prove the result
+equal, row for row and figure for figure, to an independent whole-run pass kept as a
+test oracle (tests/analytics/oracle/whole_run.py).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from tpmledger.analytics.kernels.cell_figures import (
     event_value_groups,
     run_values,
 )
-from tpmledger.analytics.kernels.concurrency import minute_samples, second_series
+from tpmledger.analytics.kernels.concurrency import minute_samples, second_series, seconds_before
 from tpmledger.analytics.kernels.event_arrays import event_arrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, rate_columns
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS
@@ -187,17 +188,17 @@ class RunStream:
         queue and sag seconds before the run's first minute)."""
         both = chunk.with_reach()
         grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
-        # The first chunk also samples the seconds before its first minute (attempts queued
-        # or running before any ended), which count for the work-conserving check.
-        window = (
-            (0, chunk.high_ns // MINUTE_NS)
-            if self.first_chunk
-            else (chunk.low_ns, chunk.minute_count)
-        )
-        series = second_series(both, grid, window=window)
+        series = second_series(both, grid, window=(chunk.low_ns, chunk.minute_count))
         samples = minute_samples(series, self.context.caps)
         self.queue_seconds += samples.queue_seconds.reshape(len(self.shard_ids) + 1, -1).sum(1)
         self.sag_seconds += samples.sag_seconds.reshape(len(self.shard_ids) + 1, -1).sum(1)
+        if self.first_chunk:
+            # The seconds before the run's first minute (attempts queued or running before
+            # any ended) count for the work-conserving check too: totals only, since they
+            # can span years.
+            queued, sag = seconds_before(series, chunk.low_ns // SECOND_NS, self.context.caps)
+            self.queue_seconds += queued
+            self.sag_seconds += sag
         minutes = samples.minute_ns.size
         frame = pl.DataFrame(
             {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from tpmledger.analytics.kernels.kernel_warmup import warm
+from tpmledger.analytics.seal.kernel_warmup import warm
 
 NOTICE_AFTER_S = 1.0
 NOTICE = "compiling the analytics kernels (first run only; later runs load them from the cache)…"

@@ -1,6 +1,7 @@
 """Compile every kernel a seal uses once (or load it from Numba's on-disk cache).
 
-The compiled loops of :mod:`storage.binary_copy`, :mod:`analytics.kernels.group_kernels` and
+The compiled loops of :mod:`storage.binary_copy`, :mod:`analytics.kernels` (through the
+seal's own walk, :func:`~analytics.seal.memory_run.fold_events`) and
 :mod:`provenance.line_writer` take several seconds to compile on first use and a
 fraction of a second to load from the cache afterwards. The analytics worker warms them
 at start and the container image at build time, so no seal waits for them.
@@ -13,7 +14,7 @@ import time
 
 import polars as pl
 
-from tpmledger.analytics.kernels.run_figures import analyze_events
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
 from tpmledger.storage.attempt_frames import ATTEMPT_COPY_KINDS
@@ -45,7 +46,7 @@ def warm() -> float:
     started = time.perf_counter()
     parse_binary_copy(SIGNATURE + bytes(8) + b"\xff\xff", ATTEMPT_COPY_KINDS)  # no rows
     events = _events()
-    analyze_events(events)
+    fold_events(events)
     build_event_file(events)
     seconds = time.perf_counter() - started
     log.info("analytics kernels ready in %.1fs", seconds)

@@ -1,0 +1,43 @@
+"""fold_events: the streaming walk over events in memory, as one chunk, equals the whole-run
+oracle (no database; the property test over stored runs is test_run_stream.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tests.analytics.golden_events import CAPS, golden_events
+from tests.analytics.oracle.whole_run import analyze_events
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal.memory_run import call_places, fold_events
+from tpmledger.analytics.seal.run_chunks import CallOrder
+from tpmledger.provenance.event_schema import EVENT_SCHEMA
+
+CONTEXT = RunContext(run_id="g", caps=CAPS, declared_shard_count=2, concurrency_cap=1)
+
+
+@pytest.mark.parametrize(
+    ("events", "context"),
+    [
+        (golden_events(), CONTEXT),
+        (golden_events().sample(fraction=1.0, shuffle=True, seed=3), CONTEXT),  # any row order
+        (golden_events(resend_count=None), RunContext()),  # run id from the events
+        (pl.DataFrame(schema=EVENT_SCHEMA), RunContext(run_id="empty")),  # an empty run
+    ],
+    ids=["golden", "shuffled", "no-resend-count", "empty"],
+)
+def test_one_chunk_equals_the_whole_run_oracle(events: pl.DataFrame, context: RunContext) -> None:
+    folded, whole = fold_events(events, context), analyze_events(events, context)
+    assert_frame_equal(folded.minutes, whole.minutes)
+    assert folded.figures == whole.figures
+
+
+def test_call_places_are_the_plans() -> None:
+    events = golden_events().sample(fraction=1.0, shuffle=True, seed=5)
+    repeated = events.filter(pl.len().over("call_id") > 1)
+    position, last = call_places(events)
+    expected = CallOrder(repeated, events.select("trace_id", "span_id").clear()).of(events)
+    assert position.tolist() == expected[0].tolist()
+    assert last.tolist() == expected[1].tolist()
+    assert position.max() > 0  # the golden run has a call with several attempts
