@@ -169,6 +169,7 @@ class RetentionSchedule:
             settings.archive_dir or settings.data_dir / "archive",
             load_or_create_signing_key(settings),
             say=log.info,
+            log_origin=settings.checkpoint_origin,
         )
         self.next_at = time.monotonic() + self.PERIOD_S
         kept = [run for run in report.runs if run.action.startswith("kept")]

@@ -66,6 +66,7 @@ def run_prune(args: argparse.Namespace) -> int:
             key,
             dry_run=args.dry_run,
             say=lambda line: print(line, file=sys.stderr, flush=True),
+            log_origin=settings.checkpoint_origin,
         )
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))

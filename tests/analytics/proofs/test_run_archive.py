@@ -70,8 +70,12 @@ def test_a_dry_run_changes_nothing(
 
 
 def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
-    runs: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+    runs: Path,
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("TPMLEDGER_LOG_ORIGIN", "ledger.example.org")
     assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--json"]) == 0
     out, err = capsys.readouterr()
     [pruned] = json.loads(out)["runs"]
@@ -85,6 +89,9 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
     assert hashlib.sha256(events).hexdigest() == sealed.events_sha256 == pruned["events_sha256"]
     assert verify_export(archive).ok
     assert main(["summary", "verify", str(archive)]) == 0
+    # The archive's checkpoint names the configured log (docs/provenance.md#checkpoints).
+    origin = (archive / "checkpoint").read_text().splitlines()[0]
+    assert origin == "ledger.example.org/tpmledger/runs/old-run"
     # Raw spans gone; the recent run untouched; both still listed.
     assert _attempts(database_url, "old-run") == 0
     assert _attempts(database_url, "new-run") == 1

@@ -126,11 +126,13 @@ def prune(
     dry_run: bool = False,
     say: Callable[[str], None] = lambda line: None,
     now_s: float | None = None,
+    log_origin: str | None = None,
 ) -> PruneReport:
     """Archive and prune every run whose newest stored span arrived more than
     ``older_than_s`` ago. A run that cannot be archived (spans still arriving, a folder
     of another run, a run too long to seal, a file system error) is reported as kept and
-    the others go on; the next prune tries it again."""
+    the others go on; the next prune tries it again. ``log_origin`` names the log in the
+    archive's checkpoint (docs/provenance.md#checkpoints; default the host name)."""
     now = now_s if now_s is not None else time.time()
     cutoff_ns = int((now - older_than_s) * 1e9)
     cutoff = datetime.fromtimestamp(now - older_than_s, UTC)
@@ -141,7 +143,7 @@ def prune(
             outcome = _outcome(old, target, "would archive")
             say(f"{old.run_id}: would archive {old.attempts:,} attempts into {target}")
         else:
-            outcome = _archive_or_keep(url, old, target, key, say)
+            outcome = _archive_or_keep(url, old, target, key, say, log_origin)
         report.runs.append(outcome)
     return report
 
@@ -151,10 +153,15 @@ def _outcome(old: OldRun, target: Path, action: str) -> PruneOutcome:
 
 
 def _archive_or_keep(
-    url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
+    url: str,
+    old: OldRun,
+    target: Path,
+    key: SigningKey,
+    say: Callable[[str], None],
+    log_origin: str | None,
 ) -> PruneOutcome:
     try:
-        return _archive(url, old, target, key, say)
+        return _archive(url, old, target, key, say, log_origin)
     except (ArrivedMeanwhile, SnapshotOutdated):
         reason = "spans arrived while it was archived; tried again by the next prune"
     except ForeignArchive as exc:
@@ -170,7 +177,12 @@ def _archive_or_keep(
 
 
 def _archive(
-    url: str, old: OldRun, target: Path, key: SigningKey, say: Callable[[str], None]
+    url: str,
+    old: OldRun,
+    target: Path,
+    key: SigningKey,
+    say: Callable[[str], None],
+    log_origin: str | None,
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
     # Sealed now (unchanged runs are not stored again): what the archive covers is what
@@ -180,7 +192,12 @@ def _archive(
     claim_folder(target, old.run_id)
     # The event file streams into its gzip a range of minutes at a time (never whole).
     summary = build_summary(
-        url, old.run_id, key, events_to=target / "events.jsonl.gz", compress_events=True
+        url,
+        old.run_id,
+        key,
+        log_origin=log_origin,
+        events_to=target / "events.jsonl.gz",
+        compress_events=True,
     )
     write_export(summary, target)
     digest = str(summary.predicate["events"]["sha256"])
