@@ -57,3 +57,19 @@ def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> Non
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "", f"loaded to answer: {result.stdout.strip()}"
+
+
+_LOG_PROBE = """
+import sys
+import tpmledger.analytics.proofs.run_log
+import tpmledger.read_api.log_routes
+print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.modules))
+"""
+
+
+def test_serving_checkpoints_and_tiles_loads_no_analytics_engine() -> None:
+    # Checkpoints and tiles are served by the ingest process (docs/provenance.md#tiles).
+    result = subprocess.run(
+        [sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "", f"loaded to serve the log: {result.stdout.strip()}"

@@ -58,7 +58,7 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
         run_id: str,
         version: int | None = Query(None, description="a sealed version (default: newest)"),
     ) -> PlainTextResponse:
-        from tpmledger.analytics.proofs.summary_export import RunNotSealed, VersionNotSealed
+        from tpmledger.analytics.proofs.version_heads import RunNotSealed, VersionNotSealed
 
         try:
             text = await run_in_threadpool(checkpoint_text, run_id, version)
@@ -84,7 +84,7 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
         },
     )
     async def get_tile(request: Request, run_id: str, tile_path: str) -> Response:
-        from tpmledger.analytics.proofs.summary_export import RunNotSealed, SnapshotOutdated
+        from tpmledger.analytics.proofs.version_heads import RunNotSealed, SnapshotOutdated
         from tpmledger.provenance.tiles import TileError, parse_tile_path
 
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 
 import polars as pl
 import psycopg
@@ -23,6 +22,7 @@ from psycopg import sql
 from tpmledger.storage.attempt_frames import ATTEMPT_COPY_KINDS, copy_select
 from tpmledger.storage.binary_copy import Kind
 from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.seal_scope import SealScope
 
 MINUTE_NS = 60_000_000_000
 # Sorts and joins over a large run's ids spill to disk at PostgreSQL's default 4 MB.
@@ -39,29 +39,6 @@ class SealPlan:
     reach_ns: int  # longest queued-to-released interval of any attempt
     caps: dict[str, int]  # largest declared concurrency cap per shard (rollups too)
     shard_ids: tuple[str, ...]  # every shard with a stored attempt, sorted
-
-
-@dataclass(frozen=True)
-class SealScope:
-    """The attempts a seal sees: those that ended before ``end_before_ns`` (a checkpoint)
-    and were stored by ``received_by`` (a rebuilt version), when given."""
-
-    end_before_ns: int | None = None
-    received_by: datetime | None = None
-
-    def on(self, table: str | None = None) -> sql.Composable:
-        """The scope as a condition on the attempts table (aliased ``table``)."""
-        parts: list[sql.Composable] = [sql.SQL("TRUE")]
-        column = (lambda name: sql.Identifier(table, name)) if table else sql.Identifier
-        if self.end_before_ns is not None:
-            parts.append(
-                sql.SQL("{} < {}").format(column("end_ns"), sql.Literal(int(self.end_before_ns)))
-            )
-        if self.received_by is not None:
-            parts.append(
-                sql.SQL("{} <= {}").format(column("received_at"), sql.Literal(self.received_by))
-            )
-        return sql.SQL(" AND ").join(parts)
 
 
 def prepare_seal_transaction(conn: psycopg.Connection) -> None:

@@ -31,7 +31,7 @@ from psycopg import sql
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.live_read import run_state
-from tpmledger.storage.seal_reads import SealScope
+from tpmledger.storage.seal_scope import SealScope
 from tpmledger.storage.sealed_figures_store import read_diagnostics
 
 MINUTE_NS: Final = 60_000_000_000

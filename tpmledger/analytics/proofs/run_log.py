@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from tpmledger.analytics.proofs.summary_export import (
+from tpmledger.analytics.proofs.version_heads import (
     RunNotSealed,
     SnapshotOutdated,
     VersionNotSealed,

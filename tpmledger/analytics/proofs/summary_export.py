@@ -21,7 +21,6 @@ import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,15 @@ from tpmledger import __version__
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.proofs.run_events import RunEventFile
+from tpmledger.analytics.proofs.version_heads import (
+    RunNotSealed,
+    SnapshotOutdated,
+    VersionNotSealed,
+    head_checkpoint,
+    version_end_ns,
+)
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
-from tpmledger.provenance.checkpoint import (
-    Checkpoint,
-    default_log_origin,
-    run_origin,
-    sign_checkpoint,
-)
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.event_file import FileDigests, build_event_file
 from tpmledger.provenance.in_toto_statement import (
@@ -66,37 +66,6 @@ EXPORT_FILES = (
     "SUMMARY.txt",
     "checkpoint",
 )
-
-
-class RunNotSealed(LookupError):
-    """The run has no sealed snapshot yet."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"run {run_id!r} has no sealed snapshot; seal it with "
-            f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
-        )
-
-
-class VersionNotSealed(LookupError):
-    """The run has no sealed version of that number."""
-
-    def __init__(self, run_id: str, version: int) -> None:
-        super().__init__(f"run {run_id!r} has no sealed version {version}")
-
-
-def version_end_ns(snapshot: Snapshot) -> int | None:
-    """The end of the version's last minute (None for versions sealed before it was
-    recorded: they covered every attempt they saw)."""
-    through = (snapshot.document or {}).get("minutes", {}).get("through_minute_utc")
-    if not through:
-        return None
-    moment = datetime.fromisoformat(str(through).replace("Z", "+00:00"))
-    return (int(moment.timestamp()) + 60) * 1_000_000_000
-
-
-class SnapshotOutdated(RuntimeError):
-    """The stored events no longer hash to what the newest snapshot sealed."""
 
 
 @dataclass(frozen=True)
@@ -314,15 +283,6 @@ def signed_checkpoint(
     """The minute tree head of ``proofs`` as a checkpoint signed with ``key`` (origin
     ``<log_origin, default the host name>/tpmledger/runs/<run_id>``)."""
     return head_checkpoint(run_id, proofs["tree_size"], proofs["merkle_root"], key, log_origin)
-
-
-def head_checkpoint(
-    run_id: str, tree_size: int, merkle_root: str, key: SigningKey, log_origin: str | None = None
-) -> str:
-    """A tree head (hex root) as a signed checkpoint of the run's log."""
-    origin = run_origin(log_origin or default_log_origin(), run_id)
-    checkpoint = Checkpoint(origin, tree_size, bytes.fromhex(merkle_root))
-    return sign_checkpoint(checkpoint, key.private_key)
 
 
 def _predicate(snapshot: Snapshot) -> dict[str, Any]:
