@@ -18,35 +18,7 @@ from tpmledger.analytics.kernels.event_arrays import event_arrays
 from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
 from tpmledger.analytics.kernels.event_plans import rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
-
-# Column order of the table (and of storage's minute_metrics, minus run_id/version).
-MINUTE_COLUMNS: tuple[str, ...] = (
-    "shard_id",
-    "minute_utc",
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "retries",
-    "retry_rate",
-    "success_rate",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "ttft_mean_s",
-    "ttft_variance_s2",
-    "latency_p50_s",
-    "latency_p95_s",
-    "latency_p99_s",
-    "in_flight_mean",
-    "in_flight_max",
-    "queue_depth_mean",
-    "queue_depth_max",
-    "concurrency_cap",
-    "shards_active",
-)
+from tpmledger.storage.minute_columns import MINUTE_COLUMNS  # the table's column order
 
 
 def _round_floats(frame: pl.DataFrame) -> pl.DataFrame:
