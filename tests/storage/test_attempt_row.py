@@ -14,6 +14,7 @@ from tpmledger.storage.attempt_row import (
     identity_part,
     measures_part,
     quota_part,
+    quota_part_from,
 )
 
 _BUILDERS = {
@@ -72,6 +73,14 @@ def test_a_missing_part_fails_loudly() -> None:
             measures=measures_part(**{n: n for n in _names("measures")}),
             description=description_part(**{n: n for n in _names("description")}),
         )
+
+
+def test_a_part_read_from_a_mapping_names_a_missing_column() -> None:
+    values = {name: name for name in _names("quota")}
+    assert quota_part_from(values) == tuple(_names("quota"))
+    del values["retry_after_s"]
+    with pytest.raises(KeyError, match="retry_after_s"):
+        quota_part_from(values)
 
 
 def test_values_cannot_be_passed_by_position() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tpmledger.storage.attempt_row import quota_part
+from tpmledger.storage.attempt_row import quota_part, quota_part_from
 
 HEADER: Final = "http.response.header."
 _INFINITY: Final = float("inf")
@@ -103,4 +103,5 @@ def quota_values(span: dict[str, Any], resource: dict[str, Any]) -> tuple[Any, .
             found = number
             break
         values[name] = found
-    return quota_part(**values, quota_values_ignored=ignored)
+    values["quota_values_ignored"] = ignored
+    return quota_part_from(values)

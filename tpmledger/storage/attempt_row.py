@@ -24,7 +24,7 @@ a call with more keyword arguments into one that builds a dict first: one call w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from tpmledger.storage.attempt_columns import ATTEMPT_ROW_PARTS
@@ -39,8 +39,9 @@ def _generate(name: str, parameters: tuple[str, ...], body: str, doc: str) -> Ca
     for parameter in parameters:
         if not parameter.isidentifier():
             raise ValueError(f"attempt column {parameter!r} is not a Python identifier")
+    signature = f"*, {', '.join(parameters)}" if parameters else "values"
     namespace: dict[str, Any] = {}
-    exec(f"def {name}(*, {', '.join(parameters)}):\n    return {body}\n", namespace)
+    exec(f"def {name}({signature}):\n    return {body}\n", namespace)
     function: Callable[..., Any] = namespace[name]
     function.__doc__ = doc
     function.__module__ = __name__
@@ -56,10 +57,21 @@ def _part(part: str) -> Callable[..., AttemptRow]:
     )
 
 
+def _part_from(part: str) -> Callable[[Mapping[str, Any]], AttemptRow]:
+    columns = tuple(column.name for column in ATTEMPT_ROW_PARTS[part])
+    body = f"({', '.join(f'values[{name!r}]' for name in columns)},)"
+    return _generate(
+        f"{part}_part_from", (), body, f"The {part} columns from a mapping holding each by name."
+    )
+
+
 identity_part: Final = _part("identity")
 measures_part: Final = _part("measures")
 description_part: Final = _part("description")
 quota_part: Final = _part("quota")
+#: ``quota_part_from(values)``: the quota part from a dict (``KeyError`` names a missing
+#: column); cheaper than ``quota_part(**values)`` for a reader that fills a dict by name.
+quota_part_from: Final = _part_from("quota")
 #: ``attempt_row(identity=..., measures=..., description=..., quota=...)`` → the COPY row.
 attempt_row: Final[Callable[..., AttemptRow]] = _generate(
     "attempt_row",
