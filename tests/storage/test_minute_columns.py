@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import inspect
 from sqlalchemy.dialects import postgresql
@@ -12,8 +14,14 @@ from tpmledger.analytics.kernels.minute_schema import (
     ZERO_WHEN_EMPTY,
 )
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS as TABLE_COLUMNS
+from tpmledger.analytics.views.live_view import _empty_row
 from tpmledger.storage.database import get_engine
-from tpmledger.storage.minute_columns import MINUTE_COLUMNS, MINUTE_FIGURES, MINUTE_TABLE
+from tpmledger.storage.minute_columns import (
+    EMPTY_FIGURES,
+    MINUTE_COLUMNS,
+    MINUTE_FIGURES,
+    MINUTE_TABLE,
+)
 from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS
 from tpmledger.storage.models import LiveMinute, MinuteMetric
 
@@ -54,7 +62,15 @@ def test_the_analytics_build_the_declared_table() -> None:
 
 
 def test_an_empty_minute_shows_zero_counts_and_unmeasured_figures() -> None:
-    empty = {c.name: c.empty_value for c in MINUTE_FIGURES}
+    empty = EMPTY_FIGURES
     assert empty["calls_in_minute"] == 0 and empty["in_flight_mean"] == 0.0
     assert empty["ttft_p95_s"] is None and empty["concurrency_cap"] is None
     assert all(empty[c.name] == 0 for c in MINUTE_FIGURES if not c.nullable)
+
+
+def test_the_live_view_fills_empty_minutes_as_declared() -> None:
+    # analytics/views/live_view.py still lists these itself; this keeps it in step.
+    row = _empty_row("*", datetime(2026, 2, 1, 3, 44, tzinfo=UTC))
+    assert set(row) == set(MINUTE_COLUMNS)
+    assert {name: row[name] for name in EMPTY_FIGURES} == EMPTY_FIGURES
+    assert all(type(row[n]) is type(v) for n, v in EMPTY_FIGURES.items()), "0 vs 0.0"

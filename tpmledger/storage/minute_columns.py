@@ -88,3 +88,7 @@ MINUTE_TABLE: Final[tuple[MinuteColumn, ...]] = (
 MINUTE_COLUMNS: Final[tuple[str, ...]] = tuple(c.name for c in MINUTE_TABLE)
 #: The figure columns (everything but the key), in order.
 MINUTE_FIGURES: Final[tuple[MinuteColumn, ...]] = tuple(c for c in MINUTE_TABLE if not c.key)
+#: What a minute without attempts shows in each figure column.
+EMPTY_FIGURES: Final[dict[str, int | float | None]] = {
+    c.name: c.empty_value for c in MINUTE_FIGURES
+}
