@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tpmledger.cli.main import main
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.ingest_tokens import active_token_hashes, hash_token
 
 
@@ -24,7 +25,7 @@ def test_create_prints_the_token_once_and_stores_its_hash(
     token = out.strip()
     assert token and "\n" not in token
     assert "shown only once" in err
-    assert active_token_hashes(cli_env) == [hash_token(token)]
+    assert in_one_snapshot(cli_env, active_token_hashes) == [hash_token(token)]
 
     assert main(["tokens", "create", "fleet-a"]) == 1
     assert "already exists" in capsys.readouterr().err
@@ -50,7 +51,7 @@ def test_revoke(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
     main(["tokens", "create", "fleet-a"])
     capsys.readouterr()
     assert main(["tokens", "revoke", "fleet-a"]) == 0
-    assert active_token_hashes(cli_env) == []
+    assert in_one_snapshot(cli_env, active_token_hashes) == []
     assert main(["tokens", "revoke", "fleet-a"]) == 1
     assert "no active token" in capsys.readouterr().err
     main(["tokens", "list", "--json"])
@@ -75,8 +76,11 @@ def test_create_with_a_scope_and_list_shows_it(
     assert "read token 'readers' created" in err and "/?token=" in err
     assert main(["tokens", "create", "fleet"]) == 0  # ingest unless told otherwise
     fleet = capsys.readouterr().out.strip()
-    assert sorted(scope for _, scope in active_tokens(cli_env)) == ["ingest", "read"]
-    assert (hash_token(fleet), "ingest") in active_tokens(cli_env)
+    assert sorted(scope for _, scope in in_one_snapshot(cli_env, active_tokens)) == [
+        "ingest",
+        "read",
+    ]
+    assert (hash_token(fleet), "ingest") in in_one_snapshot(cli_env, active_tokens)
     main(["tokens", "list", "--json"])
     rows = {r["name"]: r["scopes"] for r in json.loads(capsys.readouterr().out)["tokens"]}
     assert rows == {"readers": ["read"], "fleet": ["ingest"]}

@@ -7,7 +7,7 @@ import hashlib
 import psycopg
 import pytest
 
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.database import in_one_snapshot, libpq_url
 from tpmledger.storage.ingest_tokens import (
     TokenNameTaken,
     active_token_hashes,
@@ -26,7 +26,7 @@ def test_tokens_are_stored_only_as_sha256(database_url: str) -> None:
         dump = str(conn.execute("SELECT * FROM ingest_tokens").fetchall())
     assert rows == [("fleet-a", hashlib.sha256(token.encode()).digest())]
     assert token not in dump
-    assert active_token_hashes(database_url) == [hash_token(token)]
+    assert in_one_snapshot(database_url, active_token_hashes) == [hash_token(token)]
 
 
 def test_each_token_is_new_and_names_are_unique(database_url: str) -> None:
@@ -35,7 +35,7 @@ def test_each_token_is_new_and_names_are_unique(database_url: str) -> None:
     assert first != second
     with pytest.raises(TokenNameTaken):
         create_token(database_url, "a")
-    assert [t.name for t in list_tokens(database_url)] == ["a", "b"]
+    assert [t.name for t in in_one_snapshot(database_url, list_tokens)] == ["a", "b"]
 
 
 def test_revoked_tokens_are_listed_but_not_active(database_url: str) -> None:
@@ -44,8 +44,8 @@ def test_revoked_tokens_are_listed_but_not_active(database_url: str) -> None:
     assert revoke_token(database_url, "drop") is True
     assert revoke_token(database_url, "drop") is False
     assert revoke_token(database_url, "missing") is False
-    assert active_token_hashes(database_url) == [hash_token(keep)]
-    status = {t.name: t.revoked_at is not None for t in list_tokens(database_url)}
+    assert in_one_snapshot(database_url, active_token_hashes) == [hash_token(keep)]
+    status = {t.name: t.revoked_at is not None for t in in_one_snapshot(database_url, list_tokens)}
     assert status == {"keep": False, "drop": True}
 
 
@@ -64,9 +64,9 @@ def test_tokens_created_before_scopes_keep_both(database_url: str) -> None:
     migrate.upgrade(database_url)
     get_engine(database_url).dispose()
     new = create_token(database_url, "new", "read")
-    assert sorted(active_tokens(database_url)) == sorted(
+    assert sorted(in_one_snapshot(database_url, active_tokens)) == sorted(
         [(hash_token("an-old-token"), "all"), (hash_token(new), "read")]
     )
-    assert [t.scope for t in list_tokens(database_url)] == ["all", "read"]
+    assert [t.scope for t in in_one_snapshot(database_url, list_tokens)] == ["all", "read"]
     with pytest.raises(ValueError, match="scope"):
         create_token(database_url, "bad", "admin")

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS
 from tpmledger.storage.database import transaction
+from tpmledger.storage.minute_columns import MINUTE_COLUMNS
 from tpmledger.storage.models import MinuteMetric, Snapshot
 from tpmledger.storage.snapshot_store import insert_snapshot
 

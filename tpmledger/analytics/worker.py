@@ -32,6 +32,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal
 
@@ -51,7 +52,7 @@ class ResealLoop:
     def poll_once(self, stop: threading.Event | None = None) -> list[str]:
         """Seal every due run; returns the run ids that got a new version."""
         sealed: list[str] = []
-        for run_id, updated_at in runs_due_for_seal(self.url, self.quiet_s):
+        for run_id, updated_at in in_one_snapshot(self.url, runs_due_for_seal, self.quiet_s):
             if stop is not None and stop.is_set():
                 break
             if self.handled.get(run_id) == updated_at:

@@ -282,10 +282,11 @@ def run_events(args: argparse.Namespace) -> int:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep
+    from tpmledger.storage.database import in_one_snapshot
 
     rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
     with database(settings_from_args(args), migrate_to_head=True) as url:
-        result = load_sweep(url, args.sweep_id, rule)
+        result = in_one_snapshot(url, load_sweep, args.sweep_id, rule)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0

@@ -36,13 +36,14 @@ def print_checkpoint(args: argparse.Namespace) -> int:
     """Print (or write) the signed checkpoint; no new seal is made."""
     from tpmledger.analytics.proofs.run_log import version_checkpoint
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
+    from tpmledger.storage.database import in_one_snapshot
 
     settings = settings_from_args(args)
     try:
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
-            text = version_checkpoint(
-                url, args.run_id, key, settings.checkpoint_origin, args.version
+            text = in_one_snapshot(
+                url, version_checkpoint, args.run_id, key, settings.checkpoint_origin, args.version
             )
     except (LookupError, SigningKeyError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)

@@ -112,6 +112,7 @@ def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
     from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+    from tpmledger.storage.database import in_one_snapshot
     from tpmledger.storage.runs_read import UnknownRun
 
     settings = settings_from_args(args)
@@ -129,7 +130,9 @@ def run_compare(args: argparse.Namespace) -> int:
             if slo is not None:
                 for run_id in (args.run_a, args.run_b):
                     _ensure_goodput(url, run_id, slo, settings.reseal_quiet_s)
-            result = compare_runs(url, args.run_a, args.run_b, params, slo.text if slo else None)
+            result = in_one_snapshot(
+                url, compare_runs, args.run_a, args.run_b, params, slo.text if slo else None
+            )
         except (UnknownRun, NotComparable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN

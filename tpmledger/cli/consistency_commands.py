@@ -68,10 +68,11 @@ def register(actions: Any) -> None:
 
 def prove_consistency(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.version_consistency import ConsistencyRefused, prove_consistency
+    from tpmledger.storage.database import in_one_snapshot
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
-            document = prove_consistency(url, args.run_id, args.old, args.new)
+            document = in_one_snapshot(url, prove_consistency, args.run_id, args.old, args.new)
         except ConsistencyRefused as exc:
             print(f"refused: {exc}", file=sys.stderr)
             return EXIT_REFUSED

@@ -85,10 +85,11 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from tpmledger.storage.database import in_one_snapshot
     from tpmledger.storage.ingest_tokens import list_tokens
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
-        tokens = list_tokens(url)
+        tokens = in_one_snapshot(url, list_tokens)
     rows: list[dict[str, Any]] = [
         {
             "name": t.name,

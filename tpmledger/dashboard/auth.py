@@ -28,6 +28,7 @@ from urllib.parse import urlencode
 
 from flask import Request, Response, g
 
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.ingest_tokens import active_tokens
 from tpmledger.token_scopes import COOKIE, READ, ScopedTokens, scoped_tokens
 
@@ -73,7 +74,7 @@ class DashboardAuth:
 
     def tokens(self) -> ScopedTokens:
         if time.monotonic() - self._read_at > self.refresh_s:
-            stored = active_tokens(self.database_url)
+            stored = in_one_snapshot(self.database_url, active_tokens)
             self._tokens = scoped_tokens(self.ingest_static, self.read_static, stored)
             self._read_at = time.monotonic()
         return self._tokens

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterable
 
 from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Forbidden, Unauthenticated
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.ingest_tokens import active_tokens
 from tpmledger.token_scopes import INGEST, ScopedTokens, scoped_tokens
 
@@ -62,7 +63,7 @@ class TokenVerifier:
     def load(self) -> None:
         """Re-read the active database tokens (blocking; run it off the event loop)."""
         if self._url:
-            stored = active_tokens(self._url)
+            stored = in_one_snapshot(self._url, active_tokens)
             self._tokens = scoped_tokens(self._ingest_static, self._read_static, stored)
             self._loaded = True
 

@@ -31,6 +31,12 @@ from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
 from tpmledger.ingest.span_plan import ResourceContext, plan_for
 from tpmledger.ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
+from tpmledger.storage.attempt_row import (
+    attempt_row,
+    description_part,
+    identity_part,
+    measures_part,
+)
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 MAX_REASONS: Final = 5
@@ -217,42 +223,48 @@ def normalize_span(
     else:
         status = "ok"
 
-    # Column order = storage.attempt_columns.ATTEMPT_COLUMNS (the one declaration).
-    return (
-        trace_id,
-        span_id,
-        parent if parent and parent != _ZERO_SPAN_ID else None,
-        run_id,
-        shard_id,
-        get("declared_shard_count"),
-        get("concurrency_cap"),
-        get("sweep_id"),
-        call_id or span_id.hex(),
-        bool(call_id),
-        get("resend_count"),
-        start_ns,
-        end_ns,
-        get("queue_wait_s"),
-        ttft_s,
-        get("prompt_tokens"),
-        get("completion_tokens"),
-        get("reported_total_tokens"),
-        get("cache_read_tokens"),
-        get("cache_write_tokens"),
-        get("reasoning_tokens"),
-        get("model"),
-        get("provider"),
-        get("operation_name"),
-        get("finish_reasons"),
-        status,
-        error_type,
-        http_status,
-        convention,
-        name,
-        span.kind,
-        span_json,
-        resource.encoded,
-        *(quota_values(span_values, resource.values) if plan.reads_quota else NO_QUOTA),
+    # Every column by name (storage/attempt_row.py puts them in COPY order).
+    return attempt_row(
+        identity=identity_part(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent if parent and parent != _ZERO_SPAN_ID else None,
+            run_id=run_id,
+            shard_id=shard_id,
+            declared_shard_count=get("declared_shard_count"),
+            concurrency_cap=get("concurrency_cap"),
+            sweep_id=get("sweep_id"),
+            call_id=call_id or span_id.hex(),
+            call_id_explicit=bool(call_id),
+            resend_count=get("resend_count"),
+        ),
+        measures=measures_part(
+            start_ns=start_ns,
+            end_ns=end_ns,
+            queue_wait_s=get("queue_wait_s"),
+            ttft_s=ttft_s,
+            prompt_tokens=get("prompt_tokens"),
+            completion_tokens=get("completion_tokens"),
+            reported_total_tokens=get("reported_total_tokens"),
+            cache_read_tokens=get("cache_read_tokens"),
+            cache_write_tokens=get("cache_write_tokens"),
+            reasoning_tokens=get("reasoning_tokens"),
+        ),
+        description=description_part(
+            model=get("model"),
+            provider=get("provider"),
+            operation_name=get("operation_name"),
+            finish_reasons=get("finish_reasons"),
+            status=status,
+            error_type=error_type,
+            http_status=http_status,
+            convention=convention,
+            span_name=name,
+            span_kind=span.kind,
+            span_attributes=span_json,
+            resource_attributes=resource.encoded,
+        ),
+        quota=quota_values(span_values, resource.values) if plan.reads_quota else NO_QUOTA,
     )
 
 

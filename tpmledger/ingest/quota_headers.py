@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from tpmledger.storage.attempt_row import quota_part, quota_part_from
+
 HEADER: Final = "http.response.header."
 _INFINITY: Final = float("inf")
 
-#: Column → its keys, first readable value wins (the attempt columns, in their order).
+#: Column → its keys, first readable value wins (the attempt row's quota part).
 QUOTA_FIELDS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("quota_tpm_declared", ("tpmledger.quota.tpm",)),
     ("quota_rpm_declared", ("tpmledger.quota.rpm",)),
@@ -55,7 +57,9 @@ _LIMITS: Final = frozenset(
     }
 )
 #: The row part of a span that reports none of the keys.
-NO_QUOTA: Final = (None,) * len(QUOTA_FIELDS) + (0,)
+NO_QUOTA: Final = quota_part(
+    **dict.fromkeys(name for name, _ in QUOTA_FIELDS), quota_values_ignored=0
+)
 
 
 def quota_number(value: Any) -> float | None:
@@ -78,11 +82,11 @@ def quota_number(value: Any) -> float | None:
 
 
 def quota_values(span: dict[str, Any], resource: dict[str, Any]) -> tuple[Any, ...]:
-    """The :data:`QUOTA_COLUMNS` values of one attempt (ignored values counted last).
+    """The quota part of one attempt's row (:data:`QUOTA_COLUMNS`, by name).
 
     Ingest calls it only for spans whose key shape holds a :data:`QUOTA_KEYS` key
     (``SpanPlan.reads_quota``); others get :data:`NO_QUOTA`."""
-    values: list[Any] = []
+    values: dict[str, Any] = {}
     ignored = 0
     for name, keys in QUOTA_FIELDS:
         found = None
@@ -98,6 +102,6 @@ def quota_values(span: dict[str, Any], resource: dict[str, Any]) -> tuple[Any, .
                 continue
             found = number
             break
-        values.append(found)
-    values.append(ignored)
-    return tuple(values)
+        values[name] = found
+    values["quota_values_ignored"] = ignored
+    return quota_part_from(values)

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.runs_read import UnknownRun
 
 
@@ -55,7 +56,13 @@ def build_router(database_url: str, default_slo: str | None = None) -> APIRouter
         params = CompareParams(resamples=resamples, seed=seed)
         try:
             return await run_in_threadpool(
-                compare_runs, database_url, a, b, params, chosen.text if chosen else None
+                in_one_snapshot,
+                database_url,
+                compare_runs,
+                a,
+                b,
+                params,
+                chosen.text if chosen else None,
             )
         except UnknownRun as exc:
             raise HTTPException(404, detail=str(exc)) from exc

@@ -17,6 +17,7 @@ from fastapi.responses import PlainTextResponse, Response
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
+from tpmledger.storage.database import in_one_snapshot
 
 CHECKPOINT_MEDIA_TYPE = "text/plain; charset=utf-8"
 TILE_MEDIA_TYPE = "application/octet-stream"
@@ -36,7 +37,9 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
         from tpmledger.analytics.proofs.run_log import version_checkpoint
 
         key = load_or_create_signing_key(settings)
-        return version_checkpoint(database_url, run_id, key, settings.checkpoint_origin, version)
+        return in_one_snapshot(
+            database_url, version_checkpoint, run_id, key, settings.checkpoint_origin, version
+        )
 
     def tile_bytes(run_id: str, path: str) -> bytes:
         nonlocal tiles_by_run
@@ -44,8 +47,8 @@ def build_router(database_url: str, settings: Settings) -> APIRouter:
         from tpmledger.provenance.tiles import parse_tile_path
 
         if tiles_by_run is None:
-            tiles_by_run = RunLogTiles(database_url)
-        return tiles_by_run.tile(run_id, parse_tile_path(path))
+            tiles_by_run = RunLogTiles()
+        return in_one_snapshot(database_url, tiles_by_run.tile, run_id, parse_tile_path(path))
 
     @router.get(
         "/runs/{run_id}/checkpoint",

@@ -16,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from tpmledger.provenance.signing_keys import load_or_create_signing_key, public_keys
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
+from tpmledger.storage.database import in_one_snapshot
 
 PEM_MEDIA_TYPE = "application/x-pem-file"
 #: Versions are PostgreSQL ``integer``: a larger one names no version (422, not a 500).
@@ -70,7 +71,9 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
         )
 
         try:
-            return await run_in_threadpool(prove_consistency, database_url, run_id, old, new)
+            return await run_in_threadpool(
+                in_one_snapshot, database_url, prove_consistency, run_id, old, new
+            )
         except VersionNotFound as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from exc
         except ConsistencyRefused as exc:

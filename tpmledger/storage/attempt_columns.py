@@ -6,9 +6,10 @@ NULL, and how a run read returns it (``read``). From it come the ``attempts`` ta
 columns (:mod:`storage.models`), the COPY column order ingest writes rows in
 (:data:`ATTEMPT_COPY_COLUMNS`), which values the COPY encoder prints as numbers
 (:mod:`storage.attempt_encoding`) and the columns, types and parse kinds of a run read
-(:mod:`storage.attempt_frames`). Adding a column: declare it here, produce its value in
-``ingest/normalize.py`` (in this order), and write a migration; a test compares the table
-the migrations build with the one declared here.
+(:mod:`storage.attempt_frames`), and the functions ingest builds a row with, by name
+(:mod:`storage.attempt_row`). Adding a column: declare it here, produce its value in
+``ingest/normalize.py``, and write a migration; a test compares the table the migrations
+build with the one declared here.
 
 Ingest's normalizer processes import this module alone, so it stays small.
 """
@@ -44,8 +45,11 @@ class AttemptColumn:
         return self.postgres in NUMBER_TYPES
 
 
-# In COPY order: ingest produces rows in this order.
-ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
+# The columns in COPY order, declared in the four parts ingest builds a row in
+# (storage/attempt_row.py). A part holds at most 15 columns: CPython compiles a call with
+# more than 15 keyword arguments into one that builds a dict first, which made building
+# the whole row by name cost a quarter of normalization (bench/normalize.py).
+_IDENTITY: Final = (
     AttemptColumn("trace_id", "bytea", nullable=False, read="hex", primary_key=True),
     AttemptColumn("span_id", "bytea", nullable=False, read="hex", primary_key=True),
     AttemptColumn("parent_span_id", "bytea", read="hex"),
@@ -59,6 +63,8 @@ ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
     AttemptColumn("call_id_explicit", "boolean", nullable=False),
     # NULL when the span carried no http.request.resend_count (analytics reads it as 0).
     AttemptColumn("resend_count", "integer", read="integer"),
+)
+_MEASURES: Final = (
     AttemptColumn("start_ns", "bigint", nullable=False, read="integer"),
     AttemptColumn("end_ns", "bigint", nullable=False, read="integer"),
     AttemptColumn("queue_wait_s", "double precision", read="float"),
@@ -69,6 +75,8 @@ ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
     AttemptColumn("cache_read_tokens", "bigint"),
     AttemptColumn("cache_write_tokens", "bigint"),
     AttemptColumn("reasoning_tokens", "bigint"),
+)
+_DESCRIPTION: Final = (
     AttemptColumn("model", "text", read="text"),
     AttemptColumn("provider", "text"),
     AttemptColumn("operation_name", "text"),
@@ -81,6 +89,8 @@ ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
     AttemptColumn("span_kind", "smallint", nullable=False),
     AttemptColumn("span_attributes", "jsonb", nullable=False),
     AttemptColumn("resource_attributes", "jsonb", nullable=False),
+)
+_QUOTA: Final = (
     # The provider's rate-limit state the span reported (ingest/quota_headers.py,
     # docs/metrics.md#quota-headroom): declared quotas, captured response headers, and how
     # many of those values could not be read (NULL for rows stored before migration 0007).
@@ -92,6 +102,17 @@ ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = (
     AttemptColumn("ratelimit_remaining_requests", "double precision"),
     AttemptColumn("retry_after_s", "double precision"),
     AttemptColumn("quota_values_ignored", "smallint"),
+)
+#: Part name → its columns, in COPY order.
+ATTEMPT_ROW_PARTS: Final[dict[str, tuple[AttemptColumn, ...]]] = {
+    "identity": _IDENTITY,
+    "measures": _MEASURES,
+    "description": _DESCRIPTION,
+    "quota": _QUOTA,
+}
+#: Every column, in COPY order: ingest produces rows in this order.
+ATTEMPT_COLUMNS: Final[tuple[AttemptColumn, ...]] = tuple(
+    column for part in ATTEMPT_ROW_PARTS.values() for column in part
 )
 
 #: Columns written by the bulk path, in COPY order.

@@ -94,6 +94,15 @@ def connect_raw(url: str, *, connect_timeout: float = 5.0) -> psycopg.Connection
     )
 
 
+def driver_connection(session: Session) -> psycopg.Connection:
+    """The psycopg connection under ``session``, in the session's transaction (for the
+    storage functions that COPY or read over psycopg)."""
+    driver = session.connection().connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError("this read runs over psycopg (3) connections only")
+    return driver
+
+
 @contextmanager
 def in_transaction(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """One transaction on a long-lived connection: commit on exit, rollback on error."""

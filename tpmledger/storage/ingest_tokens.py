@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from tpmledger.storage.database import read_session, transaction
+from tpmledger.storage.database import transaction
 from tpmledger.storage.models import IngestToken
 from tpmledger.token_scopes import INGEST, SCOPES, hash_token
 
@@ -46,11 +47,10 @@ def create_token(url: str, name: str, scope: str = INGEST) -> str:
     return token
 
 
-def list_tokens(url: str) -> list[TokenInfo]:
+def list_tokens(session: Session) -> list[TokenInfo]:
     """Every token, active and revoked, oldest first."""
-    with read_session(url) as session:
-        rows = session.scalars(select(IngestToken).order_by(IngestToken.created_at, IngestToken.id))
-        return [TokenInfo(t.name, t.created_at, t.revoked_at, t.scope) for t in rows]
+    rows = session.scalars(select(IngestToken).order_by(IngestToken.created_at, IngestToken.id))
+    return [TokenInfo(t.name, t.created_at, t.revoked_at, t.scope) for t in rows]
 
 
 def revoke_token(url: str, name: str) -> bool:
@@ -65,17 +65,15 @@ def revoke_token(url: str, name: str) -> bool:
     return True
 
 
-def active_token_hashes(url: str) -> list[bytes]:
+def active_token_hashes(session: Session) -> list[bytes]:
     """SHA-256 digests of every token that is not revoked."""
-    with read_session(url) as session:
-        query = select(IngestToken.token_sha256).where(IngestToken.revoked_at.is_(None))
-        return [bytes(digest) for digest in session.scalars(query)]
+    query = select(IngestToken.token_sha256).where(IngestToken.revoked_at.is_(None))
+    return [bytes(digest) for digest in session.scalars(query)]
 
 
-def active_tokens(url: str) -> list[tuple[bytes, str]]:
+def active_tokens(session: Session) -> list[tuple[bytes, str]]:
     """``(SHA-256 digest, scope)`` of every token that is not revoked."""
-    with read_session(url) as session:
-        query = select(IngestToken.token_sha256, IngestToken.scope).where(
-            IngestToken.revoked_at.is_(None)
-        )
-        return [(bytes(digest), scope) for digest, scope in session.execute(query)]
+    query = select(IngestToken.token_sha256, IngestToken.scope).where(
+        IngestToken.revoked_at.is_(None)
+    )
+    return [(bytes(digest), scope) for digest, scope in session.execute(query)]

@@ -56,10 +56,9 @@ def summarize_new_batches(url: str) -> None:
         conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
 
 
-def dirty_run_ids(url: str) -> list[str]:
+def dirty_run_ids(session: Session) -> list[str]:
     """Runs with queued marks, in id order."""
-    with raw_transaction(url) as conn:
-        rows = conn.execute("SELECT DISTINCT run_id FROM live_dirty ORDER BY run_id").fetchall()
+    rows = session.execute(text("SELECT DISTINCT run_id FROM live_dirty ORDER BY run_id"))
     return [str(r[0]) for r in rows]
 
 

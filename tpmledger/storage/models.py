@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tpmledger.storage.attempt_columns import ATTEMPT_COLUMNS, ATTEMPT_COPY_COLUMNS, AttemptColumn
+from tpmledger.storage.minute_columns import MINUTE_FIGURES
 
 __all__ = [
     "ATTEMPT_COPY_COLUMNS",
@@ -211,31 +212,21 @@ class Snapshot(Base):
 
 
 class MinuteFigures:
-    """The minute-table columns (docs/metrics.md#minute-table), shared by snapshot and live rows."""
+    """The minute-table figure columns (docs/metrics.md#minute-table), shared by snapshot and
+    live rows; added below from :data:`storage.minute_columns.MINUTE_FIGURES`."""
 
-    calls_in_minute: Mapped[int] = mapped_column(BigInteger)
-    prompt_tpm_in: Mapped[int] = mapped_column(BigInteger)
-    completion_tpm_out: Mapped[int] = mapped_column(BigInteger)
-    tpm_total: Mapped[int] = mapped_column(BigInteger)
-    successes: Mapped[int] = mapped_column(BigInteger)
-    failures: Mapped[int] = mapped_column(BigInteger)
-    retries: Mapped[int | None] = mapped_column(BigInteger)
-    retry_rate: Mapped[float | None] = mapped_column(Double)
-    success_rate: Mapped[float | None] = mapped_column(Double)
-    ttft_p50_s: Mapped[float | None] = mapped_column(Double)
-    ttft_p95_s: Mapped[float | None] = mapped_column(Double)
-    ttft_p99_s: Mapped[float | None] = mapped_column(Double)
-    ttft_mean_s: Mapped[float | None] = mapped_column(Double)
-    ttft_variance_s2: Mapped[float | None] = mapped_column(Double)
-    latency_p50_s: Mapped[float | None] = mapped_column(Double)
-    latency_p95_s: Mapped[float | None] = mapped_column(Double)
-    latency_p99_s: Mapped[float | None] = mapped_column(Double)
-    in_flight_mean: Mapped[float | None] = mapped_column(Double)
-    in_flight_max: Mapped[int | None] = mapped_column(Integer)
-    queue_depth_mean: Mapped[float | None] = mapped_column(Double)
-    queue_depth_max: Mapped[int | None] = mapped_column(Integer)
-    concurrency_cap: Mapped[int | None] = mapped_column(Integer)
-    shards_active: Mapped[int] = mapped_column(Integer)
+
+_MINUTE_TYPES: dict[str, Any] = {
+    **_POSTGRES_TYPES,
+    "timestamp with time zone": lambda: DateTime(timezone=True),
+}
+for _figure in MINUTE_FIGURES:
+    # mapped_column() objects on a mixin are copied into every table that uses it.
+    setattr(
+        MinuteFigures,
+        _figure.name,
+        mapped_column(_figure.name, _MINUTE_TYPES[_figure.postgres](), nullable=_figure.nullable),
+    )
 
 
 class MinuteMetric(MinuteFigures, Base):

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, func, select, text
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.database import read_session
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
 from tpmledger.storage.models import Snapshot
@@ -95,7 +94,7 @@ def busy_minute_rows(
     return [dict(zip(wanted, row, strict=True)) for row in rows]
 
 
-def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
+def runs_due_for_seal(session: Session, quiet_s: float) -> list[tuple[str, datetime]]:
     """Runs with data newer than their latest snapshot (or whose latest snapshot was sealed
     while they were still receiving data) and quiet for ``quiet_s`` seconds.
 
@@ -116,12 +115,11 @@ def runs_due_for_seal(url: str, quiet_s: float) -> list[tuple[str, datetime]]:
         ORDER BY r.updated_at
         """
     )
-    with read_session(url) as session:
-        return [(str(r[0]), r[1]) for r in session.execute(query, {"quiet": quiet_s})]
+    return [(str(r[0]), r[1]) for r in session.execute(query, {"quiet": quiet_s})]
 
 
 def runs_due_for_checkpoint(
-    url: str, every_s: float, quiet_s: float
+    session: Session, every_s: float, quiet_s: float
 ) -> list[tuple[str, int, str | None]]:
     """Runs still receiving data (active within ``quiet_s``) whose newest version is older
     than ``every_s`` (or that have none): (run_id, first event end ns, that version's
@@ -141,6 +139,5 @@ def runs_due_for_checkpoint(
         ORDER BY latest.computed_at NULLS FIRST
         """
     )
-    with read_session(url) as session:
-        rows = session.execute(query, {"quiet": quiet_s, "every": every_s})
-        return [(str(r[0]), int(r[1]), r[2]) for r in rows]
+    rows = session.execute(query, {"quiet": quiet_s, "every": every_s})
+    return [(str(r[0]), int(r[1]), r[2]) for r in rows]

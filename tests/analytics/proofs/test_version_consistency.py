@@ -46,7 +46,7 @@ def versions(database_url: str) -> str:
 
 
 def test_a_later_version_is_proven_to_extend_an_earlier_one(versions: str) -> None:
-    document = prove_consistency(versions, "grow", 1, 2)
+    document = in_one_snapshot(versions, prove_consistency, "grow", 1, 2)
     assert set(document) == {"run_id", "from", "to", "proof"}
     assert document["from"]["tree_size"] == 3 and document["to"]["tree_size"] == 5
     assert check_consistency(document) is None
@@ -57,9 +57,9 @@ def test_a_later_version_is_proven_to_extend_an_earlier_one(versions: str) -> No
 
 def test_late_data_is_refused_naming_the_changed_minutes(versions: str) -> None:
     with pytest.raises(ConsistencyRefused, match=r"2026-02-01T03:45:00Z"):
-        prove_consistency(versions, "grow", 2, 3)
+        in_one_snapshot(versions, prove_consistency, "grow", 2, 3)
     with pytest.raises(ConsistencyRefused, match=r"2026-02-01T03:45:00Z"):
-        prove_consistency(versions, "grow", 1, 3)
+        in_one_snapshot(versions, prove_consistency, "grow", 1, 3)
 
 
 def test_cli_and_api(
@@ -144,5 +144,7 @@ def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
     final = seal_run(database_url, "grow")
     assert final.final and final.version == checkpoint.version + 1
     assert "rebased" not in final.document
-    proof = prove_consistency(database_url, "grow", checkpoint.version, final.version)
+    proof = in_one_snapshot(
+        database_url, prove_consistency, "grow", checkpoint.version, final.version
+    )
     assert check_consistency(proof) is None

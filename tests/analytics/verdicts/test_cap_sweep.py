@@ -12,6 +12,7 @@ from tpmledger.analytics.verdicts.cap_sweep import (
     load_sweep,
     walk_caps,
 )
+from tpmledger.storage.database import in_one_snapshot
 
 RULE = SweepThresholds()
 
@@ -73,7 +74,7 @@ def test_load_sweep_reads_latest_snapshots(database_url: str) -> None:
     store(database_url, [attempt_row(run_id="unsealed", sweep_id="sweep-1", concurrency_cap=8)])
     seal_run(database_url, "s2")
     seal_run(database_url, "s4")
-    result = load_sweep(database_url, "sweep-1")
+    result = in_one_snapshot(database_url, load_sweep, "sweep-1")
     assert [(p.cap, p.sustained_tpm_total) for p in result.points] == [(2, 150), (4, 450)]
     assert result.knee_cap == 4
     assert result.skipped_run_ids == ["unsealed"]
@@ -100,7 +101,7 @@ def test_a_live_cap_makes_the_recommendation_provisional(database_url: str) -> N
     seal_run(database_url, "c2")
     _cap_run(database_url, "c4", 4, 3)  # still running: only live figures
     LiveUpdater(database_url).update_once()
-    result = load_sweep(database_url, "sweep-2")
+    result = in_one_snapshot(database_url, load_sweep, "sweep-2")
     assert [(p.cap, p.status, p.sustained_tpm_total) for p in result.points] == [
         (2, "sealed", 150),
         (4, "live", 450),
@@ -108,9 +109,9 @@ def test_a_live_cap_makes_the_recommendation_provisional(database_url: str) -> N
     assert result.provisional and result.as_dict()["provisional"] is True
     # `analyze` of the running cap seals a snapshot that is not final: still live.
     seal_run(database_url, "c4", quiet_s=3600)
-    assert load_sweep(database_url, "sweep-2").points[1].status == "live"
+    assert in_one_snapshot(database_url, load_sweep, "sweep-2").points[1].status == "live"
     # Sealed once quiet: final, and the recommendation is no longer provisional.
     seal_run(database_url, "c4", force=True)
-    final = load_sweep(database_url, "sweep-2")
+    final = in_one_snapshot(database_url, load_sweep, "sweep-2")
     assert [p.status for p in final.points] == ["sealed", "sealed"]
     assert not final.provisional and final.knee_cap == 4

@@ -13,37 +13,9 @@ from __future__ import annotations
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
+from tpmledger.storage.minute_columns import MINUTE_COLUMNS  # the table's column order
 
 __all__ = ["MINUTE_COLUMNS", "SIGNIFICANT_DIGITS", "with_minute_utc"]
-
-# Column order of the table (and of storage's minute_metrics, minus run_id/version).
-MINUTE_COLUMNS: tuple[str, ...] = (
-    "shard_id",
-    "minute_utc",
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "retries",
-    "retry_rate",
-    "success_rate",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "ttft_mean_s",
-    "ttft_variance_s2",
-    "latency_p50_s",
-    "latency_p95_s",
-    "latency_p99_s",
-    "in_flight_mean",
-    "in_flight_max",
-    "queue_depth_mean",
-    "queue_depth_max",
-    "concurrency_cap",
-    "shards_active",
-)
 
 
 def with_minute_utc(table: pl.DataFrame) -> pl.DataFrame:

@@ -32,9 +32,15 @@ from tpmledger.analytics.kernels.concurrency import SecondSeries, minute_samples
 from tpmledger.analytics.kernels.event_arrays import event_arrays
 from tpmledger.analytics.kernels.event_grid import event_grid
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, rate_columns
-from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS, SIGNIFICANT_DIGITS
+from tpmledger.analytics.kernels.minute_schema import (
+    MINUTE_FIGURE_SCHEMA,
+    ROUNDED_FIGURES,
+    SIGNIFICANT_DIGITS,
+    ZERO_WHEN_EMPTY,
+)
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
 from tpmledger.provenance.event_file import EVENT_SCHEMA
+from tpmledger.storage.minute_columns import MINUTE_COLUMNS
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 # Columns of a live row beyond the minute table's (storage.models.LiveMinute).
@@ -45,19 +51,8 @@ EXTRA_COLUMNS = (
     "sag_seconds",
     "sag_cap",
 )
-_COUNTS = (
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "retries",
-    "shards_active",
-    "queue_reports",
-    "queue_seconds",
-    "sag_seconds",
-)
+# The extra columns that count (0 when nothing was counted).
+_EXTRA_COUNTS = ("queue_reports", "queue_seconds", "sag_seconds")
 
 
 def _canonical(events: pl.DataFrame) -> pl.DataFrame:
@@ -270,34 +265,14 @@ def run_minute_facts(
 
 
 _SCHEMA: dict[str, pl.DataType] = {
-    "calls_in_minute": pl.Int64(),
-    "prompt_tpm_in": pl.Int64(),
-    "completion_tpm_out": pl.Int64(),
-    "tpm_total": pl.Int64(),
-    "successes": pl.Int64(),
-    "failures": pl.Int64(),
-    "retries": pl.Int64(),
-    "shards_active": pl.Int32(),
-    "ttft_p50_s": pl.Float64(),
-    "ttft_p95_s": pl.Float64(),
-    "ttft_p99_s": pl.Float64(),
-    "ttft_mean_s": pl.Float64(),
-    "ttft_variance_s2": pl.Float64(),
-    "latency_p50_s": pl.Float64(),
-    "latency_p95_s": pl.Float64(),
-    "latency_p99_s": pl.Float64(),
-    "in_flight_mean": pl.Float64(),
-    "in_flight_max": pl.Int32(),
-    "queue_depth_mean": pl.Float64(),
-    "queue_depth_max": pl.Int32(),
-    "concurrency_cap": pl.Int32(),
+    **MINUTE_FIGURE_SCHEMA,
     "queue_reports": pl.Int64(),
     "retry_evidence": pl.Boolean(),
     "queue_seconds": pl.Int64(),
     "sag_seconds": pl.Int64(),
     "sag_cap": pl.Int32(),
 }
-_ZERO_FILLED = (*_COUNTS, "in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max")
+_ZERO_FILLED = (*ZERO_WHEN_EMPTY, *_EXTRA_COUNTS)
 
 
 def _finish(table: pl.DataFrame) -> pl.DataFrame:
@@ -313,7 +288,6 @@ def _finish(table: pl.DataFrame) -> pl.DataFrame:
         failures=pl.col("calls_in_minute") - pl.col("successes"),
     )
     table = table.with_columns(rate_columns())
-    floats = [n for n, t in table.schema.items() if t == pl.Float64]
-    table = table.with_columns(pl.col(floats).round_sig_figs(SIGNIFICANT_DIGITS))
+    table = table.with_columns(pl.col(ROUNDED_FIGURES).round_sig_figs(SIGNIFICANT_DIGITS))
     columns = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]
     return table.select(*columns, *EXTRA_COLUMNS).sort("shard_id", "minute_ns")

@@ -32,6 +32,7 @@ import psycopg
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
 from tpmledger.analytics.live.minute_extras import minute_extras
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.live_store import (
     MINUTE_NS,
     LiveRunFacts,
@@ -144,7 +145,7 @@ class LiveUpdater:
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
-        run_ids = dirty_run_ids(self.url)
+        run_ids = in_one_snapshot(self.url, dirty_run_ids)
         if run_ids:
             summarize_new_batches(self.url)
         for run_id in run_ids:

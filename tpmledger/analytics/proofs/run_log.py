@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tpmledger.analytics.proofs.version_heads import (
     RunNotSealed,
@@ -44,20 +45,19 @@ from tpmledger.provenance.tiles import (
     level_hashes,
     tile_data,
 )
-from tpmledger.storage.database import read_session, read_view
 from tpmledger.storage.models import Snapshot
 from tpmledger.storage.snapshots_read import snapshot_at
 
 
 def version_checkpoint(
-    url: str, run_id: str, key: SigningKey, log_origin: str, version: int | None = None
+    session: Session, run_id: str, key: SigningKey, log_origin: str, version: int | None = None
 ) -> str:
     """The signed checkpoint of ``version`` (default: the newest) of ``run_id``."""
-    snapshot = _snapshot(url, run_id, version)
+    snapshot = _snapshot(session, run_id, version)
     return head_checkpoint(run_id, snapshot.tree_size, snapshot.merkle_root, key, log_origin)
 
 
-def _snapshot(url: str, run_id: str, version: int | None) -> Snapshot:
+def _snapshot(session: Session, run_id: str, version: int | None) -> Snapshot:
     if version is None:
         query = (
             select(Snapshot)
@@ -65,13 +65,11 @@ def _snapshot(url: str, run_id: str, version: int | None) -> Snapshot:
             .order_by(Snapshot.version.desc())
             .limit(1)
         )
-        with read_session(url) as session:
-            snapshot = session.scalars(query).first()
+        snapshot = session.scalars(query).first()
         if snapshot is None:
             raise RunNotSealed(run_id)
         return snapshot
-    with read_view(url) as session:
-        found = snapshot_at(session, run_id, version)
+    found = snapshot_at(session, run_id, version)
     if found is None:
         raise VersionNotSealed(run_id, version)
     return found
@@ -87,17 +85,17 @@ class _Tree:
 class RunLogTiles:
     """Tiles of each run's newest sealed tree, the hash levels of a few trees kept in memory."""
 
-    def __init__(self, url: str, keep: int = 8) -> None:
-        self.url = url
+    def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._trees: OrderedDict[tuple[str, str], _Tree] = OrderedDict()
         self._lock = threading.Lock()
 
-    def tile(self, run_id: str, tile: TileRef) -> bytes:
-        """The bytes of ``tile`` in the run's newest tree; ``TileError`` if it has none."""
-        snapshot = _snapshot(self.url, run_id, None)
+    def tile(self, session: Session, run_id: str, tile: TileRef) -> bytes:
+        """The bytes of ``tile`` in the run's newest tree, as ``session`` sees it;
+        ``TileError`` if it has none."""
+        snapshot = _snapshot(session, run_id, None)
         if tile.level is None:
-            return version_bundle(self.url, snapshot, tile)
+            return version_bundle(session, snapshot, tile)
         tree = self._tree(snapshot)
         return tile_data(self._level(tree, tile.level), tile)
 
@@ -133,7 +131,7 @@ def _leaf_hashes(snapshot: Snapshot) -> bytes:
     return snapshot.leaf_hashes
 
 
-def version_bundle(url: str, snapshot: Snapshot, tile: TileRef) -> bytes:
+def version_bundle(session: Session, snapshot: Snapshot, tile: TileRef) -> bytes:
     """The entry bundle ``tile`` of a sealed version, from the leaves stored with it: one
     read bounded to the tile's minutes, each leaf checked against the sealed leaf hash."""
     start = tile.index * TILE_WIDTH
@@ -149,8 +147,7 @@ def version_bundle(url: str, snapshot: Snapshot, tile: TileRef) -> bytes:
     hashes = leaf_list(blob[start * HASH_BYTES : (start + tile.width) * HASH_BYTES])
     try:
         first = first_leaf_minute(snapshot.document, snapshot.tree_size) + start * MINUTE
-        with read_session(url) as session:
-            entries = leaves_from_storage(session, snapshot.run_id, snapshot.version, first, hashes)
+        entries = leaves_from_storage(session, snapshot.run_id, snapshot.version, first, hashes)
     except StoredLeavesMismatch as exc:
         raise SnapshotOutdated(str(exc)) from exc
     return entry_bundle(entries)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from tpmledger.analytics.seal.minute_log import changed_minutes, first_minute, leaf_list
 from tpmledger.provenance.consistency_document import check_consistency, consistency_document
 from tpmledger.provenance.merkle import consistency_proof, root_from_leaf_hashes
-from tpmledger.storage.database import read_view
 from tpmledger.storage.snapshots_read import snapshot_at
 from tpmledger.storage.time_text import minute_text
 
@@ -39,15 +40,15 @@ def _leaves(blob: bytes | None, version: int, run_id: str) -> list[bytes]:
     return leaf_list(blob)
 
 
-def prove_consistency(url: str, run_id: str, old: int, new: int) -> dict[str, Any]:
-    """The proof that version ``new``'s minute tree extends version ``old``'s."""
+def prove_consistency(session: Session, run_id: str, old: int, new: int) -> dict[str, Any]:
+    """The proof that version ``new``'s minute tree extends version ``old``'s, from the
+    versions ``session`` (a :func:`storage.database.read_view`) sees."""
     for version in (old, new):
         if not 1 <= version <= MAX_VERSION:  # versions are PostgreSQL integers from 1
             raise VersionNotFound(f"run {run_id!r} has no sealed version {version}")
     if old >= new:
         raise ConsistencyRefused(f"--from ({old}) must be an earlier version than --to ({new})")
-    with read_view(url) as session:
-        snapshots = {v: snapshot_at(session, run_id, v) for v in (old, new)}
+    snapshots = {v: snapshot_at(session, run_id, v) for v in (old, new)}
     for version, snapshot in snapshots.items():
         if snapshot is None:
             raise VersionNotFound(f"run {run_id!r} has no sealed version {version}")

@@ -18,6 +18,7 @@ from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.seal.minute_log import MINUTE
 from tpmledger.analytics.seal.sealing import SealResult, seal_run
 from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_checkpoint
 
@@ -47,8 +48,8 @@ class Checkpointer:
         cutoff = closed_before(now or datetime.now(UTC), self.close_after_s)
         cutoff_ns = int(cutoff.timestamp()) * _NS
         sealed = []
-        for run_id, first_event_ns, through in runs_due_for_checkpoint(
-            self.url, self.every_s, self.quiet_s
+        for run_id, first_event_ns, through in in_one_snapshot(
+            self.url, runs_due_for_checkpoint, self.every_s, self.quiet_s
         ):
             if first_event_ns >= cutoff_ns:
                 continue  # no minute of it has closed yet

@@ -45,7 +45,6 @@ from tpmledger.analytics.kernels.event_grid import EventGrid
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
-from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS
 from tpmledger.analytics.kernels.run_figures import (
     RunAnalysis,
     RunContext,
@@ -53,6 +52,7 @@ from tpmledger.analytics.kernels.run_figures import (
     run_figures_of,
 )
 from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.storage.minute_columns import MINUTE_COLUMNS
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 Ints = npt.NDArray[np.int64]

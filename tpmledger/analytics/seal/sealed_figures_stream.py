@@ -24,6 +24,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+from sqlalchemy.orm import Session
 
 from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.analytics.seal.sealed_figures import SealedFigures
@@ -46,7 +47,7 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
     retry_storm,
 )
 from tpmledger.analytics.verdicts.slo import Slo
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.database import driver_connection
 from tpmledger.storage.pitfall_attributes import (
     Declarations,
     fetch_declarations,
@@ -63,13 +64,16 @@ _LAST: Final = slice(0, 3)
 _EVERY: Final = slice(3, 6)
 
 
-def read_figure_inputs(url: str, run_id: str) -> tuple[Declarations, ToolIntervals, TargetRows]:
-    """The run's declarations, tool intervals and attempts to capped targets, read once."""
-    with raw_transaction(url) as conn:
-        declared = fetch_declarations(conn, run_id)
-        tools = fetch_run_tool_intervals(conn, run_id)
-        models = sorted({m for _, m in declared.target_caps if m is not None})
-        targets = fetch_target_attempts(conn, run_id, models) if models else []
+def read_figure_inputs(
+    session: Session, run_id: str
+) -> tuple[Declarations, ToolIntervals, TargetRows]:
+    """The run's declarations, tool intervals and attempts to capped targets, read once in
+    ``session`` (the caller opens it: ``in_one_snapshot(url, read_figure_inputs, run_id)``)."""
+    conn = driver_connection(session)
+    declared = fetch_declarations(conn, run_id)
+    tools = fetch_run_tool_intervals(conn, run_id)
+    models = sorted({m for _, m in declared.target_caps if m is not None})
+    targets = fetch_target_attempts(conn, run_id, models) if models else []
     return declared, tools, targets
 
 
@@ -85,12 +89,10 @@ def sealed_params() -> dict[str, Any]:
 class SealedFiguresStream:
     """Diagnostics, minute outcomes and goodput of a run fed as :class:`SealChunk`\\ s.
 
-    Feed every chunk of the run with :meth:`add` (in increasing minute order), then call
+    Start one with :meth:`from_inputs` over :func:`read_figure_inputs`; feed every chunk
+    of the run with :meth:`add` (in increasing minute order), then call
     :meth:`finish` once; the figures equal those of the whole run's events.
     """
-
-    def __init__(self, url: str, run_id: str, slo: Slo | None) -> None:
-        self._start(*read_figure_inputs(url, run_id), slo)
 
     @classmethod
     def from_inputs(

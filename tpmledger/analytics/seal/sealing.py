@@ -39,7 +39,7 @@ from tpmledger.analytics.seal.run_computation import (
     compute_run,
 )
 from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
-from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream
+from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream, read_figure_inputs
 from tpmledger.analytics.seal.stored_leaves import store_version_leaves
 from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_file import EVENTS_FORMAT
@@ -227,7 +227,7 @@ def compute_for_sealing(
 ) -> tuple[RunComputation, SealedFigures]:
     """The run's computation and the figures sealed beside it (diagnostics, minute
     outcomes, goodput under ``slo``), from one streaming read of the run."""
-    extras = SealedFiguresStream(url, run_id, slo)
+    extras = SealedFiguresStream.from_inputs(*in_one_snapshot(url, read_figure_inputs, run_id), slo)
     computation = compute_run(
         url, run_id, timer, end_before_ns, consumers=[extras], progress=progress
     )

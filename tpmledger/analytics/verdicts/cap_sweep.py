@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
 from tpmledger.analytics.views.live_view import current_table, live_figures
-from tpmledger.storage.database import read_view
 from tpmledger.storage.live_read import RunState, run_states
 
 
@@ -171,13 +170,17 @@ def _run_point(session: Session, state: RunState) -> SweepPoint | None:
     )
 
 
-def load_sweep(url: str, sweep_id: str, thresholds: SweepThresholds | None = None) -> SweepResult:
-    """The sweep from its runs' final snapshots or live figures, walked with ``thresholds``."""
+def load_sweep(
+    session: Session, sweep_id: str, thresholds: SweepThresholds | None = None
+) -> SweepResult:
+    """The sweep from its runs' final snapshots or live figures, walked with ``thresholds``.
+
+    ``session`` is a :func:`storage.database.read_view`, so every run of the sweep is read
+    from one snapshot."""
     rule = thresholds or SweepThresholds()
     result = SweepResult(sweep_id=sweep_id, thresholds=rule)
-    with read_view(url) as session:  # every run of the sweep from one snapshot
-        states = [s for s in run_states(session) if s.sweep_id == sweep_id]
-        points = {s.run_id: _run_point(session, s) for s in states}
+    states = [s for s in run_states(session) if s.sweep_id == sweep_id]
+    points = {s.run_id: _run_point(session, s) for s in states}
     newest: dict[int, tuple[Any, SweepPoint]] = {}
     for state in sorted(states, key=lambda s: s.run_id):
         point = points[state.run_id]

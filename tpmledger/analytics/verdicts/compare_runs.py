@@ -40,7 +40,6 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
 from tpmledger.storage.sealed_figures_store import read_diagnostics, read_goodput, run_exists
@@ -423,14 +422,14 @@ def compare(
 
 
 def compare_runs(
-    url: str,
+    session: Session,
     run_a: str,
     run_b: str,
     params: CompareParams | None = None,
     slo_text: str | None = None,
 ) -> dict[str, Any]:
-    """Load both runs' newest sealed versions and compare them (B − A)."""
-    with read_view(url) as session:  # both runs from one snapshot of the database
-        a = load_run_minutes(session, run_a, slo_text)
-        b = load_run_minutes(session, run_b, slo_text)
+    """Load both runs' newest sealed versions and compare them (B − A); ``session`` is a
+    :func:`storage.database.read_view`, so both runs are read from one snapshot."""
+    a = load_run_minutes(session, run_a, slo_text)
+    b = load_run_minutes(session, run_b, slo_text)
     return compare(a, b, params or CompareParams(), slo_text)

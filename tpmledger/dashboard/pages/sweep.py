@@ -26,7 +26,7 @@ from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_sec
 from tpmledger.dashboard.figures.chart_style import Figure, message_figure
 from tpmledger.dashboard.figures.sweep import sweep_figure
 from tpmledger.dashboard.pages.runs import run_href
-from tpmledger.storage.database import read_view
+from tpmledger.storage.database import in_one_snapshot, read_view
 
 
 def thresholds_text(view: SweepResult) -> str:
@@ -112,7 +112,7 @@ def sweep_panels(config: DashboardConfig, sweep_id: str | None) -> tuple[Figure,
     """Server-side work of the sweep callback: figure, recommendation, points table."""
     if not sweep_id:
         return message_figure(""), None, None
-    view = load_sweep(config.database_url, sweep_id)
+    view = in_one_snapshot(config.database_url, load_sweep, sweep_id)
     recommended = recommendation_text(view)
     skipped = (
         html.Div(
