@@ -226,10 +226,12 @@ def target_minutes(session: Session, run_ids: list[str]) -> list[TargetMinute]:
     return [t for run_id in run_ids for t in _run_target_minutes(session, driver, run_id)]
 
 
-def target_minutes_ending_from(session: Session, run_id: str, since_ns: int) -> list[TargetMinute]:
-    """The run's target-minutes from its raw attempts that end at or after ``since_ns``, in
-    ``session``'s snapshot: what one recent minute costs, whatever the run's size (the
-    attempts are found through ``(run_id, end_ns)``)."""
+def target_minutes_ending_from(
+    session: Session, run_ids: list[str], since_ns: int
+) -> list[TargetMinute]:
+    """The runs' target-minutes from their raw attempts that end at or after ``since_ns``,
+    in ``session``'s snapshot, in one query: what one recent minute costs, whatever the
+    runs' sizes (the attempts are found through ``(run_id, end_ns)``)."""
     driver = session.connection().connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
-    return fetch_target_minutes(driver, [run_id], since_ns=since_ns)
+    return fetch_target_minutes(driver, run_ids, since_ns=since_ns)

@@ -164,9 +164,8 @@ def run_series(
         )
         for s in todo
     }
-    for s in todo:
-        if (m := newest.get(s.run_id)) is not None:
-            series[s.run_id].headroom = _headroom(session, s.run_id, m)
+    for run_id, ratios in _headroom(session, newest).items():
+        series[run_id].headroom = ratios
     for run_id, sums in extras.items():
         series[run_id].other_tokens = {k: v for (kind, k), v in sums.items() if kind == "tokens"}
         series[run_id].errors = {k: v for (kind, k), v in sums.items() if kind == "errors"}
@@ -178,17 +177,26 @@ def run_series(
     return [series[s.run_id] for s in states]
 
 
-def _headroom(session: Session, run_id: str, minute: datetime) -> dict[tuple[str, str], float]:
-    """Each target's headroom in ``minute``: the lower of 1 − used / quota for tokens and
-    for requests, where a quota is known (read from that minute's attempts on)."""
-    minute_ns = int(minute.timestamp()) * 1_000_000_000
-    found: dict[tuple[str, str], float] = {}
-    for target in target_minutes_ending_from(session, run_id, minute_ns):
-        if target.minute_ns != minute_ns:
-            continue
-        known = [h for h in (target.headroom_tokens, target.headroom_requests) if h is not None]
-        if known:
-            found[(target.provider or "", target.model or "")] = clean(min(known))
+def _headroom(
+    session: Session, newest: dict[str, datetime | None]
+) -> dict[str, dict[tuple[str, str], float]]:
+    """Each run's targets' headroom in its newest closed minute: the lower of 1 − used /
+    quota for tokens and for requests, where a quota is known. One query per distinct
+    minute (live runs share the clock's), reading from that minute's attempts on."""
+    by_minute: dict[datetime, list[str]] = {}
+    for run_id, minute in newest.items():
+        if minute is not None:
+            by_minute.setdefault(minute, []).append(run_id)
+    found: dict[str, dict[tuple[str, str], float]] = {}
+    for minute, run_ids in by_minute.items():
+        minute_ns = int(minute.timestamp()) * 1_000_000_000
+        for target in target_minutes_ending_from(session, sorted(run_ids), minute_ns):
+            if target.minute_ns != minute_ns:
+                continue
+            known = [h for h in (target.headroom_tokens, target.headroom_requests) if h is not None]
+            if known:
+                key = (target.provider or "", target.model or "")
+                found.setdefault(target.run_id, {})[key] = clean(min(known))
     return found
 
 
