@@ -42,3 +42,18 @@ def test_no_quota_reported_says_so_and_no_attempts_says_not_measured() -> None:
     assert notes and notes[0].startswith("quota: not measured")
     empty = quota_figure([])
     assert empty["data"] == [] and "not measured" in empty["layout"]["annotations"][0]["text"]
+
+
+def test_open_minutes_are_drawn_in_progress() -> None:
+    rows = [_minute(0, quota_tpm=1000), _minute(1, quota_tpm=1000)]
+    fig = quota_figure(rows, {"2026-02-01 03:45"})
+    traces = {t["name"]: t for t in fig["data"]}
+    # The settled part keeps the closed minute; the in-progress part, hatched, the open one.
+    assert traces["openai/m tokens used"]["y"] == [900, None]
+    assert traces["openai/m tokens used (in progress)"]["y"] == [None, 900]
+    assert traces["openai/m tokens used (in progress)"]["marker"]["pattern"]["shape"] == "/"
+    assert "in progress (open minute)" in traces
+    assert any(a.get("name") == "in-progress" for a in fig["layout"]["annotations"])
+    # Without open minutes nothing is drawn in progress.
+    plain = quota_figure(rows)
+    assert not [t for t in plain["data"] if "in progress" in t["name"]]

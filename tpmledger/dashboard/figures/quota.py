@@ -3,12 +3,14 @@
 One panel per measure: tokens used per minute against the tokens quota, requests against the
 requests quota, one colour per target (provider/model). Used is drawn as bars, the quota
 as a dashed step line; minutes with rate-limited attempts get a marker above their bar.
-A target that reports no quota shows its use only, and the chart says so.
+A target that reports no quota shows its use only, and the chart says so. Open minutes
+(still filling, docs/dashboard.md#in-progress-minutes) are drawn in progress, as on the
+run's other charts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tpmledger.dashboard.display import NOT_MEASURED
@@ -17,11 +19,13 @@ from tpmledger.dashboard.figures.chart_style import (
     RETRY_COLOR,
     SHARD_COLORS,
     Figure,
+    add_in_progress,
     add_note,
     base_layout,
     figure,
     message_figure,
     plot_text,
+    split_open,
     time_axis,
     value_axis,
 )
@@ -38,8 +42,14 @@ def _x(rows: Sequence[TargetMinute]) -> list[str]:
     return [minute_text_ns(t.minute_ns)[:16].replace("T", " ") for t in rows]
 
 
-def quota_figure(targets: Sequence[TargetMinute]) -> Figure:
-    """Tokens (top) and requests (bottom) used per minute versus each target's quota."""
+def dashboard_minute(minute_utc: str) -> str:
+    """``2026-11-26T14:39:00Z`` as the dashboard's minute text, ``2026-11-26 14:39``."""
+    return minute_utc[:16].replace("T", " ")
+
+
+def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] = ()) -> Figure:
+    """Tokens (top) and requests (bottom) used per minute versus each target's quota;
+    ``open_minutes`` (dashboard minute text) are drawn in progress."""
     if not targets:
         return message_figure(f"Used versus quota: {NOT_MEASURED} (no attempts yet)")
     by_target: dict[tuple[str | None, str | None], list[TargetMinute]] = {}
@@ -76,6 +86,15 @@ def quota_figure(targets: Sequence[TargetMinute]) -> Figure:
                  "legendgroup": name, **MINUTE_PERIOD}
             )  # fmt: skip
     minutes = sorted({m for trace in data for m in trace["x"]})
+    data = [
+        part
+        for trace in data
+        for part in (
+            split_open(trace, [m in open_minutes for m in trace["x"]])
+            if trace.get("mode") != "markers"
+            else [trace]
+        )
+    ]
     layout = base_layout(
         height=480,
         margin={"l": 64, "r": 64, "t": 140, "b": 56},
@@ -87,6 +106,7 @@ def quota_figure(targets: Sequence[TargetMinute]) -> Figure:
         yaxis2=value_axis("requests per minute", domain=[0, 0.42], anchor="x"),
     )
     fig = figure(data, layout)
+    add_in_progress(fig, minutes, [m in open_minutes for m in minutes])
     if not any_quota:
         add_note(
             fig,

@@ -49,7 +49,7 @@ from tpmledger.dashboard.figures.concurrency import (
     concurrency_figure,
     work_conserving_text,
 )
-from tpmledger.dashboard.figures.quota import quota_figure
+from tpmledger.dashboard.figures.quota import dashboard_minute, quota_figure
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
@@ -178,7 +178,13 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
                 _header(run),
                 reconciliation_line(checked),
                 bottleneck_panel(verdict),
-                dcc.Graph(id="run-quota", figure=quota_figure(targets)),
+                dcc.Graph(
+                    id="run-quota",
+                    figure=quota_figure(
+                        targets,
+                        {dashboard_minute(m) for m in run.metrics.get("open_minutes") or []},
+                    ),
+                ),
                 diagnostics_panel({**run.metrics, **extras}),
             ]
         ),
