@@ -181,12 +181,12 @@ def fresh_database() -> Iterator[BenchDatabase]:
     if external:
         admin_url = external
     else:
-        import pgserver
+        from tpmledger.storage.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))
         Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-        server = pgserver.get_server(tmp / "pg", cleanup_mode="delete")
+        server = throwaway_server(tmp / "pg")
         admin_url = str(server.get_uri("postgres"))
     name = f"bench_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:

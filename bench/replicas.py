@@ -247,12 +247,12 @@ def main() -> int:
     server = None
     admin_url = args.admin_url
     if not admin_url:
-        import pgserver
+        from tpmledger.storage.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))
         (tmp / "run").mkdir(mode=0o700, exist_ok=True)
-        server = pgserver.get_server(tmp / "pg", cleanup_mode="delete")
+        server = throwaway_server(tmp / "pg")
         admin_url = str(server.get_uri("postgres"))
     try:
         rng = random.Random(7)

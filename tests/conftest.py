@@ -39,7 +39,7 @@ def pg_server_url() -> Iterator[str]:
     if external:
         yield external
         return
-    import pgserver
+    from tpmledger.storage.embedded_postgres import throwaway_server
 
     # Outside pytest's basetemp: pytest prunes old basetemps, and a concurrent pytest
     # session doing so would pull the data directory from under a running server.
@@ -47,7 +47,7 @@ def pg_server_url() -> Iterator[str]:
     runtime = root / "xdg-runtime"
     runtime.mkdir(mode=0o700)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
-    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
+    server = throwaway_server(root / "pgdata")
     try:
         yield str(server.get_uri("postgres"))
     finally:

@@ -179,3 +179,24 @@ def _last_line(path: Path, start: int = 0) -> str | None:
         return None
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else None
+
+
+# The one place the rest of the project reaches pgserver: `tpmledger up` through
+# EmbeddedPostgres, the test fixtures and the benchmarks through these two.
+
+
+def throwaway_server(data_dir: Path) -> Any:
+    """A PostgreSQL server of the ``pgserver`` wheel in ``data_dir``, deleted by its
+    ``cleanup()`` (tests and benchmarks). The result answers ``get_uri(db)``, ``psql(sql)``,
+    ``get_postmaster_info()`` and ``ensure_postgres_running()``."""
+    import pgserver
+
+    return pgserver.get_server(data_dir, cleanup_mode="delete")
+
+
+def pg_ctl(server: Any, *args: str) -> None:
+    """``pg_ctl ARGS`` on ``server``'s data directory, as the user the server runs as
+    (``pgserver`` when root); raises ``subprocess.CalledProcessError`` when it fails."""
+    from pgserver._commands import pg_ctl as run_pg_ctl  # type: ignore[attr-defined]
+
+    run_pg_ctl(list(args), pgdata=server.pgdata, user=server.system_user)
