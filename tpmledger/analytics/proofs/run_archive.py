@@ -8,9 +8,12 @@ yet (event times do not matter: a backfilled run is due once its spans stop arri
 2. export its signed summary (the ``tpmledger summary export`` layout) into
    ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
    ``RUN_ID`` file names the run) with the event file gzip-compressed (``events.jsonl.gz``);
-3. verify that directory offline (signature, digest — the decompressed file must hash to
-   the sealed ``events_sha256`` —, figures, minute tree, proofs); a run whose archive
-   does not verify keeps its spans;
+3. check that directory (:func:`~tpmledger.provenance.summary_verify.verify_archive`):
+   signature, digest and line count — the file decompressed a block at a time must hash
+   to the signed ``events_sha256`` —, minute proofs against the signed root, checkpoint;
+   the figures are not recomputed (the seal just did; ``tpmledger summary verify DIR``
+   does that offline), so memory follows a block, not the run. A run whose archive does
+   not check keeps its spans;
 4. delete the raw spans that archive holds and mark the run archived, in one transaction
    that finds nothing arrived since the seal (otherwise the run is kept and tried again).
    Seals, figures and minute rows stay: the run is still listed, as ``archived``; ingest
@@ -41,7 +44,7 @@ from tpmledger.analytics.proofs.summary_export import (
 )
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.retention_store import (
     ArrivedMeanwhile,
@@ -201,7 +204,8 @@ def _archive(
     )
     write_export(summary, target)
     digest = str(summary.predicate["events"]["sha256"])
-    report = verify_export(target)
+    # Bounded: digest, signature, proofs; not the offline recomputation of every figure.
+    report = verify_archive(target)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if not c.ok)
         say(f"{old.run_id}: archive does not verify ({failed}); its spans are kept")
