@@ -221,6 +221,12 @@ def main(argv: list[str] | None = None) -> None:
             _serve_and_export(db.url, runs, work, env, say)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
+        # Retention goes by arrival (runs.updated_at): the loaded runs arrived two days ago.
+        with raw_transaction(db.url) as conn:
+            conn.execute(
+                "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = ANY(%s)",
+                ([run_id for _, run_id, _ in runs],),
+            )
         peak, took, text = _child_peak(
             [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
         )
