@@ -209,6 +209,13 @@ def main(argv: list[str] | None = None) -> None:
             started = time.monotonic()
             seal_workload.load(db.url, attempts, args.shards, run_id=run_id)
             loaded = time.monotonic() - started
+            # Retention goes by arrival (runs.updated_at): the run arrived two days ago
+            # (before its seal, whose data_as_of prune compares it with).
+            with raw_transaction(db.url) as conn:
+                conn.execute(
+                    "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = %s",
+                    (run_id,),
+                )
             seal_mib, seal_s = seal_workload.seal_peak_rss(db.url, run_id)
             say(
                 f"{attempts:,} attempts: loaded in {loaded:.0f} s; sealed in {seal_s:.1f} s "
@@ -221,12 +228,6 @@ def main(argv: list[str] | None = None) -> None:
             _serve_and_export(db.url, runs, work, env, say)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
-        # Retention goes by arrival (runs.updated_at): the loaded runs arrived two days ago.
-        with raw_transaction(db.url) as conn:
-            conn.execute(
-                "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = ANY(%s)",
-                ([run_id for _, run_id, _ in runs],),
-            )
         peak, took, text = _child_peak(
             [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
         )
