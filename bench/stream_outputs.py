@@ -2,7 +2,7 @@
 keep their process's memory flat in the run's size (docs/provenance.md#streaming-seal).
 
     .venv/bin/python bench/stream_outputs.py [--attempts 1000000 2000000] [--shards 8]
-                                             [--out FILE]
+                                             [--out FILE] [--prune-only]
 
 For each size, a run of the seal benchmarks (bench/seal_workload.py) is loaded into a fresh
 database and sealed (in its own process). Then, per run:
@@ -14,9 +14,11 @@ database and sealed (in its own process). Then, per run:
   one must get 503 + Retry-After (``TPMLEDGER_HEAVY_REQUESTS`` = 2);
 * ``tpmledger summary export RUN --out DIR`` in a new process: its peak RSS (its own
   ``VmHWM``, read until it exits);
-* ``tpmledger summary verify DIR`` of that export (the offline verifier prune also runs);
+* ``tpmledger summary verify DIR`` of that export (the full offline verifier);
 * at the end, ``tpmledger prune --older-than 1d`` archives every run (gzip event file,
-  verified): the peak RSS of that process.
+  checked: digest, signature, minute proofs): the peak RSS of that process.
+
+``--prune-only`` loads and seals, then measures prune alone (skips serving and export).
 
 Baseline in the same run: the ingest process's RSS at rest before the first download.
 Target: ≤ 400 MB in each process. Printed and written to
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,18 +92,106 @@ def _sealed_sha256(url: str, run_id: str) -> str:
     return str(row[0]) if row else ""
 
 
+def _serve_and_export(
+    url: str,
+    runs: list[tuple[int, str, str]],
+    work: Path,
+    env: dict[str, str],
+    say: Callable[[str], None],
+) -> None:
+    """GET events.jsonl (one at a time, then three at once) in a serving process; then
+    summary export and summary verify of each run, each in its own process."""
+    ingest = workload.start_ingest(url, {"TPMLEDGER_DATA_DIR": str(work / "data")})
+    pid = ingest.process.pid
+    try:
+        time.sleep(1.0)
+        idle_kib = proc_status_kib(pid, "VmRSS")
+        say(f"serving process (tpmledger serve ingest) at rest: {idle_kib / 1024:.0f} MiB")
+        for attempts, run_id, sealed in runs:
+            watch = RssWatch(pid)
+            watch.start()
+            started = time.monotonic()
+            status, digest, size, _ = _download(ingest.host, ingest.port, run_id)
+            took = time.monotonic() - started
+            watch.stop()
+            say(
+                f"GET events.jsonl of {attempts:,} attempts: {status}, {size / 1e6:,.0f} MB "
+                f"in {took:.1f} s, sha256 {'equals' if digest == sealed else 'DIFFERS FROM'}"
+                f" the seal's; serving process peak {watch.peak_kib / 1024:.0f} MiB = "
+                f"{watch.peak_kib * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+                f"{'met' if watch.peak_kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+            )
+        # Three at once with the default cap of two: one gets 503 + Retry-After.
+        attempts, run_id, sealed = runs[-1]
+        answers: list[tuple[int, str, int, str | None]] = []
+        watch = RssWatch(pid)
+        watch.start()
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(_download(ingest.host, ingest.port, run_id))
+            )
+            for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.5)
+        for thread in threads:
+            thread.join()
+        watch.stop()
+        statuses = sorted((a[0], a[3]) for a in answers)
+        say(
+            f"3 downloads at once of {attempts:,} attempts: (status, Retry-After) "
+            f"{statuses}; all 200s equal the seal: "
+            f"{all(a[1] == sealed for a in answers if a[0] == 200)}; serving process "
+            f"peak {watch.peak_kib / 1024:.0f} MiB"
+        )
+        say(
+            f"serving process VmHWM over the whole bench: "
+            f"{proc_status_kib(pid, 'VmHWM') / 1024:.0f} MiB "
+            f"({proc_status_kib(pid, 'VmHWM') / max(idle_kib, 1):.2f} x at rest)"
+        )
+    finally:
+        ingest.stop()
+
+    command = [sys.executable, "-m", "tpmledger.cli.main"]
+    env = {**env, "TPMLEDGER_DATABASE_URL": url}
+    for attempts, run_id, _ in runs:
+        out_dir = work / f"export-{run_id}"
+        peak, took, _ = _child_peak(
+            [*command, "summary", "export", run_id, "--out", str(out_dir)], env
+        )
+        size = (out_dir / "events.jsonl").stat().st_size
+        say(
+            f"summary export of {attempts:,} attempts: {took:.1f} s, events.jsonl "
+            f"{size / 1e6:,.0f} MB; process peak {peak / 1024:.0f} MiB = "
+            f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+            f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+        )
+        peak, took, _ = _child_peak([*command, "summary", "verify", str(out_dir)], env)
+        say(
+            f"  summary verify of that export (offline, standard-library verifier): "
+            f"{took:.1f} s; process peak {peak / 1024:.0f} MiB"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attempts", type=int, nargs="+", default=[1_000_000, 2_000_000])
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--prune-only",
+        action="store_true",
+        help="load and seal, then measure only prune (no serving, export or verify)",
+    )
     args = parser.parse_args(argv)
 
     lines = [
         f"tpmledger whole-run outputs — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
         "command: .venv/bin/python bench/stream_outputs.py --attempts "
         + " ".join(str(a) for a in args.attempts)
-        + f" --shards {args.shards}",
+        + f" --shards {args.shards}"
+        + (" --prune-only" if args.prune_only else ""),
         f"machine: {os.cpu_count()} cpus; load average before {os.getloadavg()[0]:.1f}",
     ]
 
@@ -118,6 +209,13 @@ def main(argv: list[str] | None = None) -> None:
             started = time.monotonic()
             seal_workload.load(db.url, attempts, args.shards, run_id=run_id)
             loaded = time.monotonic() - started
+            # Retention goes by arrival (runs.updated_at): the run arrived two days ago
+            # (before its seal, whose data_as_of prune compares it with).
+            with raw_transaction(db.url) as conn:
+                conn.execute(
+                    "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = %s",
+                    (run_id,),
+                )
             seal_mib, seal_s = seal_workload.seal_peak_rss(db.url, run_id)
             say(
                 f"{attempts:,} attempts: loaded in {loaded:.0f} s; sealed in {seal_s:.1f} s "
@@ -126,83 +224,16 @@ def main(argv: list[str] | None = None) -> None:
             runs.append((attempts, run_id, _sealed_sha256(db.url, run_id)))
 
         env = {**os.environ, "TPMLEDGER_DATA_DIR": str(work / "data")}
-        ingest = workload.start_ingest(db.url, {"TPMLEDGER_DATA_DIR": str(work / "data")})
-        pid = ingest.process.pid
-        try:
-            time.sleep(1.0)
-            idle_kib = proc_status_kib(pid, "VmRSS")
-            say(f"serving process (tpmledger serve ingest) at rest: {idle_kib / 1024:.0f} MiB")
-            for attempts, run_id, sealed in runs:
-                watch = RssWatch(pid)
-                watch.start()
-                started = time.monotonic()
-                status, digest, size, _ = _download(ingest.host, ingest.port, run_id)
-                took = time.monotonic() - started
-                watch.stop()
-                say(
-                    f"GET events.jsonl of {attempts:,} attempts: {status}, {size / 1e6:,.0f} MB "
-                    f"in {took:.1f} s, sha256 {'equals' if digest == sealed else 'DIFFERS FROM'}"
-                    f" the seal's; serving process peak {watch.peak_kib / 1024:.0f} MiB = "
-                    f"{watch.peak_kib * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-                    f"{'met' if watch.peak_kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
-                )
-            # Three at once with the default cap of two: one gets 503 + Retry-After.
-            attempts, run_id, sealed = runs[-1]
-            answers: list[tuple[int, str, int, str | None]] = []
-            watch = RssWatch(pid)
-            watch.start()
-            threads = [
-                threading.Thread(
-                    target=lambda: answers.append(_download(ingest.host, ingest.port, run_id))
-                )
-                for _ in range(3)
-            ]
-            for thread in threads:
-                thread.start()
-                time.sleep(0.5)
-            for thread in threads:
-                thread.join()
-            watch.stop()
-            statuses = sorted((a[0], a[3]) for a in answers)
-            say(
-                f"3 downloads at once of {attempts:,} attempts: (status, Retry-After) "
-                f"{statuses}; all 200s equal the seal: "
-                f"{all(a[1] == sealed for a in answers if a[0] == 200)}; serving process "
-                f"peak {watch.peak_kib / 1024:.0f} MiB"
-            )
-            say(
-                f"serving process VmHWM over the whole bench: "
-                f"{proc_status_kib(pid, 'VmHWM') / 1024:.0f} MiB "
-                f"({proc_status_kib(pid, 'VmHWM') / max(idle_kib, 1):.2f} x at rest)"
-            )
-        finally:
-            ingest.stop()
-
+        if not args.prune_only:
+            _serve_and_export(db.url, runs, work, env, say)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
-        for attempts, run_id, _ in runs:
-            out_dir = work / f"export-{run_id}"
-            peak, took, _ = _child_peak(
-                [*command, "summary", "export", run_id, "--out", str(out_dir)], env
-            )
-            size = (out_dir / "events.jsonl").stat().st_size
-            say(
-                f"summary export of {attempts:,} attempts: {took:.1f} s, events.jsonl "
-                f"{size / 1e6:,.0f} MB; process peak {peak / 1024:.0f} MiB = "
-                f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-                f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
-            )
-            peak, took, _ = _child_peak([*command, "summary", "verify", str(out_dir)], env)
-            say(
-                f"  summary verify of that export (offline, standard-library verifier): "
-                f"{took:.1f} s; process peak {peak / 1024:.0f} MiB"
-            )
         peak, took, text = _child_peak(
             [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
         )
         archived = text.count("archived (")
         say(
-            f"prune (archive + verify + delete) of the {len(runs)} runs "
+            f"prune (archive + bounded check + delete) of the {len(runs)} runs "
             f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts): {took:.1f} s, "
             f"{archived} archived; process peak {peak / 1024:.0f} MiB = "
             f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "

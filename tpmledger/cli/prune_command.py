@@ -27,11 +27,12 @@ def register(subparsers: Any) -> None:
         help="archive runs older than a duration and delete their raw spans",
         description="For each run whose newest span arrived more than DURATION ago: seal "
         "it, write its signed summary with the event file gzip-compressed under "
-        "ARCHIVE_DIR/<name>-<hash of the run id>/, verify that archive, then delete the raw "
-        "spans it holds. The run stays listed, as archived, with its seals and figures; "
-        "ingest refuses its new spans. A run that cannot be archived is reported and the "
-        "others go on; exit 1 when one was kept (docs/configuration.md#retention, "
-        "docs/operations.md#retention-and-archives).",
+        "ARCHIVE_DIR/<name>-<hash of the run id>/, check that archive (signature, event "
+        "file digest, minute proofs; `tpmledger summary verify DIR` recomputes every figure "
+        "offline), then delete the raw spans it holds. The run stays listed, as archived, "
+        "with its seals and figures; ingest refuses its new spans. A run that cannot be "
+        "archived is reported and the others go on; exit 1 when one was kept "
+        "(docs/configuration.md#retention, docs/operations.md#retention-and-archives).",
     )
     p.add_argument("--older-than", type=parse_age, required=True, metavar="DURATION")
     p.add_argument(

@@ -22,6 +22,10 @@ never the code that sealed the run; this module imports no database driver, Pola
 Numba.
 
 A single proof file from ``summary prove`` is checked against the envelope it carries.
+
+:func:`verify_archive` is the bounded check ``tpmledger prune`` makes before deleting raw
+spans: checks 1–4, 8 and 9 only (no recomputation), so its memory follows a block of the
+event file and the minutes, not the attempts.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,13 +97,8 @@ def verify_export(
     if predicate is None:
         return report
     _check_bundle(directory / "summary.sigstore.json", envelope, report)
-    statement_digest = predicate["_subject_sha256"]
-    events_path = directory / "events.jsonl"
-    packed = directory / "events.jsonl.gz"  # an archive (tpmledger prune) keeps it compressed
-    if not events_path.is_file() and packed.is_file():
-        events_path = packed
-    if not events_path.is_file():
-        report.add("events digest", False, f"{events_path} is missing")
+    events_path = _events_path(directory, report)
+    if events_path is None:
         return report
     # One pass over the file: its digest and line count beside the recomputation.
     reading = _EventsReading(events_path)
@@ -109,17 +109,7 @@ def verify_export(
     except Exception as exc:  # any parse/compute failure means the file cannot back the claim
         problem = exc
     reading.finish()
-    actual, count = reading.sha256.hexdigest(), reading.count
-    ok = actual == statement_digest == predicate["events"]["sha256"]
-    ok = ok and count == predicate["events"]["count"]
-    report.add(
-        "events digest",
-        ok,
-        f"sha256(events.jsonl) = {actual}, {count} lines"
-        if ok
-        else f"events.jsonl does not match the signed subject: sha256 {actual} vs signed "
-        f"{statement_digest}, {count} lines vs signed {predicate['events']['count']}",
-    )
+    _check_events_digest(predicate, reading, report)
     if recomputed is None:
         report.add("events canonical", False, f"events.jsonl cannot be read: {problem}")
         return report
@@ -151,6 +141,71 @@ def verify_export(
     ):
         report.add(name, ok, detail)
     return report
+
+
+def verify_archive(directory: Path, key_path: Path | None = None) -> VerifyReport:
+    """The bounded check ``tpmledger prune`` makes of an archive before deleting raw spans
+    (docs/configuration.md#retention): key, signature, statement, sigstore bundle, events
+    digest (the file decompressed a block at a time: SHA-256 and line count against the
+    signed ones), minute proofs (each leads to the signed root, every minute once) and the
+    checkpoint. It does not recompute the figures or the minute tree from the events (the
+    seal that signed them just did): memory follows a block and the minutes, never the
+    attempts. ``tpmledger summary verify DIR`` (:func:`verify_export`) does the full
+    recomputation offline."""
+    report = VerifyReport()
+    envelope = _read_json(directory / "summary.dsse.json", report, "envelope")
+    key_file = key_path or directory / "service.pub"
+    predicate = _signed_predicate(envelope, key_file, report, key_path)
+    if predicate is None:
+        return report
+    _check_bundle(directory / "summary.sigstore.json", envelope, report)
+    events_path = _events_path(directory, report)
+    if events_path is None:
+        return report
+    reading = _EventsReading(events_path)
+    try:
+        reading.finish()
+    except (OSError, EOFError, zlib.error) as exc:  # a damaged gzip stream or an I/O error
+        report.add("events digest", False, f"{events_path} cannot be read: {exc}")
+        return report
+    _check_events_digest(predicate, reading, report)
+    proofs = _read_json(directory / "minute-proofs.json", report, "minute proofs")
+    if proofs is not None:
+        _check_proofs(proofs, predicate["minutes"], None, report)
+    for name, ok, detail in checkpoint_checks(
+        directory, predicate, load_public_key_pem(key_file.read_bytes()), None
+    ):
+        report.add(name, ok, detail)
+    return report
+
+
+def _events_path(directory: Path, report: VerifyReport) -> Path | None:
+    """``events.jsonl``, else ``events.jsonl.gz`` (an archive keeps it compressed)."""
+    events_path = directory / "events.jsonl"
+    packed = directory / "events.jsonl.gz"
+    if not events_path.is_file() and packed.is_file():
+        events_path = packed
+    if not events_path.is_file():
+        report.add("events digest", False, f"{events_path} is missing")
+        return None
+    return events_path
+
+
+def _check_events_digest(
+    predicate: dict[str, Any], reading: _EventsReading, report: VerifyReport
+) -> None:
+    statement_digest = predicate["_subject_sha256"]
+    actual, count = reading.sha256.hexdigest(), reading.count
+    ok = actual == statement_digest == predicate["events"]["sha256"]
+    ok = ok and count == predicate["events"]["count"]
+    report.add(
+        "events digest",
+        ok,
+        f"sha256(events.jsonl) = {actual}, {count} lines"
+        if ok
+        else f"events.jsonl does not match the signed subject: sha256 {actual} vs signed "
+        f"{statement_digest}, {count} lines vs signed {predicate['events']['count']}",
+    )
 
 
 class _EventsReading:
@@ -290,9 +345,11 @@ def _check_figures(
 def _check_proofs(
     proofs: dict[str, Any],
     signed: dict[str, Any],
-    leaves: list[dict[str, Any]],
+    leaves: list[dict[str, Any]] | None,
     report: VerifyReport,
 ) -> None:
+    """Every proof leads to the signed root, each minute once; with ``leaves`` (recomputed
+    from the events) each proven leaf must also equal its recomputed one."""
     problems: list[str] = []
     if not isinstance(proofs, dict) or not isinstance(proofs.get("minutes"), list):
         report.add("minute proofs", False, "minute-proofs.json has no list of minutes")
@@ -313,7 +370,11 @@ def _check_proofs(
             continue
         problem = check_minute_proof(entry, signed["merkle_root"], signed["tree_size"])
         index = entry.get("index")
-        expected = leaves[index] if isinstance(index, int) and 0 <= index < len(leaves) else None
+        expected = (
+            leaves[index]
+            if leaves is not None and isinstance(index, int) and 0 <= index < len(leaves)
+            else None
+        )
         if problem is None and expected is not None and entry["leaf"] != expected:
             problem = f"minute {entry['leaf'].get('minute_utc')}: leaf differs from events.jsonl"
         if problem:

@@ -3,11 +3,14 @@ and their raw spans deleted; recent runs are untouched; a dry run changes nothin
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +18,7 @@ from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.cli.main import main
-from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.provenance.summary_verify import verify_archive, verify_export
 from tpmledger.storage.database import in_one_snapshot, raw_transaction
 from tpmledger.storage.snapshots_read import latest_snapshot
 
@@ -185,3 +188,72 @@ def test_a_folder_of_another_run_is_never_reused(
     assert code == 1 and kept["action"].startswith("kept") and "someone-else" in kept["action"]
     assert (taken / RUN_MARKER).read_text() == "someone-else"
     assert _attempts(database_url, "victim") == 1
+
+
+def _change_one_event_byte(archive: Path) -> None:
+    """One byte of the event file's content changed, written back as valid gzip."""
+    events = bytearray(gzip.decompress((archive / "events.jsonl.gz").read_bytes()))
+    at = events.index(b'"run_id":"old-run"') + len(b'"run_id":"o')
+    events[at] = ord("O")
+    (archive / "events.jsonl.gz").write_bytes(gzip.compress(bytes(events)))
+
+
+def _flip_one_gzip_byte(archive: Path) -> None:
+    packed = bytearray((archive / "events.jsonl.gz").read_bytes())
+    packed[len(packed) // 2] ^= 0x01
+    (archive / "events.jsonl.gz").write_bytes(bytes(packed))
+
+
+def _flip_one_signature_byte(archive: Path) -> None:
+    path = archive / "summary.dsse.json"
+    envelope = json.loads(path.read_bytes())
+    signature = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    signature[0] ^= 0x01
+    envelope["signatures"][0]["sig"] = base64.b64encode(bytes(signature)).decode()
+    path.write_text(json.dumps(envelope))
+
+
+def _change_one_proven_leaf(archive: Path) -> None:
+    path = archive / "minute-proofs.json"
+    proofs = json.loads(path.read_bytes())
+    proofs["minutes"][0]["leaf"]["calls_in_minute"] += 1
+    path.write_text(json.dumps(proofs))
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "failed"),
+    [
+        (_change_one_event_byte, "events digest"),
+        (_flip_one_gzip_byte, "events digest"),
+        (_flip_one_signature_byte, "signature"),
+        (_change_one_proven_leaf, "minute proofs"),
+    ],
+)
+def test_a_corrupted_archive_keeps_the_runs_spans_with_a_reason(
+    runs: Path,
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    corrupt: Callable[[Path], None],
+    failed: str,
+) -> None:
+    """prune's bounded archive check (digest, signature, proofs; no recomputation) refuses
+    an archive damaged between writing and deleting: the spans stay, the reason is said."""
+    from tpmledger.analytics.proofs import run_archive
+
+    written = run_archive.write_export
+
+    def write_then_corrupt(summary: Any, target: Path) -> None:
+        written(summary, target)
+        corrupt(target)
+
+    monkeypatch.setattr(run_archive, "write_export", write_then_corrupt)
+    code = main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--json"])
+    out, err = capsys.readouterr()
+    [kept] = json.loads(out)["runs"]
+    assert code == 1
+    assert kept["action"] == f"kept: archive does not verify ({failed})"
+    assert "its spans are kept" in err and "Traceback" not in err
+    assert _attempts(database_url, "old-run") == 30
+    assert not verify_archive(Path(kept["archive_dir"])).ok
+    assert not verify_export(Path(kept["archive_dir"])).ok  # the full verifier agrees

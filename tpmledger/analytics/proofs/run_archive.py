@@ -4,13 +4,16 @@ the archive, then delete the raw spans (docs/configuration.md#retention).
 For each run whose newest stored span arrived before the cutoff and that is not archived
 yet (event times do not matter: a backfilled run is due once its spans stop arriving):
 
-1. seal it if it has data newer than its newest version (a no-op otherwise);
+1. seal it unless its newest version is final and nothing arrived since;
 2. export its signed summary (the ``tpmledger summary export`` layout) into
    ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
    ``RUN_ID`` file names the run) with the event file gzip-compressed (``events.jsonl.gz``);
-3. verify that directory offline (signature, digest — the decompressed file must hash to
-   the sealed ``events_sha256`` —, figures, minute tree, proofs); a run whose archive
-   does not verify keeps its spans;
+3. check that directory (:func:`~tpmledger.provenance.summary_verify.verify_archive`):
+   signature, digest and line count — the file decompressed a block at a time must hash
+   to the signed ``events_sha256`` —, minute proofs against the signed root, checkpoint;
+   the figures are not recomputed (the seal just did; ``tpmledger summary verify DIR``
+   does that offline), so memory follows a block, not the run. A run whose archive does
+   not check keeps its spans;
 4. delete the raw spans that archive holds and mark the run archived, in one transaction
    that finds nothing arrived since the seal (otherwise the run is kept and tried again).
    Seals, figures and minute rows stay: the run is still listed, as ``archived``; ingest
@@ -39,9 +42,9 @@ from tpmledger.analytics.proofs.summary_export import (
     build_summary,
     write_export,
 )
-from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.seal.sealing import seal_unless_current
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.provenance.summary_verify import verify_export
+from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.retention_store import (
     ArrivedMeanwhile,
@@ -49,6 +52,7 @@ from tpmledger.storage.retention_store import (
     delete_archived_spans,
     runs_older_than,
 )
+from tpmledger.storage.snapshots_read import latest_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +189,14 @@ def _archive(
     log_origin: str | None,
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
-    # Sealed now (unchanged runs are not stored again): what the archive covers is what
-    # this seal saw, data_as_of, and the delete below removes exactly that.
-    sealed = seal_run(url, old.run_id)
-    assert sealed.data_as_of is not None
+    # Sealed now unless its newest version is final and nothing arrived since (a seal
+    # recomputes the whole run: hundreds of MB for millions of attempts). What the archive
+    # covers is what that version saw, data_as_of, and the delete below removes exactly
+    # that (or keeps the run if anything arrived since).
+    seal_unless_current(url, old.run_id)
+    sealed = in_one_snapshot(url, latest_snapshot, old.run_id)
+    if sealed is None:
+        raise LookupError(f"run {old.run_id!r} has no sealed version")
     claim_folder(target, old.run_id)
     # The event file streams into its gzip a range of minutes at a time (never whole).
     summary = build_summary(
@@ -201,7 +209,8 @@ def _archive(
     )
     write_export(summary, target)
     digest = str(summary.predicate["events"]["sha256"])
-    report = verify_export(target)
+    # Bounded: digest, signature, proofs; not the offline recomputation of every figure.
+    report = verify_archive(target)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if not c.ok)
         say(f"{old.run_id}: archive does not verify ({failed}); its spans are kept")
