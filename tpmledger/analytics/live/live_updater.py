@@ -225,14 +225,20 @@ class LiveUpdater:
             frames: list[pl.DataFrame] = []
             read: list[tuple[pl.DataFrame, list[int]]] = []
             extras: list[tuple[int, str, str, int]] = []
+            del fresh
             for minutes in contiguous_ranges(touched):
-                window = windows.get(tuple(minutes))
+                window = windows.pop(tuple(minutes), None)  # one copy of a window at a time
                 window = reader.read(minutes) if window is None else _forget(window, stale)
                 bounds = reader.bounds(minutes) if reader.cache is None else None
                 window = _probe_missing(conn, run_id, window, bounds)
                 update.attempts_read += window.height
-                frames.append(live_minute_rows(window, minutes, caps))
                 read.append((window, minutes))
+            # Every range is read: the previous cache's rows (a busy minute's attempts) go
+            # before the figures' working copies are made, so at most one of each is held.
+            windows.clear()
+            reader.cache = cache = None
+            for window, minutes in read:
+                frames.append(live_minute_rows(window, minutes, caps))
                 extras += minute_extras(window, minutes)
                 low, high = reader.bounds(minutes)
                 cache = RunCache(generation, low, high, window)  # the latest range is kept
