@@ -229,9 +229,17 @@ def run_minute_facts(
     none)."""
     # Only the columns read here are carried (a busy minute's window is ~1 M rows).
     window = window.select(
-        "rollup", "end_ns", "start_ns", "status", "call_id_explicit", "has_later",
-        "error_type", "ttft_s", "deadline_text", "timeout_text",
-    ).with_columns(  # fmt: skip
+        "rollup",
+        "end_ns",
+        "start_ns",
+        "status",
+        "call_id_explicit",
+        "has_later",
+        "error_type",
+        "ttft_s",
+        "deadline_text",
+        "timeout_text",
+    ).with_columns(
         deadline_s=_declared_seconds("deadline_text"),
         timeout_s=_declared_seconds("timeout_text"),
         minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS,

@@ -28,8 +28,10 @@ def minute_extras(
     """(minute_ns, kind, key, value) of the attempts ending in ``minutes_ns``."""
     # Only the columns read here are filtered (a busy minute's window is ~1 M rows).
     needed = ["rollup", "end_ns", "status", "error_type", *TOKEN_TYPES]
-    events = window.select(needed).filter(pl.col("rollup") == 0).with_columns(
-        minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS
+    events = (
+        window.select(needed)
+        .filter(pl.col("rollup") == 0)
+        .with_columns(minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS)
     )
     events = events.filter(
         pl.col("minute_ns").is_in(pl.Series(list(minutes_ns), dtype=pl.Int64).implode())
