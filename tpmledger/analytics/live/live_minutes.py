@@ -143,16 +143,19 @@ def live_minute_rows(
     events = window.filter(pl.col("rollup") == 0)
     ending = events.filter(((pl.col("end_ns") // MINUTE_NS) * MINUTE_NS).is_in(minutes.implode()))
     cells = _cell_rows(ending)
+    del ending  # each working copy of the window goes as soon as it is used
     declared = _declared_caps(window, minutes)
     known = dict(caps)
     for shard, cap in declared.group_by("shard_id").agg(pl.col("concurrency_cap").max()).rows():
         known[shard] = max(known.get(shard, 0), int(cap))
     canonical = _canonical(events) if events.height else None
+    del events
     concurrency = None
     if canonical is not None and minutes.len():
         # Figures of the asked minutes only: no cost follows the intervals' length.
         asked = (minutes[0], (minutes[-1] - minutes[0]) // MINUTE_NS + 1)
         concurrency = _concurrency_rows(second_series(canonical, window=asked), known)
+    del canonical
     # Shards whose attempts here are all rollups still declare a cap (the run's '*' cap
     # sums every shard's), so they get rows too; the read side shows shards with calls.
     shard_sets = [set(cells["shard_id"]) if cells is not None else set(), set(declared["shard_id"])]
@@ -224,7 +227,19 @@ def run_minute_facts(
     later non-rollup attempt of the attempt's explicit call exists). ``run_timeout`` is
     the run's largest request timeout known so far (the deadline of attempts declaring
     none)."""
-    window = window.with_columns(
+    # Only the columns read here are carried (a busy minute's window is ~1 M rows).
+    window = window.select(
+        "rollup",
+        "end_ns",
+        "start_ns",
+        "status",
+        "call_id_explicit",
+        "has_later",
+        "error_type",
+        "ttft_s",
+        "deadline_text",
+        "timeout_text",
+    ).with_columns(
         deadline_s=_declared_seconds("deadline_text"),
         timeout_s=_declared_seconds("timeout_text"),
         minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS,
