@@ -115,3 +115,26 @@ def output_dir(request: pytest.FixtureRequest) -> Path:
     path = root / request.node.name.replace("/", "_").replace("[", "_").replace("]", "")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave at once with pytest's own exit status once every result is reported.
+
+    One full run in three on the CI machine (1,218 passed) ended in a segmentation fault
+    during interpreter finalization, after pytest had printed its summary: a native
+    library's thread torn down at exit, not a test. Exiting here skips that teardown and
+    keeps the exit status the tests decided; the crash is noted for investigation.
+    """
+    import os
+    import sys
+
+    status = getattr(config, "_tpmledger_exitstatus", None)
+    if status is not None and os.environ.get("CI"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(status))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._tpmledger_exitstatus = exitstatus  # type: ignore[attr-defined]
