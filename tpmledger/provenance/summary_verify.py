@@ -85,21 +85,33 @@ class VerifyReport:
         return {"ok": self.ok, "checks": [asdict(c) for c in self.checks]}
 
 
+def _open_export(
+    directory: Path, key_path: Path | None, report: VerifyReport
+) -> tuple[dict[str, Any], Path] | None:
+    """The signed predicate and the event file of an export, with the key, signature and
+    bundle checks recorded in ``report``; ``None`` when either cannot be had."""
+    envelope = _read_json(directory / "summary.dsse.json", report, "envelope")
+    key_file = key_path or directory / "service.pub"
+    predicate = _signed_predicate(envelope, key_file, report, key_path)
+    if predicate is None:
+        return None
+    _check_bundle(directory / "summary.sigstore.json", envelope, report)
+    events_path = _events_path(directory, report)
+    if events_path is None:
+        return None
+    return predicate, events_path
+
+
 def verify_export(
     directory: Path, key_path: Path | None = None, witness: VerifierKey | None = None
 ) -> VerifyReport:
     """Verify an export directory (``tpmledger summary export`` output); with ``witness``,
     require its cosignature on the directory's checkpoint."""
     report = VerifyReport()
-    envelope = _read_json(directory / "summary.dsse.json", report, "envelope")
-    key_file = key_path or directory / "service.pub"
-    predicate = _signed_predicate(envelope, key_file, report, key_path)
-    if predicate is None:
+    opened = _open_export(directory, key_path, report)
+    if opened is None:
         return report
-    _check_bundle(directory / "summary.sigstore.json", envelope, report)
-    events_path = _events_path(directory, report)
-    if events_path is None:
-        return report
+    predicate, events_path = opened
     # One pass over the file: its digest and line count beside the recomputation.
     reading = _EventsReading(events_path)
     recomputed: Recomputed | None = None
@@ -137,7 +149,10 @@ def verify_export(
     if proofs is not None:
         _check_proofs(proofs, signed, recomputed.leaves, report)
     for name, ok, detail in checkpoint_checks(
-        directory, predicate, load_public_key_pem(key_file.read_bytes()), witness
+        directory,
+        predicate,
+        load_public_key_pem((key_path or directory / "service.pub").read_bytes()),
+        witness,
     ):
         report.add(name, ok, detail)
     return report
@@ -153,15 +168,10 @@ def verify_archive(directory: Path, key_path: Path | None = None) -> VerifyRepor
     attempts. ``tpmledger summary verify DIR`` (:func:`verify_export`) does the full
     recomputation offline."""
     report = VerifyReport()
-    envelope = _read_json(directory / "summary.dsse.json", report, "envelope")
-    key_file = key_path or directory / "service.pub"
-    predicate = _signed_predicate(envelope, key_file, report, key_path)
-    if predicate is None:
+    opened = _open_export(directory, key_path, report)
+    if opened is None:
         return report
-    _check_bundle(directory / "summary.sigstore.json", envelope, report)
-    events_path = _events_path(directory, report)
-    if events_path is None:
-        return report
+    predicate, events_path = opened
     reading = _EventsReading(events_path)
     try:
         reading.finish()
@@ -173,7 +183,10 @@ def verify_archive(directory: Path, key_path: Path | None = None) -> VerifyRepor
     if proofs is not None:
         _check_proofs(proofs, predicate["minutes"], None, report)
     for name, ok, detail in checkpoint_checks(
-        directory, predicate, load_public_key_pem(key_file.read_bytes()), None
+        directory,
+        predicate,
+        load_public_key_pem((key_path or directory / "service.pub").read_bytes()),
+        None,
     ):
         report.add(name, ok, detail)
     return report
