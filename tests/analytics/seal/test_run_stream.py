@@ -23,15 +23,17 @@ from tests.analytics.live.test_live_minutes import _rows, attempt_specs
 from tests.analytics.oracle.whole_run import analyze_events
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.kernels.minute_table import EMPTY_COUNTS, carries_figures
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.analytics.seal.minute_tree import tree_from_leaves
 from tpmledger.analytics.seal.run_chunks import CallOrder, chunk_ranges
-from tpmledger.analytics.seal.run_computation import compute_run, load_run
+from tpmledger.analytics.seal.run_computation import RunComputation, compute_run, load_run
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.seal_reads import SealScope, fetch_seal_plan
 
 MINUTE = 60_000_000_000
@@ -50,19 +52,41 @@ def _whole_run(url: str, run_id: str, end_before_ns: int | None = None) -> tuple
     return events, context, analyze_events(events, context)
 
 
-def _assert_equal(url: str, run_id: str, chunk_attempts: int, end_before_ns: int | None) -> None:
+def sparse_of(dense: pl.DataFrame) -> pl.DataFrame:
+    """The oracle's dense table as the stream keeps it: a shard's minutes where nothing
+    ended, ran or waited are left out. Those must be exactly the empty row the readers
+    fill in (counts and samples 0, nothing measured, the run's rules applied)."""
+    dropped = dense.filter(~carries_figures())
+    for row in dropped.iter_rows(named=True):
+        assert row["shard_id"] != WHOLE_RUN
+        for name in EMPTY_COUNTS:
+            if name == "retries":
+                assert row[name] in (0, None)
+            else:
+                assert row[name] == 0, (name, row)
+        assert row["in_flight_mean"] == 0.0 and row["in_flight_max"] == 0
+        assert (row["queue_depth_mean"], row["queue_depth_max"]) in ((0.0, 0), (None, None))
+        nulls = [n for n in row if n.startswith(("ttft_", "latency_")) or n.endswith("_rate")]
+        assert all(row[n] is None for n in nulls), row
+    return dense.filter(carries_figures())
+
+
+def _assert_equal(
+    url: str, run_id: str, chunk_attempts: int, end_before_ns: int | None
+) -> RunComputation:
     streamed = compute_run(url, run_id, end_before_ns=end_before_ns, chunk_attempts=chunk_attempts)
     events, context, whole = _whole_run(url, run_id, end_before_ns)
-    assert_frame_equal(streamed.analysis.minutes, whole.minutes)
+    assert_frame_equal(streamed.analysis.minutes, sparse_of(whole.minutes))
     assert streamed.analysis.figures == whole.figures
     # The same walk over the events in memory, as one chunk (empty runs, summaries).
     folded = fold_events(events, context)
-    assert_frame_equal(folded.minutes, whole.minutes)
+    assert_frame_equal(folded.minutes, sparse_of(whole.minutes))
     assert folded.figures == whole.figures
     file = build_event_file(events)
     assert (streamed.file.sha256, streamed.file.count) == (file.sha256, file.count)
     if events.height:
         assert streamed.tree.root == tree_from_leaves(leaves_from_minutes(whole.minutes, file)).root
+    return streamed
 
 
 @settings(
@@ -147,3 +171,56 @@ def test_call_order_groups_by_the_real_call_id_whatever_the_hash_brought_in() ->
     position, last = order.of(events)
     assert position.tolist() == [0, 1, 0, 0]
     assert last.tolist() == [True, True, False, True]
+
+
+DAY = 1_440 * MINUTE
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    specs=st.lists(attempt_specs, min_size=1, max_size=12),
+    days=st.lists(st.sampled_from([0, 0, 1, 2]), min_size=12, max_size=12),
+    chunk_attempts=st.integers(1, 12),
+)
+def test_a_sparse_run_equals_the_whole_run(
+    database_url: str, specs: list[dict[str, Any]], days: list[int], chunk_attempts: int
+) -> None:
+    # Attempts days apart: most (shard, minute) cells are empty, and left out.
+    for spec, day in zip(specs, days, strict=False):
+        spec["start_ms"] += day * DAY // 1_000_000
+    run_id = f"sparse-{os.urandom(4).hex()}"
+    store(database_url, _rows(run_id, specs))
+    _assert_equal(database_url, run_id, chunk_attempts, None)
+
+
+def test_a_sparse_run_keeps_rows_for_its_attempts_not_for_shards_times_minutes(
+    database_url: str,
+) -> None:
+    # 20 shards, each one short attempt now and one 3 days later: 4,321 minutes.
+    second = 1_000_000_000
+    rows = [
+        attempt_row(
+            run_id="far-apart",
+            shard_id=f"s{shard:02d}",
+            concurrency_cap=4,
+            queue_wait_s=0.5,
+            start_ns=BASE_NS + day * 3 * DAY + shard * second,
+            end_ns=BASE_NS + day * 3 * DAY + shard * second + 2 * second,
+        )
+        for shard in range(20)
+        for day in (0, 1)
+    ]
+    store(database_url, rows)
+    streamed = _assert_equal(database_url, "far-apart", 1_000, None)
+    table = streamed.analysis.minutes
+    whole = table.filter(pl.col("shard_id") == WHOLE_RUN)
+    shards = table.filter(pl.col("shard_id") != WHOLE_RUN)
+    assert streamed.tree.tree_size == whole.height == 3 * 1_440 + 1  # one leaf per minute
+    # A shard's rows are the minutes its attempts ended, ran or waited in (at most two
+    # minutes per attempt here), never its 4,321 minutes.
+    assert shards.height <= 2 * len(rows)
+    assert shards.height >= len(rows)

@@ -6,7 +6,11 @@ are laid out group by group and sorted per group, which gives the percentiles (e
 Polars' ``quantile(q, "linear")``), the TTFT mean and the population variance.
 
 Rows: every shard's minutes (shards in sorted id order, minutes first to last), then
-every whole-run minute (shard ``'*'``), like :func:`cell_keys`.
+every whole-run minute (shard ``'*'``), like :func:`cell_keys`. The shard rows are every
+(shard, minute) cell of the grid by default; with :func:`occupied_cells` only the cells
+some event ends in (the streaming seal: a run whose few attempts lie weeks apart costs
+its attempts, not shards × minutes, docs/metrics.md#minute-table). The whole-run rows
+are every minute of the grid either way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import EventArrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.kernels.group_kernels import group_totals
 from tpmledger.analytics.kernels.group_quantiles import (
     SortedGroups,
@@ -39,22 +44,53 @@ _TOTALS = ("calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "successes"
 Ints = npt.NDArray[np.int64]
 
 
-def cell_keys(grid: EventGrid) -> pl.DataFrame:
+@dataclass(frozen=True)
+class Cells:
+    """The (shard, minute) cells that get a row, in shard then minute order, and the cell
+    of every event (``-1``: none; only :func:`dense_cells` has cells without events)."""
+
+    shard_codes: Ints  # per cell
+    minute_index: Ints  # per cell
+    of_event: Ints  # per event
+
+    @property
+    def count(self) -> int:
+        return int(self.shard_codes.size)
+
+
+def dense_cells(grid: EventGrid) -> Cells:
+    """Every cell of the grid: each shard's every minute."""
+    count = grid.minute_count
+    shards = np.repeat(np.arange(grid.shard_count, dtype=np.int64), count)
+    minutes = np.tile(np.arange(count, dtype=np.int64), grid.shard_count)
+    return Cells(shards, minutes, grid.shard_minute)
+
+
+def occupied_cells(grid: EventGrid) -> Cells:
+    """Only the cells some event ends in (memory follows the events, not the grid)."""
+    keys, of_event = np.unique(grid.shard_minute, return_inverse=True)
+    count = max(grid.minute_count, 1)
+    return Cells(keys // count, keys % count, of_event.astype(np.int64).ravel())
+
+
+def cell_keys(grid: EventGrid, cells: Cells | None = None) -> pl.DataFrame:
     """``shard_id`` and ``minute_ns`` of every row, in the order described above."""
+    cells = cells if cells is not None else dense_cells(grid)
     minutes = grid.minute_starts_ns()
     count = grid.minute_count
-    shard_rows = np.repeat(np.arange(grid.shard_count), count)
-    shard_minutes = pl.concat([minutes] * grid.shard_count) if grid.shard_count else minutes.clear()
     return pl.DataFrame(
         {
             "shard_id": pl.concat(
                 [
-                    pl.Series(grid.shard_ids, dtype=pl.String).gather(shard_rows),
+                    pl.Series(grid.shard_ids, dtype=pl.String).gather(cells.shard_codes),
                     pl.repeat(WHOLE_RUN, count, eager=True, dtype=pl.String),
                 ]
             ),
-            "minute_ns": pl.concat([shard_minutes, minutes]),
-        }
+            "minute_ns": np.concatenate(
+                [grid.first_minute_ns + cells.minute_index * MINUTE_NS, minutes.to_numpy()]
+            ).astype(np.int64),
+        },
+        schema={"shard_id": pl.String, "minute_ns": pl.Int64},
     )
 
 
@@ -76,25 +112,38 @@ class ValueGroups:
 
 
 def value_groups(
-    grid: EventGrid, values: npt.NDArray[np.generic], valid: npt.NDArray[np.bool_], name: str
+    grid: EventGrid,
+    values: npt.NDArray[np.generic],
+    valid: npt.NDArray[np.bool_],
+    name: str,
+    cells: Cells | None = None,
 ) -> ValueGroups:
-    """Sort ``values`` (where ``valid``) per cell and per minute; ``name`` is ``"ttft"``
-    (seconds) or ``"latency"`` (integer nanoseconds, sorted as integers)."""
+    """Sort ``values`` (where ``valid``) per cell (``cells``, every cell of the grid by
+    default) and per minute; ``name`` is ``"ttft"`` (seconds) or ``"latency"`` (integer
+    nanoseconds, sorted as integers)."""
     # (Merging each minute's sorted shard runs measured slower than sorting again.)
-    cell_count = grid.shard_count * grid.minute_count
+    if cells is None:
+        by_cell = sort_groups(
+            values, valid, grid.shard_minute, grid.shard_count * grid.minute_count
+        )
+    else:
+        by_cell = sort_groups(values, valid, cells.of_event, cells.count)
     return ValueGroups(
-        sort_groups(values, valid, grid.shard_minute, cell_count),
+        by_cell,
         sort_groups(values, valid, grid.minute_index, grid.minute_count),
         latency_seconds if name == "latency" else None,
     )
 
 
-def event_value_groups(grid: EventGrid, arrays: EventArrays) -> tuple[ValueGroups, ValueGroups]:
-    """TTFT (successful attempts that report it) and latency (every attempt), grouped."""
+def event_value_groups(
+    grid: EventGrid, arrays: EventArrays, cells: Cells | None = None
+) -> tuple[ValueGroups, ValueGroups]:
+    """TTFT (successful attempts that report it) and latency (every attempt), grouped
+    per cell of ``cells`` (every cell of the grid by default) and per minute."""
     every = np.ones(arrays.latency_ns.size, dtype=np.bool_)
     return (
-        value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft"),
-        value_groups(grid, arrays.latency_ns, every, "latency"),
+        value_groups(grid, arrays.ttft, arrays.ttft_valid, "ttft", cells),
+        value_groups(grid, arrays.latency_ns, every, "latency", cells),
     )
 
 
@@ -124,27 +173,27 @@ class CellFigures:
 
 
 def cell_figures(
-    grid: EventGrid, arrays: EventArrays, ttft: ValueGroups, latency: ValueGroups
+    grid: EventGrid,
+    arrays: EventArrays,
+    ttft: ValueGroups,
+    latency: ValueGroups,
+    cells: Cells | None = None,
 ) -> CellFigures:
-    """Counts, token sums, percentiles and TTFT moments of every row (see module doc)."""
-    shape = (grid.shard_count, grid.minute_count)
-    totals = group_totals(
-        grid.shard_minute,
-        shape[0] * shape[1],
-        arrays.prompt,
-        arrays.completion,
-        arrays.ok,
-        arrays.retry,
-    )
-    per_minute = totals.reshape(shape[0], shape[1], len(_TOTALS)).sum(axis=0)
+    """Counts, token sums, percentiles and TTFT moments of every row (see module doc);
+    ``cells`` as given to :func:`event_value_groups` (every cell of the grid by default)."""
+    cells = cells if cells is not None else dense_cells(grid)
+    columns = (arrays.prompt, arrays.completion, arrays.ok, arrays.retry)
+    totals = group_totals(cells.of_event, cells.count, *columns)
+    per_minute = group_totals(grid.minute_index, grid.minute_count, *columns)
     both = np.concatenate([totals, per_minute])
     counts = {name: pl.Series(name, both[:, i]) for i, name in enumerate(_TOTALS)}
-    active = (totals[:, 0] > 0).reshape(shape)
-    shards_active = np.concatenate([active.ravel(), active.sum(axis=0)]).astype(np.int32)
+    active = totals[:, 0] > 0
+    by_minute = np.bincount(cells.minute_index[active], minlength=grid.minute_count)
+    shards_active = np.concatenate([active, by_minute]).astype(np.int32)
     calls, successes, retries = (counts[n] for n in ("calls_in_minute", "successes", "retries"))
     if not arrays.retries_measured:
         retries = retries.clear(retries.len())  # not measured: null, never 0
-    rows = cell_keys(grid).with_columns(
+    rows = cell_keys(grid, cells).with_columns(
         calls_in_minute=calls,
         prompt_tpm_in=counts["prompt_tpm_in"],
         completion_tpm_out=counts["completion_tpm_out"],
@@ -156,7 +205,8 @@ def cell_figures(
         **_value_columns(ttft, "ttft"),
         **_value_columns(latency, "latency"),
     )
-    tokens = (totals[:, 1] + totals[:, 2]).reshape(shape).sum(axis=1)
+    tokens = np.zeros(grid.shard_count, dtype=np.int64)
+    np.add.at(tokens, cells.shard_codes, totals[:, 1] + totals[:, 2])
     return CellFigures(rows, tokens)
 
 

@@ -40,6 +40,7 @@ from tpmledger.analytics.kernels.figure_rules import (
 from tpmledger.analytics.kernels.group_kernels import second_grid, second_samples
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
+    run_minute_cells,
     run_minutes,
     run_totals_before,
     sparse_runs,
@@ -49,8 +50,10 @@ from tpmledger.analytics.kernels.second_runs import (
 __all__ = [
     "SAG_FRACTION_OF_CAP",
     "SAG_PASS_SHARE",
+    "MinuteCells",
     "MinuteSamples",
     "SecondSeries",
+    "minute_cells",
     "minute_samples",
     "second_series",
     "seconds_before",
@@ -182,6 +185,54 @@ def minute_samples(series: SecondSeries, caps: Mapping[str, int | None]) -> Minu
         in_flight_max=flight_max,
         queue_depth_mean=depth_sum / 60,
         queue_depth_max=depth_max,
+        queue_seconds=queued,
+        sag_seconds=sag,
+    )
+
+
+@dataclass(frozen=True)
+class MinuteCells:
+    """:class:`MinuteSamples` of the (row, minute) cells where something was in flight or
+    queued at some second: every other cell of the window has all four figures 0 (and
+    no queued or sagging seconds). Rows are the shards in code order, then ``'*'``."""
+
+    row: Ints  # per cell, in row then minute order
+    minute_ns: Ints
+    in_flight_mean: npt.NDArray[np.float64]
+    in_flight_max: Ints
+    queue_depth_mean: npt.NDArray[np.float64]
+    queue_depth_max: Ints
+    queue_seconds: Ints  # per row (row '*': 0)
+    sag_seconds: Ints  # per row
+
+
+def minute_cells(series: SecondSeries, caps: Mapping[str, int | None]) -> MinuteCells:
+    """:func:`minute_samples` without the cells where nothing is in flight or queued:
+    the work and memory follow the busy seconds' minutes, not rows × window minutes."""
+    low = _sag_below(series, caps)
+    cells = run_minute_cells(
+        series.offsets,
+        series.run_start,
+        series.run_in_flight,
+        series.run_queue_depth,
+        series.last_second,
+        series.window_first_second,
+        series.window_minutes,
+        low,
+    )
+    rows = low.size
+    queued = np.zeros(rows, dtype=np.int64)
+    sag = np.zeros(rows, dtype=np.int64)
+    np.add.at(queued, cells[0], cells[6])
+    np.add.at(sag, cells[0], cells[7])
+    queued[-1] = 0
+    return MinuteCells(
+        row=cells[0],
+        minute_ns=(series.window_first_second + 60 * cells[1]) * SECOND_NS,
+        in_flight_mean=cells[2] / 60,
+        in_flight_max=cells[3],
+        queue_depth_mean=cells[4] / 60,
+        queue_depth_max=cells[5],
         queue_seconds=queued,
         sag_seconds=sag,
     )

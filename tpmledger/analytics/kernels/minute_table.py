@@ -1,5 +1,11 @@
-"""The minute table of docs/metrics.md: one row per minute for the whole run (shard '*') and
-per shard, every minute from the run's first to its last (empty minutes included).
+"""The minute table of docs/metrics.md: one row per minute for the whole run (shard '*'),
+every minute from the run's first to its last (empty minutes included), and per shard a
+row for each minute where the shard has something to show: an attempt ended in it, or
+one was in flight or queued at some second of it. A shard's other minutes are implicit:
+they show what :data:`EMPTY_FIGURES` says (0 for counts and samples, null for what was
+not measured) with the run's rules applied (``retries`` 0 when the run measures retries,
+queue depth 0 on shards that report queue waits, the shard's cap). So a run whose few
+attempts lie weeks apart costs its attempts, not shards × minutes.
 
 A minute is the UTC minute of an attempt's **end** time. Float figures are rounded to
 :data:`SIGNIFICANT_DIGITS` significant digits so a recomputation on another machine
@@ -14,8 +20,39 @@ import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
 from tpmledger.storage.minute_columns import MINUTE_COLUMNS  # the table's column order
+from tpmledger.storage.minute_keys import WHOLE_RUN
 
-__all__ = ["MINUTE_COLUMNS", "SIGNIFICANT_DIGITS", "with_minute_utc"]
+__all__ = [
+    "EMPTY_COUNTS",
+    "MINUTE_COLUMNS",
+    "SIGNIFICANT_DIGITS",
+    "carries_figures",
+    "with_minute_utc",
+]
+
+#: Integer columns that are 0 in an empty minute (the samples' maxima are filled with
+#: their means, by the table's rules; rates and percentiles stay null).
+EMPTY_COUNTS: tuple[str, ...] = (
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "tpm_total",
+    "successes",
+    "failures",
+    "retries",
+    "shards_active",
+)
+
+
+def carries_figures() -> pl.Expr:
+    """Rows the table keeps: every whole-run row, and a shard's row where an attempt
+    ended or something was in flight or queued (the others are implicit, see above)."""
+    return (
+        (pl.col("shard_id") == WHOLE_RUN)
+        | (pl.col("calls_in_minute") > 0)
+        | (pl.col("in_flight_max") > 0)
+        | (pl.col("queue_depth_max").fill_null(0) > 0)
+    )
 
 
 def with_minute_utc(table: pl.DataFrame) -> pl.DataFrame:

@@ -202,6 +202,86 @@ def run_minutes(
 
 
 @_kernel
+def _cell_walk(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    window_first: int,
+    minutes: int,
+    low: Floats,
+    out: Ints,
+    fill: bool,
+) -> int:
+    """One walk of :func:`run_minute_cells`: counts the cells (``fill`` False) or writes
+    them into ``out`` (shape ``(8, cells)``: row, minute and the six figures)."""
+    window_end = window_first + 60 * minutes
+    n = 0
+    for row in range(offsets.size - 1):
+        current = -1  # the minute of this row's newest cell
+        for k in range(offsets[row], offsets[row + 1]):
+            flight, depth = run_flight[k], run_depth[k]
+            if flight == 0 and depth == 0:
+                continue  # adds nothing to any figure
+            lo = max(run_start[k], window_first)
+            hi = min(run_start[k + 1] if k + 1 < offsets[row + 1] else last, window_end)
+            if lo >= hi:
+                continue
+            for minute in range((lo - window_first) // 60, (hi - 1 - window_first) // 60 + 1):
+                if minute != current:
+                    current = minute
+                    n += 1
+                    if fill:
+                        out[0, n - 1], out[1, n - 1] = row, minute
+                if not fill:
+                    continue
+                begin = window_first + 60 * minute
+                seconds = min(hi, begin + 60) - max(lo, begin)
+                c = n - 1
+                out[2, c] += flight * seconds
+                out[3, c] = max(out[3, c], flight)
+                out[4, c] += depth * seconds
+                out[5, c] = max(out[5, c], depth)
+                if depth > 0:
+                    out[6, c] += seconds
+                    if flight < low[row]:
+                        out[7, c] += seconds
+    return n
+
+
+@_kernel
+def run_minute_cells(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    window_first: int,
+    minutes: int,
+    low: Floats,
+) -> Ints:
+    """What :func:`run_minutes` computes, for the (row, window minute) cells where some
+    second has something in flight or queued only (every other cell's figures are all 0).
+
+    Returns an ``(8, cells)`` array: row, minute (index in the window), in-flight sum and
+    max, queue depth sum and max, seconds with a queue, and of those the seconds with
+    in-flight < ``low[row]``; cells in row then minute order. The cost is one step per run
+    plus one per (busy run, window minute) it overlaps: seconds with nothing in flight and
+    nothing queued cost nothing, however many minutes they cover.
+    """
+    empty = np.zeros((8, 0), np.int64)
+    count = _cell_walk(
+        offsets, run_start, run_flight, run_depth, last, window_first, minutes, low, empty, False
+    )
+    out = np.zeros((8, count), np.int64)
+    _cell_walk(
+        offsets, run_start, run_flight, run_depth, last, window_first, minutes, low, out, True
+    )
+    return out
+
+
+@_kernel
 def run_totals_before(
     offsets: Ints,
     run_start: Ints,

@@ -37,14 +37,16 @@ from tpmledger.analytics.kernels.cell_figures import (
     ValueGroups,
     cell_figures,
     event_value_groups,
+    occupied_cells,
     run_values,
 )
-from tpmledger.analytics.kernels.concurrency import minute_samples, second_series, seconds_before
+from tpmledger.analytics.kernels.concurrency import minute_cells, second_series, seconds_before
 from tpmledger.analytics.kernels.event_arrays import event_arrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
+from tpmledger.analytics.kernels.minute_table import EMPTY_COUNTS, carries_figures
 from tpmledger.analytics.kernels.run_figures import (
     RunAnalysis,
     RunContext,
@@ -145,8 +147,12 @@ class RunStream:
         arrays = event_arrays(figure_events, explicit=True)
         self._sums(chunk, arrays.ok)
         grid = chunk_grid(events, self.shard_ids, chunk.low_ns, chunk.minute_count)
-        ttft, latency = event_value_groups(grid, arrays)
-        cells = cell_figures(grid, replace(arrays, retries_measured=True), ttft, latency)
+        # Shard rows only for the cells events end in (and, below, those with something
+        # in flight or queued); whole-run rows for every minute of the chunk.
+        occupied = occupied_cells(grid)
+        ttft, latency = event_value_groups(grid, arrays, occupied)
+        measured = replace(arrays, retries_measured=True)
+        cells = cell_figures(grid, measured, ttft, latency, occupied)
         self.ttft.add(ttft.by_minute)
         self.latency.add(latency.by_minute)
         self.shard_tokens += cells.shard_tokens
@@ -155,7 +161,9 @@ class RunStream:
         self.prompt += int(arrays.prompt.sum())
         self.completion += int(arrays.completion.sum())
         concurrency = self._concurrency(chunk)
-        rows = cells.rows.join(concurrency, on=["shard_id", "minute_ns"], how="left")
+        rows = cells.rows.join(
+            concurrency, on=["shard_id", "minute_ns"], how="full", coalesce=True
+        ).with_columns(pl.col(EMPTY_COUNTS).fill_null(0))
         self.rows.append(rows)
         self.first_chunk = False
 
@@ -189,9 +197,9 @@ class RunStream:
         both = chunk.with_reach()
         grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
         series = second_series(both, grid, window=(chunk.low_ns, chunk.minute_count))
-        samples = minute_samples(series, self.context.caps)
-        self.queue_seconds += samples.queue_seconds.reshape(len(self.shard_ids) + 1, -1).sum(1)
-        self.sag_seconds += samples.sag_seconds.reshape(len(self.shard_ids) + 1, -1).sum(1)
+        cells = minute_cells(series, self.context.caps)
+        self.queue_seconds += cells.queue_seconds
+        self.sag_seconds += cells.sag_seconds
         if self.first_chunk:
             # The seconds before the run's first minute (attempts queued or running before
             # any ended) count for the work-conserving check too: totals only, since they
@@ -199,17 +207,15 @@ class RunStream:
             queued, sag = seconds_before(series, chunk.low_ns // SECOND_NS, self.context.caps)
             self.queue_seconds += queued
             self.sag_seconds += sag
-        minutes = samples.minute_ns.size
+        names = pl.Series([*self.shard_ids, WHOLE_RUN], dtype=pl.String)
         frame = pl.DataFrame(
             {
-                "shard_id": np.repeat(
-                    np.array([*self.shard_ids, WHOLE_RUN], dtype=object), minutes
-                ).tolist(),
-                "minute_ns": np.tile(samples.minute_ns, len(self.shard_ids) + 1),
-                "in_flight_mean": samples.in_flight_mean.ravel(),
-                "in_flight_max": samples.in_flight_max.ravel(),
-                "queue_depth_mean": samples.queue_depth_mean.ravel(),
-                "queue_depth_max": samples.queue_depth_max.ravel(),
+                "shard_id": names.gather(cells.row),
+                "minute_ns": cells.minute_ns,
+                "in_flight_mean": cells.in_flight_mean,
+                "in_flight_max": cells.in_flight_max,
+                "queue_depth_mean": cells.queue_depth_mean,
+                "queue_depth_max": cells.queue_depth_max,
             },
             schema_overrides={
                 "shard_id": pl.String,
@@ -268,6 +274,9 @@ class RunStream:
             .replace_strict(caps_by_row, default=None, return_dtype=pl.Int32)
             .alias("concurrency_cap"),
         ).with_columns(rate_columns())
+        # A shard's minute where nothing ended, ran or waited is implicit (empty):
+        # docs/metrics.md#minute-table.
+        table = table.filter(carries_figures())
         table = table.sort("shard_id", "minute_ns").select(_TABLE_COLUMNS)
         floats = [n for n, t in table.schema.items() if t == pl.Float64]
         return table.with_columns(pl.col(floats).round_sig_figs(SIGNIFICANT_DIGITS))
