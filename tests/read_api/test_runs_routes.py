@@ -170,3 +170,97 @@ def test_whole_run_downloads_past_the_cap_get_503_with_retry_after(database_url:
     assert heavy.in_use == 0  # released once the file was sent
     assert client.get("/v1/runs/nope/events.jsonl").status_code == 404
     assert heavy.in_use == 0  # and when the run is unknown
+
+
+MINUTE_NS = 60 * SECOND
+DAY_NS = 1_440 * MINUTE_NS
+
+
+def _far_apart_run(database_url: str, run_id: str) -> None:
+    """3 shards, each one attempt now and one 2 days later: 2,881 minutes."""
+    rows = [
+        attempt_row(
+            run_id=run_id,
+            shard_id=str(shard),
+            concurrency_cap=4,
+            queue_wait_s=0.5 if shard else None,
+            resend_count=0,
+            start_ns=BASE_NS + day * 2 * DAY_NS + shard * SECOND,
+            end_ns=BASE_NS + day * 2 * DAY_NS + shard * SECOND + 2 * SECOND,
+            ttft_s=0.5,
+        )
+        for shard in range(3)
+        for day in (0, 1)
+    ]
+    store(database_url, rows)
+
+
+def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
+    client: TestClient, database_url: str
+) -> None:
+    from sqlalchemy import text
+
+    from tpmledger.storage.database import read_view
+
+    _far_apart_run(database_url, "far")
+    LiveUpdater(database_url).update_once()
+    live = {
+        shard: client.get("/v1/runs/far/minutes", params={"shard_id": shard}).json()["minutes"]
+        for shard in ("*", "0", "1")
+    }
+    seal_run(database_url, "far")
+    with read_view(database_url) as session:
+        stored = session.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE shard_id <> '*'), count(*) FILTER "
+                "(WHERE shard_id = '*') FROM minute_metrics WHERE run_id = 'far'"
+            )
+        ).one()
+    # A shard's rows: the minutes its 6 attempts ended, ran or waited in; the whole
+    # run's: every minute (one leaf each).
+    assert stored[0] <= 2 * 6 and stored[1] == 2 * 1_440 + 1
+    for shard, before in live.items():
+        sealed = client.get("/v1/runs/far/minutes", params={"shard_id": shard}).json()["minutes"]
+        assert len(sealed) == len(before) == 2 * 1_440 + 1
+        assert {m["state"] for m in sealed} == {"sealed"}
+        strip = [{k: v for k, v in m.items() if k != "state"} for m in sealed]
+        assert strip == [{k: v for k, v in m.items() if k != "state"} for m in before]
+    quiet = client.get("/v1/runs/far/minutes", params={"shard_id": "1"}).json()["minutes"][100]
+    assert quiet["calls_in_minute"] == 0 and quiet["retries"] == 0
+    assert (quiet["queue_depth_mean"], quiet["queue_depth_max"]) == (0.0, 0)
+    assert quiet["ttft_p50_s"] is None and quiet["retry_rate"] is None
+    no_queue = client.get("/v1/runs/far/minutes", params={"shard_id": "0"}).json()["minutes"]
+    assert no_queue[100]["queue_depth_mean"] is None
+
+
+def test_minutes_of_a_bounded_window(client: TestClient, database_url: str) -> None:
+    _far_apart_run(database_url, "far")
+    seal_run(database_url, "far")
+    first = client.get("/v1/runs/far/minutes").json()["minutes"][0]["minute_utc"]
+    start = first[:16] + "Z"  # 2026-…T…:MMZ
+    params = {"shard_id": "2", "from": start, "limit": 10}
+    window = client.get("/v1/runs/far/minutes", params=params).json()["minutes"]
+    assert len(window) == 10 and window[0]["minute_utc"] == first
+    assert window[0]["calls_in_minute"] == 1 and window[1]["calls_in_minute"] == 0
+    tail = client.get("/v1/runs/far/minutes", params={"from": "2100-01-01T00:00Z"})
+    assert tail.status_code == 200 and tail.json() == {"minutes": []}
+    bounded = client.get(
+        "/v1/runs/far/minutes", params={"from": start, "to": start.replace("Z", ":00+00:00")}
+    ).json()["minutes"]
+    assert [m["minute_utc"] for m in bounded] == [first]
+    # Live (not sealed yet) the same window.
+    _far_apart_run(database_url, "far-live")
+    LiveUpdater(database_url).update_once()
+    live = client.get("/v1/runs/far-live/minutes", params={"shard_id": "2", "limit": 3})
+    assert [m["calls_in_minute"] for m in live.json()["minutes"]] == [1, 0, 0]
+    for bad, says in (
+        ({"from": "yesterday"}, "not an RFC 3339"),
+        ({"from": "2026-01-01T00:00"}, "not an RFC 3339"),
+        ({"to": "2026-01-01T00:00:30Z"}, "not a whole minute"),
+        ({"from": "2026-01-02T00:00Z", "to": "2026-01-01T00:00Z"}, "is after"),
+        ({"limit": 0}, "limit must be between"),
+    ):
+        response = client.get("/v1/runs/far/minutes", params=bad)
+        assert response.status_code == 422, bad
+        assert says in response.json()["detail"], response.json()
+    assert client.get("/v1/runs/far/minutes", params={"limit": "x"}).status_code == 422

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from anyio import CancelScope
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from tpmledger.analytics.kernels.run_span_limit import MAX_RUN_MINUTES
 from tpmledger.read_api.heavy_requests import HeavyRequests, HeavySlot
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.storage.database import in_one_snapshot
@@ -21,6 +23,29 @@ if TYPE_CHECKING:
 
 # analytics and provenance (Polars, Arrow) are imported by the handlers that need them, on
 # first use: the router is mounted in every ingest process, which should stay small.
+
+
+#: Most minutes one ``GET …/minutes`` answers (the default): a run's longest span
+#: (TPMLEDGER_MAX_RUN_DAYS, 31 days by default), so the default answer is the whole run.
+MINUTES_LIMIT = MAX_RUN_MINUTES
+
+
+def minute_param(name: str, value: str | None) -> datetime | None:
+    """A ``from`` / ``to`` query value as a UTC minute; 422 with one line when it is not
+    an RFC 3339 time with an offset on a whole minute."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("z", "Z"))
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise HTTPException(
+            422, detail=f"{name}={value!r} is not an RFC 3339 UTC time like 2026-01-01T00:00Z"
+        )
+    if parsed.second or parsed.microsecond:
+        raise HTTPException(422, detail=f"{name}={value!r} is not a whole minute")
+    return parsed.astimezone(UTC)
 
 
 def _unknown(run_id: str) -> HTTPException:
@@ -110,13 +135,44 @@ def build_router(
     async def get_minutes(
         run_id: str,
         shard_id: str = Query("*", description="a shard id, or '*' for the whole run"),
+        start: str | None = Query(
+            None,
+            alias="from",
+            description="first minute wanted, RFC 3339 UTC (e.g. 2026-01-01T00:00Z); "
+            "default: the run's first",
+        ),
+        end: str | None = Query(
+            None,
+            alias="to",
+            description="last minute wanted (inclusive), RFC 3339 UTC; default: the run's last",
+        ),
+        limit: int | None = Query(
+            None, description=f"at most this many minutes, 1..{MINUTES_LIMIT} (the default)"
+        ),
     ) -> dict[str, Any]:
         from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+        from tpmledger.analytics.views.live_view import MinuteWindow
         from tpmledger.analytics.views.run_views import minute_series
 
+        window = None
+        if start is not None or end is not None or limit is not None:
+            first, last = minute_param("from", start), minute_param("to", end)
+            if first is not None and last is not None and first > last:
+                raise HTTPException(422, detail=f"from ({start}) is after to ({end})")
+            if limit is not None and not 1 <= limit <= MINUTES_LIMIT:
+                raise HTTPException(
+                    422, detail=f"limit must be between 1 and {MINUTES_LIMIT}, not {limit}"
+                )
+            window = MinuteWindow(first, last, MINUTES_LIMIT if limit is None else limit)
         try:
             minutes = await run_in_threadpool(
-                in_one_snapshot, database_url, minute_series, run_id, shard_id, close_after_s
+                in_one_snapshot,
+                database_url,
+                minute_series,
+                run_id,
+                shard_id,
+                close_after_s,
+                window,
             )
         except UnknownRun as exc:
             raise _unknown(run_id) from exc

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS, rows_as_of
 from tpmledger.storage.models import LiveMinute, LiveRunMinute
 
@@ -134,16 +135,59 @@ def run_states(session: Session, run_ids: list[str] | None = None) -> list[RunSt
 
 
 def sealed_minute_rows(
-    session: Session, run_id: str, version: int, shard_id: str | None = None
+    session: Session,
+    run_id: str,
+    version: int,
+    shard_id: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """Every row (all shards and '*') of one snapshot version, or one shard's only."""
-    where = "" if shard_id is None else " WHERE shard_id = :shard"
+    """Every stored row (all shards and '*') of one snapshot version, or one shard's only,
+    of the minutes from ``start`` to ``end`` (inclusive; None: unbounded). A shard's
+    minutes without a row are empty (docs/metrics.md#minute-table)."""
+    where = ["TRUE"]
+    if shard_id is not None:
+        where.append("shard_id = :shard")
+    if start is not None:
+        where.append("minute_utc >= :start")
+    if end is not None:
+        where.append("minute_utc <= :end")
     query = text(
         f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m"
-        f"{where} ORDER BY shard_id, minute_utc"
+        f" WHERE {' AND '.join(where)} ORDER BY shard_id, minute_utc"
     )
-    rows = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id})
+    params = {"run_id": run_id, "version": version, "shard": shard_id, "start": start, "end": end}
+    rows = session.execute(query, params)
     return [dict(zip(_MINUTE_COLUMNS, row, strict=True)) for row in rows]
+
+
+def sealed_minute_span(
+    session: Session, run_id: str, version: int
+) -> tuple[datetime, datetime] | None:
+    """First and last minute of a version's minute table (its whole-run rows: a version's
+    minutes only ever extend the versions' before it), or None when it has none."""
+    row = session.execute(
+        text(
+            "SELECT min(minute_utc), max(minute_utc) FROM minute_metrics "
+            "WHERE run_id = :run_id AND version <= :version AND shard_id = :whole"
+        ),
+        {"run_id": run_id, "version": version, "whole": WHOLE_RUN},
+    ).one()
+    return (row[0], row[1]) if row[0] is not None else None
+
+
+def sealed_shard_row(
+    session: Session, run_id: str, version: int, shard_id: str
+) -> dict[str, Any] | None:
+    """One stored row of a shard in a version (what its empty minutes are made like:
+    its cap, whether it reports queue waits, whether the run measures retries), or None
+    when the version has no row of that shard."""
+    query = text(
+        f"SELECT {', '.join(_MINUTE_COLUMNS)} FROM ({rows_as_of(':run_id', ':version')}) m"
+        " WHERE shard_id = :shard ORDER BY minute_utc DESC LIMIT 1"
+    )
+    row = session.execute(query, {"run_id": run_id, "version": version, "shard": shard_id}).first()
+    return dict(zip(_MINUTE_COLUMNS, row, strict=True)) if row is not None else None
 
 
 def live_minute_rows(session: Session, run_id: str) -> list[dict[str, Any]]:

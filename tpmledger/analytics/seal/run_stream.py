@@ -60,6 +60,8 @@ from tpmledger.storage.minute_keys import WHOLE_RUN
 Ints = npt.NDArray[np.int64]
 _TABLE_COLUMNS = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]
 _CONCURRENCY = ("in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max")
+# A chunk's (shard, minute) grid is built whole up to this many cells per event.
+DENSE_CELLS_PER_EVENT = 4
 
 
 def chunk_grid(
@@ -148,8 +150,11 @@ class RunStream:
         self._sums(chunk, arrays.ok)
         grid = chunk_grid(events, self.shard_ids, chunk.low_ns, chunk.minute_count)
         # Shard rows only for the cells events end in (and, below, those with something
-        # in flight or queued); whole-run rows for every minute of the chunk.
-        occupied = occupied_cells(grid)
+        # in flight or queued); whole-run rows for every minute of the chunk. A chunk
+        # whose grid is small next to its events takes every cell (cheaper than finding
+        # the occupied ones); its empty shard rows are dropped by _table.
+        sparse = grid.shard_count * grid.minute_count > DENSE_CELLS_PER_EVENT * events.height
+        occupied = occupied_cells(grid) if sparse else None
         ttft, latency = event_value_groups(grid, arrays, occupied)
         measured = replace(arrays, retries_measured=True)
         cells = cell_figures(grid, measured, ttft, latency, occupied)

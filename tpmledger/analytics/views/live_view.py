@@ -34,15 +34,19 @@ from tpmledger.analytics.kernels.figure_rules import (
     retry_storm_result,
     work_conserving_result,
 )
-from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
+from tpmledger.analytics.kernels.run_span_limit import MAX_RUN_MINUTES, check_run_minutes
 from tpmledger.storage.live_read import (
     RunState,
     live_minute_rows,
     live_run_minute_rows,
     run_state,
     sealed_minute_rows,
+    sealed_minute_span,
+    sealed_shard_row,
 )
+from tpmledger.storage.minute_columns import EMPTY_FIGURES
 from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS
 from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
 
 MINUTE = timedelta(minutes=1)
@@ -70,6 +74,30 @@ _NULLS = (
 #: States whose minutes no longer change (except through late data): peak minutes and
 #: sustained TPM of a live run are taken from these only (docs/metrics.md#open-minutes).
 SETTLED = ("closed", "sealed")
+
+
+class UnknownShard(LookupError):
+    """The run has no rows of the shard asked for."""
+
+
+@dataclass(frozen=True)
+class MinuteWindow:
+    """The minutes a reader asks for (``GET /v1/runs/{run_id}/minutes?from=&to=&limit=``):
+    from ``start`` to ``end`` (whole minutes, inclusive; None: the run's first / last),
+    at most ``limit`` of them. Rows are made for these minutes only."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    limit: int = MAX_RUN_MINUTES
+
+    def minutes(self, first: datetime, last: datetime) -> list[datetime]:
+        """The window's minutes within ``first`` .. ``last``, in order."""
+        low = first if self.start is None else max(first, self.start)
+        high = last if self.end is None else min(last, self.end)
+        if low > high:
+            return []
+        count = min(self.limit, (high - low) // MINUTE + 1)
+        return [low + i * MINUTE for i in range(count)]
 
 
 def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
@@ -109,17 +137,28 @@ class CurrentTable:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     close_after_s: float = 120.0
 
-    def shard_rows(self, shard_id: str) -> list[dict[str, Any]]:
-        """One shard's (or ``*``'s) rows, first minute to last; none for another shard."""
+    def shard_rows(self, shard_id: str, window: MinuteWindow | None = None) -> list[dict[str, Any]]:
+        """One shard's (or ``*``'s) rows, first minute to last (or the ``window``'s
+        minutes); none for another shard. A minute without a stored row is empty; it is
+        sealed when the snapshot's whole-run row of that minute is."""
         if shard_id != WHOLE_RUN and shard_id not in self.called:
             return []
         stored = self.stored.get(shard_id, {})
+        whole = self.stored.get(WHOLE_RUN, {})
+        minutes = (
+            self.minutes
+            if window is None or not self.minutes
+            else (window.minutes(self.minutes[0], self.minutes[-1]))
+        )
         rows = []
-        for minute in self.minutes:
+        for minute in minutes:
             source = stored.get(minute)
             row = dict(source) if source is not None else _empty_row(shard_id, minute)
+            sealed_source = source if source is not None else whole.get(minute)
             is_sealed = (
-                source is not None and not source.get("_live") and minute not in self.live_minutes
+                sealed_source is not None
+                and not sealed_source.get("_live")
+                and minute not in self.live_minutes
             )
             rows.append(_apply_rules(self, row, shard_id, is_sealed, self.now, self.close_after_s))
         return rows
@@ -498,21 +537,73 @@ def run_view(
     }
 
 
-def minutes_view(
-    session: Session, run_id: str, shard_id: str = WHOLE_RUN, *, close_after_s: float = 120.0
-) -> list[dict[str, Any]] | None:
-    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``.
+def _filled(template: dict[str, Any], minute: datetime) -> dict[str, Any]:
+    """The stored-row form of an empty minute of ``template``'s shard: counts and samples
+    0, nothing measured, and the run's rules as the shard's stored rows show them (its
+    cap, queue depth 0 or null, retries 0 or null)."""
+    row: dict[str, Any] = dict.fromkeys(MINUTE_ROW_COLUMNS)
+    row |= {k: v for k, v in EMPTY_FIGURES.items() if k in row}
+    row |= {"shard_id": template["shard_id"], "minute_utc": minute}
+    row["concurrency_cap"] = template["concurrency_cap"]
+    if template["retries"] is None:
+        row["retries"] = None
+    if template["queue_depth_mean"] is None:
+        row["queue_depth_mean"] = row["queue_depth_max"] = None
+    return row
 
-    A run sealed with nothing newer reads that shard's sealed rows only (the seal applied
-    the table's rules already): the work follows the rows asked for, not every shard's.
+
+def _sealed_minutes(
+    session: Session, state: RunState, shard_id: str, window: MinuteWindow
+) -> list[dict[str, Any]]:
+    """One shard's (or ``*``'s) rows of the newest snapshot over the window's minutes:
+    the stored rows of those minutes, and a shard's empty minutes made on the way."""
+    version = state.snapshot_version
+    assert version is not None
+    span = sealed_minute_span(session, state.run_id, version)
+    template = (
+        sealed_shard_row(session, state.run_id, version, shard_id)
+        if shard_id != WHOLE_RUN
+        else None
+    )
+    if shard_id != WHOLE_RUN and template is None:
+        raise UnknownShard(shard_id)
+    minutes = window.minutes(*span) if span is not None else []
+    if not minutes:
+        return []
+    stored = sealed_minute_rows(session, state.run_id, version, shard_id, minutes[0], minutes[-1])
+    if template is None:
+        rows = stored
+    else:
+        by_minute = {row["minute_utc"]: row for row in stored}
+        rows = [by_minute.get(m) or _filled(template, m) for m in minutes]
+    return [{**row, "state": "sealed"} for row in rows]
+
+
+def minutes_view(
+    session: Session,
+    run_id: str,
+    shard_id: str = WHOLE_RUN,
+    *,
+    close_after_s: float = 120.0,
+    window: MinuteWindow | None = None,
+) -> list[dict[str, Any]] | None:
+    """``GET /v1/runs/{run_id}/minutes``: rows of one shard (or ``*``) with ``state``, over
+    the ``window``'s minutes (the whole run by default). None for an unknown run;
+    :class:`UnknownShard` for a shard without rows.
+
+    A run sealed with nothing newer reads that shard's sealed rows of those minutes only
+    (the seal applied the table's rules already) and makes its empty minutes: the work
+    follows the rows asked for, not every shard's.
     """
     state = run_state(session, run_id)
     if state is None:
         return None
+    window = window or MinuteWindow()
     if not state.has_new_data and state.snapshot_version is not None:
-        rows = sealed_minute_rows(session, run_id, state.snapshot_version, shard_id)
-        return [{**row, "state": "sealed"} for row in rows]
+        return _sealed_minutes(session, state, shard_id, window)
     table = current_table(session, run_id, close_after_s=close_after_s)
     if table is None:
         return None
-    return table.shard_rows(shard_id)
+    if shard_id != WHOLE_RUN and table.minutes and shard_id not in table.called:
+        raise UnknownShard(shard_id)
+    return table.shard_rows(shard_id, window)

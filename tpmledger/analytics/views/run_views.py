@@ -12,7 +12,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.views.live_view import minutes_view, run_view
+from tpmledger.analytics.views.live_view import (
+    MinuteWindow,
+    UnknownShard,
+    minutes_view,
+    run_view,
+)
 from tpmledger.analytics.views.run_extras import (
     live_run_diagnostics,
     reconciliation,
@@ -73,14 +78,22 @@ def run_object(
 
 
 def minute_series(
-    session: Session, run_id: str, shard_id: str = WHOLE_RUN, close_after_s: float = 120.0
+    session: Session,
+    run_id: str,
+    shard_id: str = WHOLE_RUN,
+    close_after_s: float = 120.0,
+    window: MinuteWindow | None = None,
 ) -> list[dict[str, Any]] | None:
-    """Minutes of the whole run ('*') or one shard with their ``state``; None when that
-    shard has no rows. Raises :class:`UnknownRun` for an unknown run."""
-    rows = minutes_view(session, run_id, shard_id, close_after_s=close_after_s)
+    """Minutes of the whole run ('*') or one shard with their ``state``, over ``window``
+    (the whole run by default); None when that shard has no rows (or, without a window,
+    the run has no minutes). Raises :class:`UnknownRun` for an unknown run."""
+    try:
+        rows = minutes_view(session, run_id, shard_id, close_after_s=close_after_s, window=window)
+    except UnknownShard:
+        return None
     if rows is None:
         raise UnknownRun(run_id)
-    if not rows:
+    if not rows and window is None:
         return None
     return [_api_minute(r) for r in rows]
 
