@@ -50,7 +50,9 @@ def load_run_minutes(
 def load_shard_minutes(
     session: Session, run_id: str, version: int, columns: tuple[str, ...]
 ) -> dict[str, MinuteSeries]:
-    """Per-shard rows of one snapshot version, keyed by shard id in natural order."""
+    """Per-shard rows of one snapshot version, keyed by shard id in natural order. A
+    shard's minutes where nothing ended, ran or waited have no row (docs/metrics.md#minute-table):
+    the stacked bars read a missing bar as 0, so they are not made here."""
     by_shard: dict[str, MinuteSeries] = {}
     for row in shard_minute_rows(session, run_id, version, columns):
         series = by_shard.get(row[0])
