@@ -8,7 +8,10 @@ rows **of version V** are, for every (shard, minute), the newest row stored at a
 one's), so that reading is exact. Storage then grows with what changed, not with the
 number of versions times the run's length (docs/provenance.md#versions).
 
-Every reader of ``minute_metrics`` goes through :func:`rows_as_of`.
+A shard's rows are stored only for the minutes where it had attempts ending, in flight or
+queued; its other minutes are empty (docs/metrics.md#minute-table) and readers make them
+where they need a row per minute. Every reader of ``minute_metrics`` goes through
+:func:`rows_as_of`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""How many minutes a run's figures may cover: the dense minute table has a row per minute
-(and per shard) from the run's first minute to its last, empty ones included
-(docs/metrics.md#minute-table), so two short spans years apart would ask for millions of
-rows. Runs longer than ``TPMLEDGER_MAX_RUN_DAYS`` (default 31) are refused by name, with
-their first and last event, instead of exhausting memory (docs/ingest.md#limits); their
-spans stay stored.
+"""How many minutes a run's figures may cover: the minute table has a whole-run row per
+minute (and the minute tree a leaf) from the run's first minute to its last, empty ones
+included (docs/metrics.md#minute-table; a shard's rows only where it had attempts), so two
+short spans years apart would ask for millions of rows. Runs longer than
+``TPMLEDGER_MAX_RUN_DAYS`` (default 31) are refused by name, with their first and last
+event, instead of exhausting memory (docs/ingest.md#limits); their spans stay stored.
 """
 
 from __future__ import annotations
