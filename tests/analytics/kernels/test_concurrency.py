@@ -229,3 +229,34 @@ def test_a_26_year_span_is_analyzed_in_bounded_memory() -> None:
     assert (table, peak, queued) == ("2", "2", "30")
     assert float(mean) == float(f"{(30 + 5) / 60:.12g}")  # 12 significant digits
     assert done.stdout.split("\n")[1] == "[2]"
+
+
+@given(SPANS, st.booleans())
+def test_minute_cells_are_the_busy_cells_of_minute_samples(
+    spans: list[Span], from_steps: bool
+) -> None:
+    # What the seal uses: the (row, minute) cells with something in flight or queued, each
+    # with the figures minute_samples gives it; every other cell is all zeros.
+    events = _events(spans)
+    if from_steps:
+        with _built_from_steps():
+            series = second_series(events)
+    else:
+        series = second_series(events)
+    caps = {"a": 2, "b": 1}
+    dense = minute_samples(series, caps)
+    cells = concurrency.minute_cells(series, caps)
+    busy = (dense.in_flight_max > 0) | (dense.queue_depth_max > 0)
+    rows, minutes = np.nonzero(busy)
+    assert cells.row.tolist() == rows.tolist()
+    assert cells.minute_ns.tolist() == dense.minute_ns[minutes].tolist()
+    for name in ("in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max"):
+        assert getattr(cells, name).tolist() == getattr(dense, name)[busy].tolist(), name
+    quiet = ~busy
+    for name in ("in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max"):
+        assert not getattr(dense, name)[quiet].any(), name
+    rows_count = len(series.shard_ids) + 1
+    assert (
+        cells.queue_seconds.tolist() == dense.queue_seconds.reshape(rows_count, -1).sum(1).tolist()
+    )
+    assert cells.sag_seconds.tolist() == dense.sag_seconds.reshape(rows_count, -1).sum(1).tolist()
