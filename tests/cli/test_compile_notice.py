@@ -1,5 +1,6 @@
 """The first command that needs the analytics kernels says it is compiling them; the next
-one, in another process, loads them from the shared cache and says nothing."""
+one, in another process, loads them from the shared cache and says nothing (however long
+loading takes: the notice follows Numba compiling, not a clock)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_compiling_is_announced_once_then_the_cache_is_shared(
     command = [sys.executable, "-P", "-m", "tpmledger.cli.main", "analyze", "kernels"]
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
-    assert NOTICE in first.stderr
+    assert first.stderr.count(NOTICE) == 1
     assert any((tmp_path / "cache" / "tpmledger" / "numba").rglob("*.nbi"))  # the shared cache
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr

@@ -122,13 +122,16 @@ def second_grid(start_ns: Ints, end_ns: Ints, wait_s: Floats, max_wait_s: float)
     """Epoch seconds ``[first, last)`` of the per-second grid of these attempts.
 
     Whole minutes from one minute before the earliest ``start − min(wait, max_wait_s)``
-    (``wait_s`` negative: no queue) to one minute after the last end.
+    (``wait_s`` negative: no queue) to one minute after the last end, or the last start
+    when an attempt ends before it starts: every step :func:`second_samples` and
+    :func:`~analytics.kernels.second_runs.sparse_steps` place falls inside the grid,
+    whatever the input (the loops do not check indexes).
     """
-    lo, hi = float(start_ns[0]), end_ns[0]
+    lo, hi = float(start_ns[0]), max(start_ns[0], end_ns[0])
     for i in range(start_ns.size):
         wait = min(wait_s[i], max_wait_s) if wait_s[i] >= 0 else 0.0
         lo = min(lo, start_ns[i] - wait * SECOND_NS)
-        hi = max(hi, end_ns[i])
+        hi = max(hi, end_ns[i], start_ns[i])
     return int(lo) // SECOND_NS // 60 * 60 - 60, ceil_second(hi) // 60 * 60 + 60
 
 
@@ -151,7 +154,8 @@ def second_samples(
 
     A sample at second t counts attempts with ceil(start) ≤ t < ceil(end) (in flight)
     and ceil(queued_at) ≤ t < ceil(start) (queued); a queued_at before the grid is
-    clipped to its first column. One pass adds +1/−1 steps, one running sum per row.
+    clipped to its first column, and an attempt that ends before it starts is in flight
+    at no second. One pass adds +1/−1 steps, one running sum per row.
     Memory grows with the grid's seconds: :mod:`analytics.kernels.concurrency` uses it only when
     the grid is small next to the number of attempts.
     """
@@ -163,8 +167,10 @@ def second_samples(
         row = codes[i]
         reporting[row] += reported[i]
         began = ceil_second(start_ns[i]) - first
-        flight[row, began] += 1
-        flight[row, ceil_second(end_ns[i]) - first] -= 1
+        ended = ceil_second(end_ns[i]) - first
+        if ended > began:
+            flight[row, began] += 1
+            flight[row, ended] -= 1
         if wait_s[i] >= 0:
             waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as Polars' round()
             if waited_ns < 2.0**62:

@@ -103,9 +103,10 @@ def sparse_steps(
                 queued = 0  # beyond any grid
         for row in (codes[i], total_row):
             base = row * width
-            keys[n] = (base + began) * 4 + _FLIGHT_UP
-            keys[n + 1] = (base + ended) * 4 + _FLIGHT_DOWN
-            n += 2
+            if ended > began:  # an attempt that ends before it starts is never in flight
+                keys[n] = (base + began) * 4 + _FLIGHT_UP
+                keys[n + 1] = (base + ended) * 4 + _FLIGHT_DOWN
+                n += 2
             if queued >= 0:
                 keys[n] = (base + queued) * 4 + _QUEUE_UP
                 keys[n + 1] = (base + began) * 4 + _QUEUE_DOWN
