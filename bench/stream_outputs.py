@@ -3,6 +3,7 @@ keep their process's memory flat in the run's size (docs/provenance.md#streaming
 
     .venv/bin/python bench/stream_outputs.py [--attempts 1000000 2000000] [--shards 8]
                                              [--out FILE] [--prune-only] [--skip-verify]
+                                             [--prune-needs-seal]
 
 For each size, a run of the seal benchmarks (bench/seal_workload.py) is loaded into a fresh
 database and sealed (in its own process). Then, per run:
@@ -22,6 +23,8 @@ database and sealed (in its own process). Then, per run:
   checked: digest, signature, minute proofs): the peak RSS of that process.
 
 ``--prune-only`` loads and seals, then measures prune alone (skips serving and export).
+``--prune-needs-seal`` marks each run's newest version not final before prune, so prune
+seals it first (in a process of its own, whose peak is printed apart).
 The results are appended to ``--out`` as a dated section.
 
 Baseline in the same run: the ingest process's RSS at rest before the first download.
@@ -32,6 +35,7 @@ Target: ≤ 400 MB in each process. Printed and written to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import os
@@ -43,6 +47,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -69,16 +75,25 @@ def _download(host: str, port: int, run_id: str) -> tuple[int, str, int, str | N
     return response.status, digest.hexdigest(), size, response.getheader("Retry-After")
 
 
-def _child_peak(command: list[str], env: dict[str, str]) -> tuple[int, float, str]:
+def _child_peak(
+    command: list[str], env: dict[str, str], descendants: dict[int, int] | None = None
+) -> tuple[int, float, str]:
     """Peak RSS (KiB: the child's own ``VmHWM``, read every 20 ms until it exits), wall
     seconds and output of a command. (``ru_maxrss`` from ``wait4`` would not do: Linux
-    carries the forking process's peak into the child, and this bench holds a run.)"""
+    carries the forking process's peak into the child, and this bench holds a run.)
+    ``descendants``, when given, gets the peak of each process the child starts (pid: KiB)."""
     started = time.monotonic()
     peak = 0
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        parent = psutil.Process(process.pid)
         while process.poll() is None:
             peak = max(peak, proc_status_kib(process.pid, "VmHWM"))
+            if descendants is not None:
+                with contextlib.suppress(psutil.Error):
+                    for child in parent.children(recursive=True):
+                        kib = proc_status_kib(child.pid, "VmHWM")
+                        descendants[child.pid] = max(descendants.get(child.pid, 0), kib)
             time.sleep(0.02)
         out.seek(0)
         text = out.read().decode(errors="replace")
@@ -241,6 +256,12 @@ def main(argv: list[str] | None = None) -> None:
         help="leave out the offline summary verify of each export (its memory grows with "
         "the run: ~3 GB at 10 M attempts)",
     )
+    parser.add_argument(
+        "--prune-needs-seal",
+        action="store_true",
+        help="before prune, mark each run's newest version not final (as `tpmledger analyze` "
+        "of a running run leaves it), so prune must seal it first",
+    )
     args = parser.parse_args(argv)
 
     lines = [
@@ -249,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         + " ".join(str(a) for a in args.attempts)
         + f" --shards {args.shards}"
         + (" --prune-only" if args.prune_only else "")
-        + (" --skip-verify" if args.skip_verify else ""),
+        + (" --skip-verify" if args.skip_verify else "")
+        + (" --prune-needs-seal" if args.prune_needs_seal else ""),
         f"machine: {os.cpu_count()} cpus; load average before {os.getloadavg()[0]:.1f}",
     ]
 
@@ -286,17 +308,29 @@ def main(argv: list[str] | None = None) -> None:
             _serve_and_export(db.url, runs, work, env, say, args.skip_verify)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
+        if args.prune_needs_seal:
+            # As `tpmledger analyze` of a running run leaves it: prune must seal it first.
+            with raw_transaction(db.url) as conn:
+                conn.execute("UPDATE snapshots SET final = false")
+        children: dict[int, int] = {}
         peak, took, text = _child_peak(
-            [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
+            [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")],
+            env,
+            children,
         )
         archived = text.count("archived (")
         say(
             f"prune (archive + bounded check + delete) of the {len(runs)} runs "
-            f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts): {took:.1f} s, "
-            f"{archived} archived; process peak {peak / 1024:.0f} MiB = "
-            f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-            f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+            f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts"
+            f"{', each needing a seal first' if args.prune_needs_seal else ''}): "
+            f"{took:.1f} s, {archived} archived; process peak {_met(peak)}"
         )
+        if children:
+            say(
+                f"  processes prune started (its seals): {len(children)}, peak "
+                f"{max(children.values()) / 1024:.0f} MiB (the seal's own budget, not the "
+                "archive's)"
+            )
     shutil.rmtree(work, ignore_errors=True)  # exports and archives: GBs
     say(f"load average after: {os.getloadavg()[0]:.1f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
