@@ -3,7 +3,7 @@ keep their process's memory flat in the run's size (docs/provenance.md#streaming
 
     .venv/bin/python bench/stream_outputs.py [--attempts 1000000 2000000] [--shards 8]
                                              [--out FILE] [--prune-only] [--skip-verify]
-                                             [--prune-needs-seal]
+                                             [--skip-serving] [--prune-needs-seal]
 
 For each size, a run of the seal benchmarks (bench/seal_workload.py) is loaded into a fresh
 database and sealed (in its own process). Then, per run:
@@ -149,17 +149,10 @@ def _sealed_sha256(url: str, run_id: str) -> str:
     return str(row[0]) if row else ""
 
 
-def _serve_and_export(
-    url: str,
-    runs: list[tuple[int, str, str]],
-    work: Path,
-    env: dict[str, str],
-    say: Callable[[str], None],
-    skip_verify: bool = False,
+def _serve(
+    url: str, runs: list[tuple[int, str, str]], work: Path, say: Callable[[str], None]
 ) -> None:
-    """GET events.jsonl (one at a time, then three at once) in a serving process; then
-    tpmledger events, summary export and summary verify of each run, each in its own
-    process."""
+    """GET events.jsonl (one at a time, then three at once) in a serving process."""
     ingest = workload.start_ingest(url, {"TPMLEDGER_DATA_DIR": str(work / "data")})
     pid = ingest.process.pid
     try:
@@ -212,6 +205,22 @@ def _serve_and_export(
     finally:
         ingest.stop()
 
+
+def _serve_and_export(
+    url: str,
+    runs: list[tuple[int, str, str]],
+    work: Path,
+    env: dict[str, str],
+    say: Callable[[str], None],
+    skip_verify: bool = False,
+    serve: bool = True,
+) -> None:
+    """GET events.jsonl (one at a time, then three at once) in a serving process; then
+    tpmledger events, summary export and summary verify of each run, each in its own
+    process."""
+    if serve:
+        _serve(url, runs, work, say)
+
     command = [sys.executable, "-m", "tpmledger.cli.main"]
     env = {**env, "TPMLEDGER_DATABASE_URL": url}
     for attempts, run_id, sealed in runs:
@@ -257,6 +266,12 @@ def main(argv: list[str] | None = None) -> None:
         "the run: ~3 GB at 10 M attempts)",
     )
     parser.add_argument(
+        "--skip-serving",
+        action="store_true",
+        help="leave out the downloads from a serving process (tpmledger events, export and "
+        "prune are still measured)",
+    )
+    parser.add_argument(
         "--prune-needs-seal",
         action="store_true",
         help="before prune, mark each run's newest version not final (as `tpmledger analyze` "
@@ -271,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         + f" --shards {args.shards}"
         + (" --prune-only" if args.prune_only else "")
         + (" --skip-verify" if args.skip_verify else "")
+        + (" --skip-serving" if args.skip_serving else "")
         + (" --prune-needs-seal" if args.prune_needs_seal else ""),
         f"machine: {os.cpu_count()} cpus; load average before {os.getloadavg()[0]:.1f}",
     ]
@@ -305,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
 
         env = {**os.environ, "TPMLEDGER_DATA_DIR": str(work / "data")}
         if not args.prune_only:
-            _serve_and_export(db.url, runs, work, env, say, args.skip_verify)
+            _serve_and_export(db.url, runs, work, env, say, args.skip_verify, not args.skip_serving)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
         if args.prune_needs_seal:
