@@ -23,8 +23,8 @@ database and sealed (in its own process). Then, per run:
   checked: digest, signature, minute proofs): the peak RSS of that process.
 
 ``--prune-only`` loads and seals, then measures prune alone (skips serving and export).
-``--prune-needs-seal`` marks each run's newest version not final before prune, so prune
-seals it first (in a process of its own, whose peak is printed apart).
+``--prune-needs-seal`` (with ``--prune-only``) leaves the loaded runs unsealed, so prune
+seals each first (in a process of its own, whose peak is printed apart).
 The results are appended to ``--out`` as a dated section.
 
 Baseline in the same run: the ingest process's RSS at rest before the first download.
@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--prune-needs-seal",
         action="store_true",
-        help="before prune, mark each run's newest version not final (as `tpmledger analyze` "
-        "of a running run leaves it), so prune must seal it first",
+        help="with --prune-only: do not seal the loaded runs, so prune must seal each first "
+        "(in a process of its own, whose peak is printed apart)",
     )
     args = parser.parse_args(argv)
 
@@ -312,6 +312,10 @@ def main(argv: list[str] | None = None) -> None:
                     "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = %s",
                     (run_id,),
                 )
+            if args.prune_needs_seal:  # never sealed: prune must seal it first
+                say(f"{attempts:,} attempts: loaded in {loaded:.0f} s; not sealed")
+                runs.append((attempts, run_id, ""))
+                continue
             seal_mib, seal_s = seal_workload.seal_peak_rss(db.url, run_id)
             say(
                 f"{attempts:,} attempts: loaded in {loaded:.0f} s; sealed in {seal_s:.1f} s "
@@ -324,10 +328,6 @@ def main(argv: list[str] | None = None) -> None:
             _serve_and_export(db.url, runs, work, env, say, args.skip_verify, not args.skip_serving)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
-        if args.prune_needs_seal:
-            # As `tpmledger analyze` of a running run leaves it: prune must seal it first.
-            with raw_transaction(db.url) as conn:
-                conn.execute("UPDATE snapshots SET final = false")
         children: dict[int, int] = {}
         peak, took, text = _child_peak(
             [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")],
