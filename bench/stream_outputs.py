@@ -2,7 +2,8 @@
 keep their process's memory flat in the run's size (docs/provenance.md#streaming-seal).
 
     .venv/bin/python bench/stream_outputs.py [--attempts 1000000 2000000] [--shards 8]
-                                             [--out FILE] [--prune-only]
+                                             [--out FILE] [--prune-only] [--skip-verify]
+                                             [--skip-serving] [--prune-needs-seal]
 
 For each size, a run of the seal benchmarks (bench/seal_workload.py) is loaded into a fresh
 database and sealed (in its own process). Then, per run:
@@ -12,13 +13,19 @@ database and sealed (in its own process). Then, per run:
   /proc/PID/status; the process's own ``VmHWM`` is printed at the end), and the body's
   SHA-256 must equal the sealed ``events_sha256``; then three downloads at once, of which
   one must get 503 + Retry-After (``TPMLEDGER_HEAVY_REQUESTS`` = 2);
-* ``tpmledger summary export RUN --out DIR`` in a new process: its peak RSS (its own
-  ``VmHWM``, read until it exits);
-* ``tpmledger summary verify DIR`` of that export (the full offline verifier);
+* ``tpmledger events RUN`` in a new process, its output hashed by the bench as it comes
+  (never stored): its peak RSS (its own ``VmHWM``, read until it exits) and the SHA-256;
+* ``tpmledger summary export RUN --out DIR`` in a new process: its peak RSS; the export is
+  deleted once measured (a 10 M-attempt run's events.jsonl is ~3.8 GB);
+* ``tpmledger summary verify DIR`` of that export (the full offline verifier; its memory
+  grows with the run, ~3 GB at 10 M: ``--skip-verify`` leaves it out);
 * at the end, ``tpmledger prune --older-than 1d`` archives every run (gzip event file,
   checked: digest, signature, minute proofs): the peak RSS of that process.
 
 ``--prune-only`` loads and seals, then measures prune alone (skips serving and export).
+``--prune-needs-seal`` (with ``--prune-only``) leaves the loaded runs unsealed, so prune
+seals each first (in a process of its own, whose peak is printed apart).
+The results are appended to ``--out`` as a dated section.
 
 Baseline in the same run: the ingest process's RSS at rest before the first download.
 Target: ≤ 400 MB in each process. Printed and written to
@@ -28,6 +35,7 @@ Target: ≤ 400 MB in each process. Printed and written to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import os
@@ -39,6 +47,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,22 +75,69 @@ def _download(host: str, port: int, run_id: str) -> tuple[int, str, int, str | N
     return response.status, digest.hexdigest(), size, response.getheader("Retry-After")
 
 
-def _child_peak(command: list[str], env: dict[str, str]) -> tuple[int, float, str]:
+def _child_peak(
+    command: list[str], env: dict[str, str], descendants: dict[int, int] | None = None
+) -> tuple[int, float, str]:
     """Peak RSS (KiB: the child's own ``VmHWM``, read every 20 ms until it exits), wall
     seconds and output of a command. (``ru_maxrss`` from ``wait4`` would not do: Linux
-    carries the forking process's peak into the child, and this bench holds a run.)"""
+    carries the forking process's peak into the child, and this bench holds a run.)
+    ``descendants``, when given, gets the peak of each process the child starts (pid: KiB)."""
     started = time.monotonic()
     peak = 0
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        parent = psutil.Process(process.pid)
         while process.poll() is None:
             peak = max(peak, proc_status_kib(process.pid, "VmHWM"))
+            if descendants is not None:
+                with contextlib.suppress(psutil.Error):
+                    for child in parent.children(recursive=True):
+                        kib = proc_status_kib(child.pid, "VmHWM")
+                        descendants[child.pid] = max(descendants.get(child.pid, 0), kib)
             time.sleep(0.02)
         out.seek(0)
         text = out.read().decode(errors="replace")
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{text}")
     return peak, time.monotonic() - started, text
+
+
+def _stdout_peak(command: list[str], env: dict[str, str]) -> tuple[int, float, str, int]:
+    """Peak RSS (KiB, the child's ``VmHWM``), wall seconds, SHA-256 and size of a
+    command's standard output, hashed a block at a time as it arrives."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    digest, size = hashlib.sha256(), 0
+    peak = 0
+    halt = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not halt.is_set():
+            peak = max(peak, proc_status_kib(process.pid, "VmHWM"))
+            halt.wait(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert process.stdout is not None and process.stderr is not None
+    while block := process.stdout.read(1 << 20):
+        digest.update(block)
+        size += len(block)
+    peak = max(peak, proc_status_kib(process.pid, "VmHWM"))  # before it is reaped
+    errors = process.stderr.read().decode(errors="replace")
+    process.wait()
+    halt.set()
+    watcher.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{errors}")
+    return peak, time.monotonic() - started, digest.hexdigest(), size
+
+
+def _met(kib: int) -> str:
+    return (
+        f"{kib / 1024:.0f} MiB = {kib * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
+        f"{'met' if kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+    )
 
 
 def _sealed_sha256(url: str, run_id: str) -> str:
@@ -92,15 +149,10 @@ def _sealed_sha256(url: str, run_id: str) -> str:
     return str(row[0]) if row else ""
 
 
-def _serve_and_export(
-    url: str,
-    runs: list[tuple[int, str, str]],
-    work: Path,
-    env: dict[str, str],
-    say: Callable[[str], None],
+def _serve(
+    url: str, runs: list[tuple[int, str, str]], work: Path, say: Callable[[str], None]
 ) -> None:
-    """GET events.jsonl (one at a time, then three at once) in a serving process; then
-    summary export and summary verify of each run, each in its own process."""
+    """GET events.jsonl (one at a time, then three at once) in a serving process."""
     ingest = workload.start_ingest(url, {"TPMLEDGER_DATA_DIR": str(work / "data")})
     pid = ingest.process.pid
     try:
@@ -153,8 +205,31 @@ def _serve_and_export(
     finally:
         ingest.stop()
 
+
+def _serve_and_export(
+    url: str,
+    runs: list[tuple[int, str, str]],
+    work: Path,
+    env: dict[str, str],
+    say: Callable[[str], None],
+    skip_verify: bool = False,
+    serve: bool = True,
+) -> None:
+    """GET events.jsonl (one at a time, then three at once) in a serving process; then
+    tpmledger events, summary export and summary verify of each run, each in its own
+    process."""
+    if serve:
+        _serve(url, runs, work, say)
+
     command = [sys.executable, "-m", "tpmledger.cli.main"]
     env = {**env, "TPMLEDGER_DATABASE_URL": url}
+    for attempts, run_id, sealed in runs:
+        peak, took, digest, size = _stdout_peak([*command, "events", run_id], env)
+        say(
+            f"tpmledger events of {attempts:,} attempts: {size / 1e6:,.0f} MB in {took:.1f} s, "
+            f"sha256 {'equals' if digest == sealed else 'DIFFERS FROM'} the seal's; "
+            f"process peak {_met(peak)}"
+        )
     for attempts, run_id, _ in runs:
         out_dir = work / f"export-{run_id}"
         peak, took, _ = _child_peak(
@@ -163,15 +238,15 @@ def _serve_and_export(
         size = (out_dir / "events.jsonl").stat().st_size
         say(
             f"summary export of {attempts:,} attempts: {took:.1f} s, events.jsonl "
-            f"{size / 1e6:,.0f} MB; process peak {peak / 1024:.0f} MiB = "
-            f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-            f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+            f"{size / 1e6:,.0f} MB; process peak {_met(peak)}"
         )
-        peak, took, _ = _child_peak([*command, "summary", "verify", str(out_dir)], env)
-        say(
-            f"  summary verify of that export (offline, standard-library verifier): "
-            f"{took:.1f} s; process peak {peak / 1024:.0f} MiB"
-        )
+        if not skip_verify:
+            peak, took, _ = _child_peak([*command, "summary", "verify", str(out_dir)], env)
+            say(
+                f"  summary verify of that export (offline, standard-library verifier): "
+                f"{took:.1f} s; process peak {peak / 1024:.0f} MiB"
+            )
+        shutil.rmtree(out_dir, ignore_errors=True)  # GBs at 10 M attempts
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,6 +259,24 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="load and seal, then measure only prune (no serving, export or verify)",
     )
+    parser.add_argument(
+        "--skip-verify",
+        action="store_true",
+        help="leave out the offline summary verify of each export (its memory grows with "
+        "the run: ~3 GB at 10 M attempts)",
+    )
+    parser.add_argument(
+        "--skip-serving",
+        action="store_true",
+        help="leave out the downloads from a serving process (tpmledger events, export and "
+        "prune are still measured)",
+    )
+    parser.add_argument(
+        "--prune-needs-seal",
+        action="store_true",
+        help="with --prune-only: do not seal the loaded runs, so prune must seal each first "
+        "(in a process of its own, whose peak is printed apart)",
+    )
     args = parser.parse_args(argv)
 
     lines = [
@@ -191,7 +284,10 @@ def main(argv: list[str] | None = None) -> None:
         "command: .venv/bin/python bench/stream_outputs.py --attempts "
         + " ".join(str(a) for a in args.attempts)
         + f" --shards {args.shards}"
-        + (" --prune-only" if args.prune_only else ""),
+        + (" --prune-only" if args.prune_only else "")
+        + (" --skip-verify" if args.skip_verify else "")
+        + (" --skip-serving" if args.skip_serving else "")
+        + (" --prune-needs-seal" if args.prune_needs_seal else ""),
         f"machine: {os.cpu_count()} cpus; load average before {os.getloadavg()[0]:.1f}",
     ]
 
@@ -216,6 +312,10 @@ def main(argv: list[str] | None = None) -> None:
                     "UPDATE runs SET updated_at = now() - interval '2 days' WHERE run_id = %s",
                     (run_id,),
                 )
+            if args.prune_needs_seal:  # never sealed: prune must seal it first
+                say(f"{attempts:,} attempts: loaded in {loaded:.0f} s; not sealed")
+                runs.append((attempts, run_id, ""))
+                continue
             seal_mib, seal_s = seal_workload.seal_peak_rss(db.url, run_id)
             say(
                 f"{attempts:,} attempts: loaded in {loaded:.0f} s; sealed in {seal_s:.1f} s "
@@ -225,24 +325,33 @@ def main(argv: list[str] | None = None) -> None:
 
         env = {**os.environ, "TPMLEDGER_DATA_DIR": str(work / "data")}
         if not args.prune_only:
-            _serve_and_export(db.url, runs, work, env, say)
+            _serve_and_export(db.url, runs, work, env, say, args.skip_verify, not args.skip_serving)
         command = [sys.executable, "-m", "tpmledger.cli.main"]
         env["TPMLEDGER_DATABASE_URL"] = db.url
+        children: dict[int, int] = {}
         peak, took, text = _child_peak(
-            [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")], env
+            [*command, "prune", "--older-than", "1d", "--archive-dir", str(work / "archive")],
+            env,
+            children,
         )
         archived = text.count("archived (")
         say(
             f"prune (archive + bounded check + delete) of the {len(runs)} runs "
-            f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts): {took:.1f} s, "
-            f"{archived} archived; process peak {peak / 1024:.0f} MiB = "
-            f"{peak * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-            f"{'met' if peak * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+            f"({', '.join(f'{a:,}' for a, _, _ in runs)} attempts"
+            f"{', each needing a seal first' if args.prune_needs_seal else ''}): "
+            f"{took:.1f} s, {archived} archived; process peak {_met(peak)}"
         )
+        if children:
+            say(
+                f"  processes prune started (its seals): {len(children)}, peak "
+                f"{max(children.values()) / 1024:.0f} MiB (the seal's own budget, not the "
+                "archive's)"
+            )
     shutil.rmtree(work, ignore_errors=True)  # exports and archives: GBs
     say(f"load average after: {os.getloadavg()[0]:.1f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
+    with args.out.open("a") as out:  # a dated section after the earlier ones
+        out.write("\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

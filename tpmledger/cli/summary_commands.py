@@ -106,14 +106,12 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
     """Seal the run if it changed (a no-op otherwise), then build its signed summary; the
     event file streams to ``events_to`` (or is only hashed)."""
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+    from tpmledger.analytics.proofs.seal_process import SealFailed, seal_in_own_process
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
-    from tpmledger.analytics.seal.compile_notice import ensure_kernels
-    from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)
     version = getattr(args, "version", None)
-    ensure_kernels()  # a line on stderr if they must be compiled (first run only)
     try:
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
@@ -128,7 +126,8 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
                 )
             for attempt in range(1, SEAL_ATTEMPTS + 1):
                 # Sealed and quiet: export that version without recomputing the run.
-                (seal_unless_current if attempt == 1 else seal_run)(url, args.run_id)
+                # A seal runs in a process of its own: this one only streams the file.
+                seal_in_own_process(url, args.run_id, even_if_current=attempt > 1)
                 try:
                     return build_summary(
                         url,
@@ -142,6 +141,8 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
                         raise
     except (LookupError, SnapshotOutdated, SigningKeyError, RunTooLong) as exc:
         print(f"error: {_message(exc)}", file=sys.stderr)
+    except SealFailed as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
     return None
 
 

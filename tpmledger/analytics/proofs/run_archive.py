@@ -4,7 +4,9 @@ the archive, then delete the raw spans (docs/configuration.md#retention).
 For each run whose newest stored span arrived before the cutoff and that is not archived
 yet (event times do not matter: a backfilled run is due once its spans stop arriving):
 
-1. seal it unless its newest version is final and nothing arrived since;
+1. seal it unless its newest version is final and nothing arrived since, in a process of
+   its own (:mod:`~tpmledger.analytics.proofs.seal_process`: a seal's memory is the
+   seal's budget, never the archiving process's);
 2. export its signed summary (the ``tpmledger summary export`` layout) into
    ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
    ``RUN_ID`` file names the run) with the event file gzip-compressed (``events.jsonl.gz``);
@@ -37,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+from tpmledger.analytics.proofs.seal_process import SealFailed, seal_in_own_process
 from tpmledger.analytics.proofs.summary_export import (
     SnapshotOutdated,
     build_summary,
     write_export,
 )
-from tpmledger.analytics.seal.sealing import seal_unless_current
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import in_one_snapshot
@@ -168,8 +170,8 @@ def _archive_or_keep(
         return _archive(url, old, target, key, say, log_origin)
     except (ArrivedMeanwhile, SnapshotOutdated):
         reason = "spans arrived while it was archived; tried again by the next prune"
-    except ForeignArchive as exc:
-        reason = str(exc)
+    except (ForeignArchive, SealFailed) as exc:
+        reason = str(exc)  # SealFailed: "RunTooLong: …", as the seal raised it
     except (RunTooLong, OSError, LookupError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # one run's failure must not stop the others
@@ -189,11 +191,12 @@ def _archive(
     log_origin: str | None,
 ) -> PruneOutcome:
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
-    # Sealed now unless its newest version is final and nothing arrived since (a seal
-    # recomputes the whole run: hundreds of MB for millions of attempts). What the archive
-    # covers is what that version saw, data_as_of, and the delete below removes exactly
-    # that (or keeps the run if anything arrived since).
-    seal_unless_current(url, old.run_id)
+    # Sealed now unless its newest version is final and nothing arrived since, in a child
+    # process (a seal recomputes the whole run: hundreds of MB for millions of attempts;
+    # this process only streams). What the archive covers is what that version saw,
+    # data_as_of, and the delete below removes exactly that (or keeps the run if anything
+    # arrived since).
+    seal_in_own_process(url, old.run_id)
     sealed = in_one_snapshot(url, latest_snapshot, old.run_id)
     if sealed is None:
         raise LookupError(f"run {old.run_id!r} has no sealed version")

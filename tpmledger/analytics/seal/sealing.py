@@ -372,8 +372,13 @@ def seal_unless_current(url: str, run_id: str) -> bool:
     arrived since; True when it sealed. Exports and archives call this first: a seal
     recomputes the whole run (hundreds of MB for millions of attempts), which a run sealed
     already does not need."""
-    state = in_one_snapshot(url, run_state, run_id)
-    if state is not None and state.snapshot_version is not None and not state.is_live:
+    if seal_is_current(url, run_id):
         return False
     seal_run(url, run_id)
     return True
+
+
+def seal_is_current(url: str, run_id: str) -> bool:
+    """True when ``run_id``'s newest snapshot is final and no data arrived since."""
+    state = in_one_snapshot(url, run_state, run_id)
+    return state is not None and state.snapshot_version is not None and not state.is_live
