@@ -59,6 +59,14 @@ SELECT {_COLUMNS}
 FROM attempts
 WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 """
+# One page of a range, in end-time order (a busy minute is read a page at a time).
+_PAGE_SQL = f"""
+SELECT {_COLUMNS}
+FROM attempts
+WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
+ORDER BY end_ns
+LIMIT {{limit}}
+"""
 # New commits' rows: found through the block-range index on ingest_batch alone (the
 # materialized step keeps the planner from scanning the whole window instead).
 _NEW_ROWS_SQL = f"""
@@ -217,6 +225,21 @@ def fetch_window(
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
+def fetch_window_page(
+    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int, limit: int
+) -> pl.DataFrame:
+    """The first ``limit`` attempts of ``run_id`` ending in [low_ns, high_ns), by end time
+    (ties at the last end time may continue past the page)."""
+    query = sql.SQL(_PAGE_SQL).format(
+        run_id=sql.Literal(run_id),
+        low=sql.Literal(low_ns),
+        high=sql.Literal(high_ns),
+        limit=sql.Literal(limit),
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
+
+
 #: Above this many attempts the probes work on a range of end times instead of ids.
 RANGE_PROBE_MIN = 20_000
 
@@ -274,6 +297,20 @@ def dependents(
     rows = conn.execute(
         _DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
+    return _dependents(rows)
+
+
+def dependents_in_range(
+    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int
+) -> list[Dependent]:
+    """Attempts whose flags the attempts ending in [low_ns, high_ns) change (for marks
+    that name no ingest commit: every attempt of their range counts as new)."""
+    params = {"run_id": run_id, "low": low_ns, "high": high_ns}
+    rows = conn.execute(_DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
+    return _dependents(rows)
+
+
+def _dependents(rows: list[Any]) -> list[Dependent]:
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0
