@@ -255,6 +255,8 @@ class LiveUpdater:
             )  # fmt: skip
             facts_rows = [minute_facts(current[m], run_timeout) for m in sorted(touched)]
             extras = [e for m in sorted(touched) for e in minute_extras(current[m])]
+            for state in current.values():
+                state.done()
             _add_work_seconds(facts_rows, rows)
             computed_at = datetime.now(UTC)
             records = []

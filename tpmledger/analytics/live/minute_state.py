@@ -39,7 +39,8 @@ from tpmledger.analytics.kernels.event_arrays import latency_seconds
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
-from tpmledger.analytics.live.live_minutes import _SCHEMA, _finish, _value_summary
+from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
+from tpmledger.analytics.live.live_minutes import _SCHEMA, _finish
 from tpmledger.analytics.live.minute_extras import TOKEN_TYPES
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
@@ -93,6 +94,21 @@ class MinuteState:
     errors: Counter[str] = field(default_factory=Counter)
     flight: dict[str, Ints] = field(default_factory=dict)  # shard -> 60 samples
     depth: dict[str, Ints] = field(default_factory=dict)
+    # The whole minute's sorted TTFT and latency, while one update emits the minute.
+    whole: tuple[Floats, Ints] | None = field(default=None, repr=False, compare=False)
+
+    def whole_values(self) -> tuple[Floats, Ints]:
+        """Every shard's TTFT and latency values merged, sorted (kept until :meth:`done`)."""
+        if self.whole is None:
+            self.whole = (
+                _whole(self.ttft.values(), _EMPTY_FLOATS),
+                _whole(self.latency.values(), _EMPTY_INTS),
+            )
+        return self.whole
+
+    def done(self) -> None:
+        """Drop what :meth:`whole_values` made (the update that emitted the minute ended)."""
+        self.whole = None
 
     def nbytes(self) -> int:
         """Bytes of the per-attempt values held (the rest is per shard)."""
@@ -141,7 +157,8 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
     )
     if events.height == 0:
         return
-    cells = events.group_by("minute_ns", "shard_id").agg(
+    events = events.sort("minute_ns", "shard_id")
+    cells = events.group_by("minute_ns", "shard_id", maintain_order=True).agg(
         pl.len().alias("calls_in_minute"),
         pl.col("prompt_tokens").fill_null(0).sum().alias("prompt_tpm_in"),
         pl.col("completion_tokens").fill_null(0).sum().alias("completion_tpm_out"),
@@ -149,20 +166,27 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         pl.col("retry").sum().alias("retries"),
         pl.col("queue_wait_s").is_not_null().sum().alias("queue_reports"),
         pl.col("evidence").sum().alias("evidence"),
-        pl.col("ttft_s").filter(pl.col("ok") & pl.col("ttft_s").is_not_null()).alias("ttft"),
-        pl.col("latency_ns"),
     )
+    # Rows are sorted by cell: each cell's values are one slice of the columns.
+    ttft_valid = events.select(pl.col("ok") & pl.col("ttft_s").is_not_null()).to_series()
+    ttft_all = events.get_column("ttft_s").fill_null(0.0).to_numpy()
+    valid_all = ttft_valid.to_numpy()
+    latency_all = events.get_column("latency_ns").to_numpy()
+    low = 0
     for row in cells.iter_rows(named=True):
         state, shard = states[row["minute_ns"]], row["shard_id"]
+        high = low + int(row["calls_in_minute"])
         added = np.array([int(row[name] or 0) for name in SUMS], dtype=np.int64)
         state.sums[shard] = state.sums.get(shard, np.zeros(len(SUMS), np.int64)) + added
-        ttft = np.asarray(row["ttft"], dtype=np.float64)
+        ttft = ttft_all[low:high][valid_all[low:high]]
         ttft.sort(kind="stable")
         state.ttft[shard] = _merged(state.ttft.get(shard, _EMPTY_FLOATS), ttft)
-        latency = np.asarray(row["latency_ns"], dtype=np.int64)
+        latency = latency_all[low:high].copy()
         latency.sort(kind="stable")
         state.latency[shard] = _merged(state.latency.get(shard, _EMPTY_INTS), latency)
-    calls = events.group_by("minute_ns").agg(
+        low = high
+    del ttft_all, valid_all, latency_all
+    calls = events.group_by("minute_ns", maintain_order=True).agg(
         (pl.col("call_id_explicit") == 1).sum().alias("explicit"),
         (~pl.col("retried")).sum().alias("logical"),
         (~pl.col("retried") & pl.col("ok")).sum().alias("successes"),
@@ -172,8 +196,10 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         .filter(pl.col("slot_s") > pl.col("own"))
         .sum()
         .alias("wasted"),
-        pl.col("slot_s").filter(pl.col("own").is_null()).alias("no_own"),
+        pl.col("own").is_null().sum().alias("no_own"),
     )
+    slots = events.filter(pl.col("own").is_null()).get_column("slot_s").to_numpy()
+    low = 0  # (events are sorted by minute: each minute's slots are one slice)
     for minute, explicit, logical, successes, checked, over, wasted, no_own in calls.rows():
         state = states[minute]
         state.explicit_calls += int(explicit or 0)
@@ -183,7 +209,8 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         state.own_over += int(over or 0)
         state.own_wasted += float(wasted or 0.0)
         if no_own:
-            state.no_own_slots.append(np.asarray(no_own, dtype=np.float64))
+            state.no_own_slots.append(slots[low : low + int(no_own)].copy())
+            low += int(no_own)
     causes = (
         events.filter(pl.col("retried") & ~pl.col("ok"))
         .group_by("minute_ns", pl.col("error_type").fill_null("error"))
@@ -218,7 +245,9 @@ def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
     events = rows.filter(pl.col("rollup") == 0)
     if events.height == 0 or not states:
         return
-    shards, codes = np.unique(events.get_column("shard_id").to_numpy(), return_inverse=True)
+    ids = events.get_column("shard_id")
+    shards = ids.unique().sort().to_list()
+    codes = ids.cast(pl.Enum(shards)).to_physical().cast(pl.Int64).to_numpy()
     start = events.get_column("start_ns").to_numpy()
     began = _ceil_seconds(start)
     ended = _ceil_seconds(events.get_column("end_ns").to_numpy())
@@ -331,7 +360,7 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
                     "concurrency_cap": state.caps.get(shard),
                 }
             )
-        ttft = _whole(state.ttft.values(), _EMPTY_FLOATS)
+        ttft, latency = state.whole_values()
         flight = np.sum(flights, axis=0) if flights else zero_seconds
         depth = np.sum(depths, axis=0) if depths else zero_seconds
         records.append(
@@ -341,7 +370,7 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
                 **_counts(total),
                 "shards_active": active,
                 **_value_figures(ttft, int(total[0]) - ttft.size, "ttft"),
-                **_value_figures(_whole(state.latency.values(), _EMPTY_INTS), 0, "latency"),
+                **_value_figures(latency, 0, "latency"),
                 **_concurrency(flight, depth, None, whole=True),
                 "sag_cap": None,
                 "concurrency_cap": None,
@@ -371,8 +400,7 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
         checked += int(slots.size)
         over += int(late.size)
         wasted += float((late - run_timeout).sum())
-    ttft = _whole(state.ttft.values(), _EMPTY_FLOATS)
-    latency = _whole(state.latency.values(), _EMPTY_INTS)
+    ttft, latency = state.whole_values()
     return {
         "minute_ns": state.minute_ns,
         "attempts": attempts,
@@ -380,8 +408,8 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
         "logical_calls": state.logical_calls,
         "call_successes": state.call_successes,
         "retry_causes": dict(state.causes),
-        "ttft": _value_summary(ttft),
-        "latency": _value_summary(latency.astype(np.float64) * (1.0 / 1e9)),
+        "ttft": _sorted_summary(ttft),
+        "latency": _sorted_summary(latency, 1.0 / 1e9),
         "max_timeout_s": state.max_timeout,
         "deadline": {
             "attempts": checked,
@@ -391,6 +419,41 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
             "limit": run_timeout,
         },
     }
+
+
+_SUMMARY_CHUNK = 65_536
+
+
+def _sorted_summary(values: npt.NDArray[Any], scale: float | None = None) -> dict[str, Any] | None:
+    """:func:`analytics.live.live_minutes._value_summary` of sorted ``values`` (times
+    ``scale``), a chunk at a time: the same bins (each value maps alone), and the same sums
+    up to the order of float additions, without whole-minute temporaries."""
+    if values.size == 0:
+        return None
+    n = int(values.size)
+
+    def chunks() -> Iterable[Floats]:
+        for low in range(0, n, _SUMMARY_CHUNK):
+            part = values[low : low + _SUMMARY_CHUNK].astype(np.float64)
+            yield part * scale if scale is not None else part
+
+    total = sum(float(part.sum()) for part in chunks())
+    mean = total / n
+    m2 = sum(float(((part - mean) ** 2).sum()) for part in chunks())
+    keys, counts = [], []
+    for part in chunks():
+        mapped = part[part > MIN_MAPPED]
+        # Spans never end before they start (docs/ingest.md#limits): nothing maps below zero.
+        key = np.ceil(np.log(mapped) / np.log(2.0) * KEY_MULTIPLIER).astype(np.int64)
+        unique, count = np.unique(key, return_counts=True)
+        keys.append(unique)
+        counts.append(count)
+    if keys:
+        every, where = np.unique(np.concatenate(keys), return_inverse=True)
+        summed = np.bincount(where, weights=np.concatenate(counts)).astype(np.int64)
+    else:
+        every, summed = _EMPTY_INTS, _EMPTY_INTS
+    return summary(total, m2, n, every, summed).as_json()
 
 
 def minute_extras(state: MinuteState) -> list[tuple[int, str, str, int]]:
