@@ -83,6 +83,14 @@ class LiveUpdate:
     attempts_read: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    # Wall seconds per stage (new rows, dependents, fold, build, emit, write): a slow
+    # update's log line says where the time went.
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def stage(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - since
+        return now
 
 
 def minute_span(from_ns: int, to_ns: int) -> range:
@@ -211,9 +219,12 @@ class LiveUpdater:
                 touched.update(span)
                 if mark.batch_id is None:  # queued again (or before batches were kept)
                     rebuild.update(span)
+            clock = time.perf_counter()
+            update = LiveUpdate(run_id)
             reader = _WindowReader(conn, facts)
             batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
             new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
+            clock = update.stage("new rows", clock)
             changed = []
             if new is not None and new.height:
                 changed = dependents(
@@ -229,16 +240,19 @@ class LiveUpdater:
                 if (dependent.trace_id, dependent.span_id) not in new_keys:
                     rebuild.update(span)  # its flags changed: its minutes are read again
             del new_keys, changed
+            clock = update.stage("dependents", clock)
             folded = {m: states[m] for m in sorted(touched) if m in states and m not in rebuild}
-            update = LiveUpdate(run_id, minutes=len(touched))
+            update.minutes = len(touched)
             if new is not None and folded:
                 fold_ending(folded, new)
                 fold_overlap(folded, new)
                 update.attempts_read += _rows_in(new, folded)
             del new, states
+            clock = update.stage("fold", clock)
             built = {m: MinuteState(m) for m in sorted(touched) if m not in folded}
             for minutes in contiguous_ranges(built):
                 update.attempts_read += reader.build({m: built[m] for m in minutes})
+            clock = update.stage("build", clock)
             current = folded | built
             caps = known_caps(conn, run_id)
             frames = [
@@ -258,6 +272,7 @@ class LiveUpdater:
             for state in current.values():
                 state.done()
             _add_work_seconds(facts_rows, rows)
+            clock = update.stage("emit", clock)
             computed_at = datetime.now(UTC)
             records = []
             if rows is not None:
@@ -282,6 +297,7 @@ class LiveUpdater:
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
+        update.stage("write", clock)
         # Only the latest range's states are kept (a busy minute and its neighbours);
         # only once the transaction committed.
         latest = contiguous_ranges(touched)[-1]
