@@ -89,7 +89,9 @@ class MinuteState:
     own_checked: int = 0  # attempts with a deadline (or timeout) of their own
     own_over: int = 0
     own_wasted: float = 0.0
-    no_own_slots: list[Floats] = field(default_factory=list)  # slot seconds, the others
+    # Slot seconds of the attempts without a deadline of their own, once some attempt of
+    # the minute has one (before that they are every attempt's latency: not kept twice).
+    no_own_slots: list[Floats] = field(default_factory=list)
     tokens: dict[str, list[int]] = field(default_factory=dict)  # type -> [reported, sum]
     errors: Counter[str] = field(default_factory=Counter)
     flight: dict[str, Ints] = field(default_factory=dict)  # shard -> 60 samples
@@ -158,6 +160,36 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
     if events.height == 0:
         return
     events = events.sort("minute_ns", "shard_id")
+    # Per minute first: the first attempt with a deadline of its own makes the earlier
+    # attempts' slots kept apart, from the latency values held before this fold.
+    calls = events.group_by("minute_ns", maintain_order=True).agg(
+        (pl.col("call_id_explicit") == 1).sum().alias("explicit"),
+        (~pl.col("retried")).sum().alias("logical"),
+        (~pl.col("retried") & pl.col("ok")).sum().alias("successes"),
+        pl.col("own").is_not_null().sum().alias("own_checked"),
+        (pl.col("own").is_not_null() & (pl.col("slot_s") > pl.col("own"))).sum().alias("over"),
+        (pl.col("slot_s") - pl.col("own"))
+        .filter(pl.col("slot_s") > pl.col("own"))
+        .sum()
+        .alias("wasted"),
+        pl.col("own").is_null().sum().alias("no_own"),
+    )
+    slots = events.filter(pl.col("own").is_null()).get_column("slot_s").to_numpy()
+    low = 0  # (events are sorted by minute: each minute's slots are one slice)
+    for minute, explicit, logical, successes, checked, over, wasted, no_own in calls.rows():
+        state = states[minute]
+        if checked and not state.own_checked:  # the first own deadline: slots kept apart
+            slots_so_far = _whole(state.latency.values(), _EMPTY_INTS)
+            state.no_own_slots = [latency_seconds(slots_so_far)] if slots_so_far.size else []
+        state.explicit_calls += int(explicit or 0)
+        state.logical_calls += int(logical or 0)
+        state.call_successes += int(successes or 0)
+        state.own_checked += int(checked or 0)
+        state.own_over += int(over or 0)
+        state.own_wasted += float(wasted or 0.0)
+        if no_own and state.own_checked:
+            state.no_own_slots.append(slots[low : low + int(no_own)].copy())
+        low += int(no_own or 0)
     cells = events.group_by("minute_ns", "shard_id", maintain_order=True).agg(
         pl.len().alias("calls_in_minute"),
         pl.col("prompt_tokens").fill_null(0).sum().alias("prompt_tpm_in"),
@@ -186,31 +218,6 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         state.latency[shard] = _merged(state.latency.get(shard, _EMPTY_INTS), latency)
         low = high
     del ttft_all, valid_all, latency_all
-    calls = events.group_by("minute_ns", maintain_order=True).agg(
-        (pl.col("call_id_explicit") == 1).sum().alias("explicit"),
-        (~pl.col("retried")).sum().alias("logical"),
-        (~pl.col("retried") & pl.col("ok")).sum().alias("successes"),
-        pl.col("own").is_not_null().sum().alias("own_checked"),
-        (pl.col("own").is_not_null() & (pl.col("slot_s") > pl.col("own"))).sum().alias("over"),
-        (pl.col("slot_s") - pl.col("own"))
-        .filter(pl.col("slot_s") > pl.col("own"))
-        .sum()
-        .alias("wasted"),
-        pl.col("own").is_null().sum().alias("no_own"),
-    )
-    slots = events.filter(pl.col("own").is_null()).get_column("slot_s").to_numpy()
-    low = 0  # (events are sorted by minute: each minute's slots are one slice)
-    for minute, explicit, logical, successes, checked, over, wasted, no_own in calls.rows():
-        state = states[minute]
-        state.explicit_calls += int(explicit or 0)
-        state.logical_calls += int(logical or 0)
-        state.call_successes += int(successes or 0)
-        state.own_checked += int(checked or 0)
-        state.own_over += int(over or 0)
-        state.own_wasted += float(wasted or 0.0)
-        if no_own:
-            state.no_own_slots.append(slots[low : low + int(no_own)].copy())
-            low += int(no_own)
     causes = (
         events.filter(pl.col("retried") & ~pl.col("ok"))
         .group_by("minute_ns", pl.col("error_type").fill_null("error"))
@@ -393,14 +400,17 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
     """The minute's run facts (storage.models.LiveRunMinute), as
     :func:`analytics.live.live_minutes.run_minute_facts` gives them."""
     attempts = sum(int(s[0]) for s in state.sums.values())
-    slots = np.concatenate(state.no_own_slots) if state.no_own_slots else _EMPTY_FLOATS
+    ttft, latency = state.whole_values()
+    if not state.own_checked:  # no attempt has a deadline of its own: every slot counts
+        slots = latency_seconds(latency)
+    else:
+        slots = np.concatenate(state.no_own_slots) if state.no_own_slots else _EMPTY_FLOATS
     checked, over, wasted = state.own_checked, state.own_over, state.own_wasted
     if run_timeout is not None:
         late = slots[slots > run_timeout]
         checked += int(slots.size)
         over += int(late.size)
         wasted += float((late - run_timeout).sum())
-    ttft, latency = state.whole_values()
     return {
         "minute_ns": state.minute_ns,
         "attempts": attempts,
