@@ -57,10 +57,19 @@ def test_a_busy_minute_is_folded_from_the_new_rows_and_holds_no_attempt_rows(
         [update] = updater.update_once()
         if index:  # the minute's state is kept: only the new commit's rows are read
             assert update.attempts_read == batch, (index, update.attempts_read)
+    # A late attempt into an older minute does not drop the busy minute's state.
+    late = BASE_NS - 10 * 60 * SECOND
+    store(database_url, [attempt_row(run_id=run_id, start_ns=late, end_ns=late + SECOND)])
+    [update] = updater.update_once()
+    assert update.attempts_read == 1
+    store(database_url, _busy_batch(run_id, rng, batch))
+    [update] = updater.update_once()
+    assert update.attempts_read == batch
+    batches += 1
     held = updater.states[run_id]
     assert not any(isinstance(v, pl.DataFrame) for v in vars(held).values())
     values, nbytes = updater.held_values(run_id)
-    attempts = batch * batches
+    attempts = batch * batches + 1
     assert values <= 2 * attempts  # TTFT of successful attempts and latency of each
     assert nbytes <= 24 * attempts  # + the slot of attempts without a deadline of their own
     _assert_same(database_url, run_id, updater)

@@ -140,6 +140,8 @@ def _minute_utc(ns: int) -> datetime:
 _KEYS = ["trace_id", "span_id"]
 # A minute read whole from the table is folded this many attempts at a time.
 PAGE_ROWS = 50_000
+# States kept after an update: the newest minute's and this many minutes before it.
+KEPT_MINUTES = 1
 
 
 @dataclass
@@ -247,6 +249,7 @@ class LiveUpdater:
                 fold_ending(folded, new)
                 fold_overlap(folded, new)
                 update.attempts_read += _rows_in(new, folded)
+            untouched = {m: s for m, s in states.items() if m not in touched}
             del new, states
             clock = update.stage("fold", clock)
             built = {m: MinuteState(m) for m in sorted(touched) if m not in folded}
@@ -298,10 +301,14 @@ class LiveUpdater:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
         update.stage("write", clock)
-        # Only the latest range's states are kept (a busy minute and its neighbours);
-        # only once the transaction committed.
-        latest = contiguous_ranges(touched)[-1]
-        self.states[run_id] = RunStates(generation, {m: current[m] for m in latest})
+        # Kept once the transaction committed: the states of the newest minutes, this
+        # update's and those it left alone (a late attempt into an old minute does not
+        # drop the busy minute's state); older ones are read again if touched.
+        kept = untouched | current
+        newest = max(kept)
+        self.states[run_id] = RunStates(
+            generation, {m: s for m, s in kept.items() if m >= newest - KEPT_MINUTES * MINUTE_NS}
+        )
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
