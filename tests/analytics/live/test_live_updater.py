@@ -82,9 +82,7 @@ def test_late_arrivals_change_flags_in_minutes_already_folded(database_url: str)
     run_id = f"late-{os.urandom(4).hex()}"
     rng = random.Random(7)
     updater = LiveUpdater(database_url)
-    parent = attempt_row(
-        run_id=run_id, start_ns=BASE_NS + 5 * SECOND, end_ns=BASE_NS + 20 * SECOND
-    )
+    parent = attempt_row(run_id=run_id, start_ns=BASE_NS + 5 * SECOND, end_ns=BASE_NS + 20 * SECOND)
     later = attempt_row(
         run_id=run_id,
         call_id="call-1",
