@@ -56,6 +56,7 @@ from tpmledger.storage.live_store import (
     take_marks,
 )
 from tpmledger.storage.live_window import (
+    Dependent,
     dependents,
     dependents_in_range,
     fetch_window,
@@ -234,7 +235,7 @@ class LiveUpdater:
                 )
             for low, high in _ranges_bounds(reader, rebuild):
                 changed += dependents_in_range(conn, run_id, low, high)
-            new_keys = set() if new is None else set(new.select(_KEYS).iter_rows())
+            new_keys = _new_among(changed, new)
             for dependent in changed:
                 began = max(dependent.began_ns, dependent.end_ns - MAX_INTERVAL_NS)
                 span = minute_span(began, dependent.end_ns)
@@ -321,6 +322,18 @@ class LiveUpdater:
             return 0, 0
         minutes = held.minutes.values()
         return sum(s.values_held() for s in minutes), sum(s.nbytes() for s in minutes)
+
+
+def _new_among(changed: list[Dependent], new: pl.DataFrame | None) -> set[tuple[str, str]]:
+    """The keys of ``changed`` attempts that are among the ``new`` rows (folded with the
+    flags probed now: their minutes need not be read again for them)."""
+    if not changed or new is None:
+        return set()
+    keys = pl.DataFrame(
+        {"trace_id": [d.trace_id for d in changed], "span_id": [d.span_id for d in changed]},
+        schema={"trace_id": pl.String, "span_id": pl.String},
+    )
+    return set(keys.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
 
 
 def _rows_in(rows: pl.DataFrame, states: dict[int, MinuteState]) -> int:
