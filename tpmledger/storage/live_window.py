@@ -85,23 +85,37 @@ WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
 # use the partial indexes of migration 0003, for the attempts given only.
 _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
-                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id)"""
-_PROBE_SQL = f"""
+                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id{skip_c})"""
+# Rows of these ingest commits left out (the flags as the previous update saw them).
+_SKIP = " AND coalesce({t}.ingest_batch <> ALL(%(skip)s::bigint[]), true)"
+
+
+def _probe_sql(skip: bool) -> str:
+    def parent(t: str) -> str:
+        return _IS_PARENT.format(t=t, skip_c=_SKIP.format(t="c") if skip else "")
+
+    skip_b = _SKIP.format(t="b") if skip else ""
+    return f"""
 SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
-       ({_IS_PARENT.format(t="a")})::int,
+       ({parent("a")})::int,
        (a.resend_count IS NULL AND a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
-              AND NOT {_IS_PARENT.format(t="b")}))::int,
+              AND NOT {parent("b")}{skip_b}))::int,
        (a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id, b.trace_id)
                   > (a.start_ns, a.end_ns, a.span_id, a.trace_id)
-              AND NOT {_IS_PARENT.format(t="b")}))::int
+              AND NOT {parent("b")}{skip_b}))::int
 {{source}}
 """
+
+
+_PROBE_SQL = _probe_sql(skip=False)
+_PROBE_BEFORE_SQL = _probe_sql(skip=True)
+
 # The attempts the probes and dependents start from: given ids (one primary-key lookup
 # each, never a scan), or every attempt ending in a range (a worker's first read of a
 # busy minute: one set-based pass instead of hundreds of thousands of lookups).
@@ -263,10 +277,13 @@ def probe_flags(
     trace_ids: Sequence[str],
     span_ids: Sequence[str],
     end_range: tuple[int, int] | None = None,
+    *,
+    before_batches: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """``rollup``, ``later_in_call`` and ``has_later`` (0/1) of the given attempts (hex
     ids; ``has_later``: a later non-rollup attempt of its explicit call exists); attempts
-    ending in ``end_range`` may come back too."""
+    ending in ``end_range`` may come back too. With ``before_batches``, the flags as they
+    were without the rows of those ingest commits."""
     schema = {
         "trace_id": pl.String,
         "span_id": pl.String,
@@ -277,10 +294,34 @@ def probe_flags(
     if not trace_ids:
         return pl.DataFrame(schema=schema)
     source, params = _source(trace_ids, span_ids, end_range)
-    rows = conn.execute(
-        _PROBE_SQL.replace("{source}", source), {"run_id": run_id, **params}
-    ).fetchall()
+    probe = _PROBE_SQL if before_batches is None else _PROBE_BEFORE_SQL
+    if before_batches is not None:
+        params["skip"] = list(before_batches)
+    rows = conn.execute(probe.replace("{source}", source), {"run_id": run_id, **params}).fetchall()
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+_BY_ID_ROWS_SQL = f"""
+SELECT {_COLUMNS}
+FROM attempts
+WHERE run_id = {{run_id}} AND (trace_id, span_id) IN (
+    SELECT substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16),
+           substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
+    FROM generate_series(0, {{count}} - 1) AS g(i)
+)
+"""
+
+
+def fetch_attempts(
+    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+) -> pl.DataFrame:
+    """The live window columns of the given attempts (hex ids) of ``run_id``."""
+    ids = bytes.fromhex("".join(t + s for t, s in zip(trace_ids, span_ids, strict=True)))
+    query = sql.SQL(_BY_ID_ROWS_SQL).format(
+        run_id=sql.Literal(run_id), ids=sql.Literal(ids), count=sql.Literal(len(trace_ids))
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
 def dependents(

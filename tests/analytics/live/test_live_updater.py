@@ -78,7 +78,8 @@ def test_a_busy_minute_is_folded_from_the_new_rows_and_holds_no_attempt_rows(
 def test_late_arrivals_change_flags_in_minutes_already_folded(database_url: str) -> None:
     """A child arriving after its parent (the parent becomes a rollup), an earlier attempt
     of a call arriving after its later one (retry position and the call's last attempt
-    change) and a late attempt into a folded minute: the live rows equal the seal's."""
+    change) and a late attempt into a folded minute: the live rows equal the seal's, and
+    the folded minutes are corrected without being read whole again."""
     run_id = f"late-{os.urandom(4).hex()}"
     rng = random.Random(7)
     updater = LiveUpdater(database_url)
@@ -113,4 +114,8 @@ def test_late_arrivals_change_flags_in_minutes_already_folded(database_url: str)
         error_type="rate_limit",
     )
     store(database_url, [child, earlier, *_busy_batch(run_id, rng, 50)])
+    [update] = updater.update_once()
+    # The parent and the later attempt are taken out with their old flags and put back
+    # with their new ones: the busy minute is not read whole again (652 attempts).
+    assert update.attempts_read <= 52 + 2, update.attempts_read
     _assert_same(database_url, run_id, updater)

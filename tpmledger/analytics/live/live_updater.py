@@ -59,6 +59,7 @@ from tpmledger.storage.live_window import (
     Dependent,
     dependents,
     dependents_in_range,
+    fetch_attempts,
     fetch_window,
     fetch_window_page,
     probe_flags,
@@ -236,12 +237,21 @@ class LiveUpdater:
             for low, high in _ranges_bounds(reader, rebuild):
                 changed += dependents_in_range(conn, run_id, low, high)
             new_keys = _new_among(changed, new)
+            # Attempts already folded whose flags the new rows changed: taken out with the
+            # flags the last update saw and put back with today's (every mark names its
+            # commit), else their minutes are read again.
+            adjust: dict[tuple[str, str], None] = {}
             for dependent in changed:
                 began = max(dependent.began_ns, dependent.end_ns - MAX_INTERVAL_NS)
                 span = minute_span(began, dependent.end_ns)
                 touched.update(span)
-                if (dependent.trace_id, dependent.span_id) not in new_keys:
-                    rebuild.update(span)  # its flags changed: its minutes are read again
+                key = (dependent.trace_id, dependent.span_id)
+                if key in new_keys:
+                    continue  # folded with the flags probed now
+                if rebuild:  # a mark without its commit: the old flags are not known
+                    rebuild.update(span)
+                else:
+                    adjust[key] = None
             del new_keys, changed
             clock = update.stage("dependents", clock)
             folded = {m: states[m] for m in sorted(touched) if m in states and m not in rebuild}
@@ -250,6 +260,10 @@ class LiveUpdater:
                 fold_ending(folded, new)
                 fold_overlap(folded, new)
                 update.attempts_read += _rows_in(new, folded)
+            if adjust and folded:
+                update.attempts_read += reader.refold(folded, list(adjust), batches)
+                for minute in [m for m, s in folded.items() if s.broken]:
+                    del folded[minute]  # read whole again below
             untouched = {m: s for m, s in states.items() if m not in touched}
             del new, states
             clock = update.stage("fold", clock)
@@ -388,6 +402,36 @@ class _WindowReader:
             end_range,
         )
         return rows.join(probed.unique(_KEYS), on=_KEYS, how="left")
+
+    def refold(
+        self, states: dict[int, MinuteState], keys: list[tuple[str, str]], batches: list[int]
+    ) -> int:
+        """Take the given attempts out of ``states`` with the flags they had before these
+        ingest commits, and put them back with their flags now; returns how many changed."""
+        trace_ids, span_ids = [k[0] for k in keys], [k[1] for k in keys]
+        rows = fetch_attempts(self.conn, self.facts.run_id, trace_ids, span_ids)
+        if rows.height == 0:
+            return 0
+        before = probe_flags(
+            self.conn,
+            self.facts.run_id,
+            rows["trace_id"].to_list(),
+            rows["span_id"].to_list(),
+            before_batches=batches,
+        )
+        old = rows.join(before.unique(_KEYS), on=_KEYS, how="left")
+        now = self._flagged(rows, None)
+        flags = ["rollup", "later_in_call", "has_later"]
+        same = old.select(*_KEYS, *flags).join(
+            now.select(*_KEYS, *flags), on=[*_KEYS, *flags], how="semi", nulls_equal=True
+        )
+        old = old.join(same, on=_KEYS, how="anti")
+        now = now.join(same, on=_KEYS, how="anti")
+        fold_ending(states, old, -1)
+        fold_overlap(states, old, -1)
+        fold_ending(states, now)
+        fold_overlap(states, now)
+        return now.height
 
     def build(self, states: dict[int, MinuteState]) -> int:
         """Fold every attempt ending in or overlapping the (contiguous) minutes of

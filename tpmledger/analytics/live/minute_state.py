@@ -98,6 +98,9 @@ class MinuteState:
     depth: dict[str, Ints] = field(default_factory=dict)
     # The whole minute's sorted TTFT and latency, while one update emits the minute.
     whole: tuple[Floats, Ints] | None = field(default=None, repr=False, compare=False)
+    # A value to take away was not held (cannot happen unless the flags went wrong):
+    # the minute is read whole again.
+    broken: bool = False
 
     def whole_values(self) -> tuple[Floats, Ints]:
         """Every shard's TTFT and latency values merged, sorted (kept until :meth:`done`)."""
@@ -126,8 +129,10 @@ def _declared(text: str) -> pl.Expr:
     return pl.when(value.is_finite() & (value > 0)).then(value)
 
 
-def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
-    """Add the attempts of ``rows`` (flags known) that end in a minute of ``states``."""
+def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
+    """Add (``sign`` -1: take away) the attempts of ``rows`` (flags known) that end in a
+    minute of ``states``. Taking away is for attempts whose flags changed: they were
+    added with their old flags, and come back with their new ones."""
     if rows.height == 0 or not states:
         return
     minutes = pl.Series(sorted(states), dtype=pl.Int64).implode()
@@ -178,18 +183,25 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
     low = 0  # (events are sorted by minute: each minute's slots are one slice)
     for minute, explicit, logical, successes, checked, over, wasted, no_own in calls.rows():
         state = states[minute]
-        if checked and not state.own_checked:  # the first own deadline: slots kept apart
-            slots_so_far = _whole(state.latency.values(), _EMPTY_INTS)
+        if sign > 0 and checked and not state.own_checked:  # the first own deadline:
+            slots_so_far = _whole(state.latency.values(), _EMPTY_INTS)  # slots kept apart
             state.no_own_slots = [latency_seconds(slots_so_far)] if slots_so_far.size else []
-        state.explicit_calls += int(explicit or 0)
-        state.logical_calls += int(logical or 0)
-        state.call_successes += int(successes or 0)
-        state.own_checked += int(checked or 0)
-        state.own_over += int(over or 0)
-        state.own_wasted += float(wasted or 0.0)
-        if no_own and state.own_checked:
-            state.no_own_slots.append(slots[low : low + int(no_own)].copy())
+        part = slots[low : low + int(no_own or 0)]
+        if no_own and (state.own_checked or (sign > 0 and checked)):
+            if sign > 0:
+                state.no_own_slots.append(part.copy())
+            else:
+                kept = _whole(state.no_own_slots, _EMPTY_FLOATS)
+                state.no_own_slots = [_removed(kept, np.sort(part), state)]
         low += int(no_own or 0)
+        state.explicit_calls += sign * int(explicit or 0)
+        state.logical_calls += sign * int(logical or 0)
+        state.call_successes += sign * int(successes or 0)
+        state.own_checked += sign * int(checked or 0)
+        state.own_over += sign * int(over or 0)
+        state.own_wasted += sign * float(wasted or 0.0)
+        if not state.own_checked:
+            state.no_own_slots = []  # every slot is a latency value again
     cells = events.group_by("minute_ns", "shard_id", maintain_order=True).agg(
         pl.len().alias("calls_in_minute"),
         pl.col("prompt_tokens").fill_null(0).sum().alias("prompt_tpm_in"),
@@ -208,14 +220,18 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
     for row in cells.iter_rows(named=True):
         state, shard = states[row["minute_ns"]], row["shard_id"]
         high = low + int(row["calls_in_minute"])
-        added = np.array([int(row[name] or 0) for name in SUMS], dtype=np.int64)
+        added = sign * np.array([int(row[name] or 0) for name in SUMS], dtype=np.int64)
         state.sums[shard] = state.sums.get(shard, np.zeros(len(SUMS), np.int64)) + added
         ttft = ttft_all[low:high][valid_all[low:high]]
         ttft.sort(kind="stable")
-        state.ttft[shard] = _merged(state.ttft.get(shard, _EMPTY_FLOATS), ttft)
         latency = latency_all[low:high].copy()
         latency.sort(kind="stable")
-        state.latency[shard] = _merged(state.latency.get(shard, _EMPTY_INTS), latency)
+        if sign > 0:
+            state.ttft[shard] = _merged(state.ttft.get(shard, _EMPTY_FLOATS), ttft)
+            state.latency[shard] = _merged(state.latency.get(shard, _EMPTY_INTS), latency)
+        else:
+            state.ttft[shard] = _removed(state.ttft.get(shard, _EMPTY_FLOATS), ttft, state)
+            state.latency[shard] = _removed(state.latency.get(shard, _EMPTY_INTS), latency, state)
         low = high
     del ttft_all, valid_all, latency_all
     causes = (
@@ -224,27 +240,43 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         .len()
     )
     for minute, cause, count in causes.rows():
-        states[minute].causes[str(cause)] += int(count)
+        states[minute].causes[str(cause)] += sign * int(count)
     for column, token_type in TOKEN_TYPES.items():
         reported = events.filter(pl.col(column).is_not_null())
         for minute, count, total in (
             reported.group_by("minute_ns").agg(pl.len(), pl.col(column).sum()).rows()
         ):
             held = states[minute].tokens.setdefault(token_type, [0, 0])
-            held[0] += int(count)
-            held[1] += int(total)
+            held[0] += sign * int(count)
+            held[1] += sign * int(total)
     failed = events.filter(pl.col("status") == "error")
     for minute, error_type, count in (
         failed.group_by("minute_ns", pl.col("error_type").fill_null("error")).len().rows()
     ):
-        states[minute].errors[str(error_type)] += int(count)
+        states[minute].errors[str(error_type)] += sign * int(count)
+
+
+def _removed(held: npt.NDArray[Any], values: npt.NDArray[Any], state: MinuteState) -> Any:
+    """Sorted ``held`` without one occurrence of each of the sorted ``values``."""
+    if values.size == 0:
+        return held
+    # The i-th of k equal values is found i places after the first of its run in held.
+    first = np.searchsorted(held, values, side="left")
+    runs = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    rank = np.arange(values.size) - np.repeat(runs, np.diff(np.r_[runs, values.size]))
+    at = first + rank
+    found = at[-1] < held.size and np.array_equal(held[np.minimum(at, held.size - 1)], values)
+    if not found:
+        state.broken = True
+        return held
+    return np.delete(held, at)
 
 
 def _ceil_seconds(ns: Ints) -> Ints:
     return -((-ns) // SECOND_NS)
 
 
-def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
+def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
     """Add the in-flight and queued seconds of the attempts of ``rows`` (flags known)
     within every minute of ``states`` (as :func:`analytics.kernels.concurrency`'s samples:
     at whole second t, in flight when ceil(start) <= t < ceil(end), queued when
@@ -281,8 +313,8 @@ def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame) -> None:
         for code in touched.tolist():
             shard = str(shards[code])
             zero = np.zeros(60, dtype=np.int64)
-            state.flight[shard] = state.flight.get(shard, zero) + flight[code]
-            state.depth[shard] = state.depth.get(shard, zero) + depth[code]
+            state.flight[shard] = state.flight.get(shard, zero) + sign * flight[code]
+            state.depth[shard] = state.depth.get(shard, zero) + sign * depth[code]
 
 
 def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
