@@ -1,21 +1,29 @@
 """Keeps the live minute table current: drains ingest's marks, recomputes touched minutes.
 
 One update of one run is one REPEATABLE READ transaction (:mod:`storage.live_store`):
-take the run's marks, read the attempts of each contiguous range of touched minutes plus
-those overlapping it, and replace those minutes' live rows. The cost follows the touched
-minutes, never the run's size (docs/metrics.md#live-figures).
+take the run's marks, bring the state of each touched minute up to date, and replace
+those minutes' live rows, run facts and extras with what the state gives. The cost
+follows the touched minutes and the new rows, never the run's size
+(docs/metrics.md#live-figures).
 
-Two flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
-names it as parent) and ``later_in_call`` (an earlier attempt of its explicit call exists,
-for attempts without a resend count). They are probed in the database once per attempt
-and kept with the attempts in a per-run cache of the range last read. Every ingest commit
-records a batch id with its rows and its marks, so the next update of that range reads
-only the rows of the commits its marks name (a busy minute is not re-read whole on every
-update) and probes only those. New attempts can change the flags of others (a late child
-turns its parent into a rollup; an earlier attempt moves its call's others): those
-attempts are looked up from the new ones, their flags forgotten, and their minutes
-recomputed in the same update. The cache is dropped when another worker drained the
-run's marks in between (``live_state.generation``) or an update failed.
+Each minute's state (:mod:`analytics.live.minute_state`) is mergeable: counts, sums,
+sorted TTFT and latency values, per-second in-flight and queue depth. The states of the
+newest minutes are kept between updates. Every ingest commit records a batch id with its
+rows and its marks, so an update reads only the rows of the commits its marks name and
+folds them into the kept states; a busy minute's attempts are neither re-read nor held.
+A minute without a kept state (the first update, a late attempt into an older minute, a
+worker restart, another worker draining the run's marks in between: ``live_state.
+generation``, or a failed update) is read whole from the table, a page at a time.
+
+Three flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
+names it as parent), ``later_in_call`` (an earlier attempt of its explicit call exists,
+for attempts without a resend count) and ``has_later`` (a later one exists). They are
+probed in the database for the rows folded. New attempts can change the flags of others
+(a late child turns its parent into a rollup; an earlier attempt moves its call's
+others): those attempts are looked up from the new ones, taken out of the kept states
+with the flags the previous update saw (probed without the new commits' rows) and put
+back with today's; minutes without a kept state are read whole. Marks that name no
+commit (minutes queued again for a larger cap or timeout) have their minutes read whole.
 """
 
 from __future__ import annotations
