@@ -301,14 +301,17 @@ def probe_flags(
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
+# One primary-key lookup per id (LIMIT 1 in a LATERAL: never a scan of the run's rows).
 _BY_ID_ROWS_SQL = f"""
 SELECT {_COLUMNS}
-FROM attempts
-WHERE run_id = {{run_id}} AND (trace_id, span_id) IN (
-    SELECT substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16),
-           substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
-    FROM generate_series(0, {{count}} - 1) AS g(i)
-)
+FROM generate_series(0, {{count}} - 1) AS g(i)
+CROSS JOIN LATERAL (
+    SELECT x.* FROM attempts x
+    WHERE x.trace_id = substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16)
+      AND x.span_id = substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
+      AND x.run_id = {{run_id}}
+    LIMIT 1
+) a
 """
 
 
