@@ -2,12 +2,14 @@
 
     .venv/bin/python bench/live_window_copies.py [--attempts 900000] [--new 7500]
 
-At 15,000 spans/s a minute holds ~900,000 attempts; the analytics worker keeps them (the
-run cache) and recomputes the minute from them on every update. This builds such a window
-in memory (synthetic values, the live window's columns) and prints the RSS each step adds
-over the window itself: settling the probed flags of the ``--new`` attempts as a whole-
-window ``DataFrame.update`` (the old way) and as ``_settle_flags`` (the new way), then the
-minute rows, the run facts and the extras. Peaks are sampled every 5 ms in this process.
+At 15,000 spans/s a minute holds ~900,000 attempts. The analytics worker used to keep them
+(the run cache) and recompute the minute from them on every update; it now keeps each
+live minute's mergeable state (analytics/live/minute_state.py) and folds the new rows into
+it. This builds such a window in memory (synthetic values, the live window's columns) and
+prints the RSS each step adds and its time: before, the minute rows, the run facts and the
+extras recomputed from the whole window; after, the state built from the window (its size
+is what the worker keeps), ``--new`` attempts folded into it, and the minute's rows, facts
+and extras computed from it. Peaks are sampled every 5 ms in this process.
 """
 
 from __future__ import annotations
@@ -22,10 +24,18 @@ import numpy as np
 import polars as pl
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
-from tpmledger.analytics.live.live_updater import _FLAGS, _KEYS, _settle_flags
 from tpmledger.analytics.live.minute_extras import minute_extras
+from tpmledger.analytics.live.minute_state import (
+    MinuteState,
+    fold_ending,
+    fold_overlap,
+    minute_facts,
+    minute_rows,
+)
+from tpmledger.analytics.live.minute_state import minute_extras as state_extras
 
 MINUTE_NS = 60_000_000_000
+_FLAGS = ("rollup", "later_in_call", "has_later")
 _TEXTS = ("error_type", "deadline_text", "timeout_text")
 _TOKENS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -69,11 +79,21 @@ def _window(n: int, new: int, minute: int) -> pl.DataFrame:
             **{c: pl.Series([None] * n, dtype=whole) for c in _TOKENS},
         }
     )
-    old = pl.int_range(pl.len()) < n - new
-    return frame.with_columns(
-        *(pl.when(old).then(0).otherwise(None).cast(whole).alias(f) for f in _FLAGS),
-        run_id=pl.lit("bench"),
-    )
+    return frame.with_columns(*(pl.lit(0, whole).alias(f) for f in _FLAGS), run_id=pl.lit("b"))
+
+
+def _built(window: pl.DataFrame, minute: int) -> MinuteState:
+    """The minute's state from the window, folded 50,000 rows at a time (as the worker
+    reads a minute it holds no state of)."""
+    state = MinuteState(minute)
+    for page in window.iter_slices(50_000):
+        fold_ending({minute: state}, page)
+        fold_overlap({minute: state}, page)
+    return state
+
+
+def _emitted(state: MinuteState) -> object:
+    return minute_rows([state], {}), minute_facts(state, None), state_extras(state)
 
 
 def main() -> int:
@@ -83,34 +103,49 @@ def main() -> int:
     args = parser.parse_args()
     minute = 1_800_000_000_000_000_000 // MINUTE_NS * MINUTE_NS
     window = _window(args.attempts, args.new, minute)
-    missing = window.with_row_index("_row").filter(pl.col("rollup").is_null())
-    probed = missing.select(_KEYS).with_columns(
-        rollup=pl.lit(0, pl.Int32), later_in_call=pl.lit(1, pl.Int32), has_later=pl.lit(0, pl.Int32)
-    )
+    old, new = window.head(args.attempts - args.new), window.tail(args.new)
     small = window.head(1000)  # compile and warm everything first
     live_minute_rows(small, [minute], {}), run_minute_facts(small, [minute])
-    minute_extras(small, [minute])
+    minute_extras(small, [minute]), _emitted(_built(small, minute))
+    state = MinuteState(minute)
     sampler = _Peak()
     sampler.start()
     print(
         f"window: {args.attempts:,} attempts, {window.estimated_size() / 2**20:,.0f} MiB of "
         f"columns; {args.new:,} new"
     )
+
+    def build() -> MinuteState:
+        nonlocal state
+        state = _built(old, minute)
+        return state
+
+    def fold() -> None:
+        fold_ending({minute: state}, new)
+        fold_overlap({minute: state}, new)
+
     steps: list[tuple[str, Callable[[], object]]] = [
-        ("flags by DataFrame.update (before)", lambda: window.update(probed, on=_KEYS, how="left")),
-        ("flags by _settle_flags (after)", lambda: _settle_flags(window, missing, probed)),
-        ("live_minute_rows", lambda: live_minute_rows(window, [minute], {})),
-        ("run_minute_facts", lambda: run_minute_facts(window, [minute])),
-        ("minute_extras", lambda: minute_extras(window, [minute])),
+        ("before: live_minute_rows (window)", lambda: live_minute_rows(window, [minute], {})),
+        ("before: run_minute_facts (window)", lambda: run_minute_facts(window, [minute])),
+        ("before: minute_extras (window)", lambda: minute_extras(window, [minute])),
+        ("after: state built from the window in pages (once)", build),
+        (f"after: {args.new:,} new attempts folded into the state", fold),
+        ("after: rows, facts and extras from the state", lambda: _emitted(state)),
     ]
     for name, step in steps:
         time.sleep(1.5)  # jemalloc hands freed pages back after 0.5-1 s (polars' setting)
         base = _rss_mib()
         sampler.peak = base
+        began = time.perf_counter()
         result = step()
+        took = time.perf_counter() - began
         time.sleep(0.02)
-        print(f"  {name}: +{sampler.peak - base:,} MiB peak")
+        print(f"  {name}: +{sampler.peak - base:,} MiB peak, {took * 1000:,.0f} ms")
         del result
+    print(
+        f"  state kept per minute: {state.nbytes() / 2**20:,.1f} MiB of per-attempt values "
+        f"({state.values_held():,} TTFT/latency values) for {args.attempts:,} attempts"
+    )
     sampler.done = True
     return 0
 

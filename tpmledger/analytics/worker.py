@@ -200,11 +200,12 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
             # Slow updates are what delays live figures: say so at the default level.
             log.log(
                 logging.INFO if update.wall_s > 2.0 else logging.DEBUG,
-                "live %s: %d minutes, %d attempts read, %.3fs",
+                "live %s: %d minutes, %d attempts read, %.3fs (%s)",
                 update.run_id,
                 update.minutes,
                 update.attempts_read,
                 update.wall_s,
+                ", ".join(f"{name} {s:.2f}s" for name, s in update.stages.items()),
             )
         if not updates:
             stop.wait(poll_s)

@@ -59,6 +59,14 @@ SELECT {_COLUMNS}
 FROM attempts
 WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 """
+# One page of a range, in end-time order (a busy minute is read a page at a time).
+_PAGE_SQL = f"""
+SELECT {_COLUMNS}
+FROM attempts
+WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
+ORDER BY end_ns
+LIMIT {{limit}}
+"""
 # New commits' rows: found through the block-range index on ingest_batch alone (the
 # materialized step keeps the planner from scanning the whole window instead).
 _NEW_ROWS_SQL = f"""
@@ -77,23 +85,37 @@ WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
 # use the partial indexes of migration 0003, for the attempts given only.
 _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
-                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id)"""
-_PROBE_SQL = f"""
+                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id{skip_c})"""
+# Rows of these ingest commits left out (the flags as the previous update saw them).
+_SKIP = " AND coalesce({t}.ingest_batch <> ALL(%(skip)s::bigint[]), true)"
+
+
+def _probe_sql(skip: bool) -> str:
+    def parent(t: str) -> str:
+        return _IS_PARENT.format(t=t, skip_c=_SKIP.format(t="c") if skip else "")
+
+    skip_b = _SKIP.format(t="b") if skip else ""
+    return f"""
 SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
-       ({_IS_PARENT.format(t="a")})::int,
+       ({parent("a")})::int,
        (a.resend_count IS NULL AND a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
-              AND NOT {_IS_PARENT.format(t="b")}))::int,
+              AND NOT {parent("b")}{skip_b}))::int,
        (a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
             WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id, b.trace_id)
                   > (a.start_ns, a.end_ns, a.span_id, a.trace_id)
-              AND NOT {_IS_PARENT.format(t="b")}))::int
+              AND NOT {parent("b")}{skip_b}))::int
 {{source}}
 """
+
+
+_PROBE_SQL = _probe_sql(skip=False)
+_PROBE_BEFORE_SQL = _probe_sql(skip=True)
+
 # The attempts the probes and dependents start from: given ids (one primary-key lookup
 # each, never a scan), or every attempt ending in a range (a worker's first read of a
 # busy minute: one set-based pass instead of hundreds of thousands of lookups).
@@ -217,6 +239,21 @@ def fetch_window(
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
+def fetch_window_page(
+    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int, limit: int
+) -> pl.DataFrame:
+    """The first ``limit`` attempts of ``run_id`` ending in [low_ns, high_ns), by end time
+    (ties at the last end time may continue past the page)."""
+    query = sql.SQL(_PAGE_SQL).format(
+        run_id=sql.Literal(run_id),
+        low=sql.Literal(low_ns),
+        high=sql.Literal(high_ns),
+        limit=sql.Literal(limit),
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
+
+
 #: Above this many attempts the probes work on a range of end times instead of ids.
 RANGE_PROBE_MIN = 20_000
 
@@ -240,10 +277,13 @@ def probe_flags(
     trace_ids: Sequence[str],
     span_ids: Sequence[str],
     end_range: tuple[int, int] | None = None,
+    *,
+    before_batches: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """``rollup``, ``later_in_call`` and ``has_later`` (0/1) of the given attempts (hex
     ids; ``has_later``: a later non-rollup attempt of its explicit call exists); attempts
-    ending in ``end_range`` may come back too."""
+    ending in ``end_range`` may come back too. With ``before_batches``, the flags as they
+    were without the rows of those ingest commits."""
     schema = {
         "trace_id": pl.String,
         "span_id": pl.String,
@@ -254,10 +294,37 @@ def probe_flags(
     if not trace_ids:
         return pl.DataFrame(schema=schema)
     source, params = _source(trace_ids, span_ids, end_range)
-    rows = conn.execute(
-        _PROBE_SQL.replace("{source}", source), {"run_id": run_id, **params}
-    ).fetchall()
+    probe = _PROBE_SQL if before_batches is None else _PROBE_BEFORE_SQL
+    if before_batches is not None:
+        params["skip"] = list(before_batches)
+    rows = conn.execute(probe.replace("{source}", source), {"run_id": run_id, **params}).fetchall()
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+# One primary-key lookup per id (LIMIT 1 in a LATERAL: never a scan of the run's rows).
+_BY_ID_ROWS_SQL = f"""
+SELECT {_COLUMNS}
+FROM generate_series(0, {{count}} - 1) AS g(i)
+CROSS JOIN LATERAL (
+    SELECT x.* FROM attempts x
+    WHERE x.trace_id = substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16)
+      AND x.span_id = substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
+      AND x.run_id = {{run_id}}
+    LIMIT 1
+) a
+"""
+
+
+def fetch_attempts(
+    conn: psycopg.Connection, run_id: str, trace_ids: Sequence[str], span_ids: Sequence[str]
+) -> pl.DataFrame:
+    """The live window columns of the given attempts (hex ids) of ``run_id``."""
+    ids = bytes.fromhex("".join(t + s for t, s in zip(trace_ids, span_ids, strict=True)))
+    query = sql.SQL(_BY_ID_ROWS_SQL).format(
+        run_id=sql.Literal(run_id), ids=sql.Literal(ids), count=sql.Literal(len(trace_ids))
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
 def dependents(
@@ -274,6 +341,20 @@ def dependents(
     rows = conn.execute(
         _DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
+    return _dependents(rows)
+
+
+def dependents_in_range(
+    conn: psycopg.Connection, run_id: str, low_ns: int, high_ns: int
+) -> list[Dependent]:
+    """Attempts whose flags the attempts ending in [low_ns, high_ns) change (for marks
+    that name no ingest commit: every attempt of their range counts as new)."""
+    params = {"run_id": run_id, "low": low_ns, "high": high_ns}
+    rows = conn.execute(_DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
+    return _dependents(rows)
+
+
+def _dependents(rows: list[Any]) -> list[Dependent]:
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0

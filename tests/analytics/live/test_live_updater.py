@@ -1,55 +1,121 @@
-"""The live updater settles probed flags without copying the window (issue 29 item 3)."""
+"""The live updater keeps per-minute state, not a busy minute's attempts (issue 29 item 3).
+
+At 15,000 spans/s the worker held every attempt of the current minute and recomputed the
+minute from them on every update. Now each update reads only the new commits' rows for a
+minute it keeps state of, and the state holds two values per attempt (TTFT, latency),
+no attempt rows; the figures stay the seal's, including late arrivals that change other
+attempts' flags in minutes already folded.
+"""
 
 from __future__ import annotations
 
+import os
+import random
+from typing import Any
+
 import polars as pl
 
-from tpmledger.analytics.live.live_updater import _FLAGS, _KEYS, _settle_flags
+from tests.analytics.live.test_live_minutes import _assert_same
+from tests.analytics.seeding import store
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.live.live_updater import LiveUpdater
+
+SECOND = 1_000_000_000
 
 
-def _window(n: int) -> pl.DataFrame:
-    flags = {
-        f: [None if i % 3 == 0 else (i + k) % 2 for i in range(n)] for k, f in enumerate(_FLAGS)
-    }
-    return pl.DataFrame(
-        {
-            "trace_id": [f"{i:032x}" for i in range(n)],
-            "span_id": [f"{i * 7:016x}" for i in range(n)],
-            "end_ns": list(range(n)),
-            **flags,
-        },
-        schema_overrides={f: pl.Int64 for f in _FLAGS},
-    )
-
-
-def test_settled_flags_equal_an_update_of_the_whole_window() -> None:
-    window = _window(50)
-    missing = window.with_row_index("_row").filter(pl.col("rollup").is_null())
-    # The probe answers for most missing attempts (Int32, as the database gives), with a
-    # null flag now and then (an update keeps the old value then).
-    probed = (
-        missing.select(_KEYS)
-        .filter(pl.int_range(pl.len()) % 5 != 1)
-        .with_columns(
-            rollup=pl.lit(0, pl.Int32),
-            later_in_call=(pl.int_range(pl.len()) % 2).cast(pl.Int32),
-            has_later=pl.when(pl.int_range(pl.len()) % 4 == 0)
-            .then(None)
-            .otherwise(1)
-            .cast(pl.Int32),
+def _busy_batch(run_id: str, rng: random.Random, count: int) -> list[tuple[Any, ...]]:
+    """``count`` attempts ending in the run's first minute, some queued, some failed."""
+    rows = []
+    for _ in range(count):
+        start = BASE_NS + int(rng.uniform(0, 50) * SECOND)
+        ok = rng.random() < 0.9
+        rows.append(
+            attempt_row(
+                run_id=run_id,
+                shard_id=str(rng.randrange(4)),
+                start_ns=start,
+                end_ns=start + int(rng.uniform(0.1, 9) * SECOND),
+                queue_wait_s=rng.choice((None, 0.5, 2.0)),
+                ttft_s=rng.uniform(0.05, 1.0) if ok else None,
+                status="ok" if ok else "error",
+                error_type=None if ok else "timeout",
+                prompt_tokens=rng.randint(10, 500),
+            )
         )
-    )
-    settled = _settle_flags(window, missing, probed)
-    expected = window.update(probed, on=_KEYS, how="left")
-    assert settled.schema == expected.schema
-    assert settled.equals(expected)
-    assert settled["rollup"].null_count() == missing.height - probed.height
+    return rows
 
 
-def test_nothing_probed_leaves_the_window_as_it_was() -> None:
-    window = _window(10)
-    missing = window.with_row_index("_row").filter(pl.col("rollup").is_null())
-    probed = (
-        missing.select(_KEYS).head(0).with_columns(pl.lit(None, pl.Int32).alias(f) for f in _FLAGS)
+def test_a_busy_minute_is_folded_from_the_new_rows_and_holds_no_attempt_rows(
+    database_url: str,
+) -> None:
+    run_id = f"busy-{os.urandom(4).hex()}"
+    rng = random.Random(29)
+    updater = LiveUpdater(database_url)
+    batch, batches = 1_500, 8
+    for index in range(batches):
+        store(database_url, _busy_batch(run_id, rng, batch))
+        [update] = updater.update_once()
+        if index:  # the minute's state is kept: only the new commit's rows are read
+            assert update.attempts_read == batch, (index, update.attempts_read)
+    # A late attempt into an older minute does not drop the busy minute's state.
+    late = BASE_NS - 10 * 60 * SECOND
+    store(database_url, [attempt_row(run_id=run_id, start_ns=late, end_ns=late + SECOND)])
+    [update] = updater.update_once()
+    assert update.attempts_read == 1
+    store(database_url, _busy_batch(run_id, rng, batch))
+    [update] = updater.update_once()
+    assert update.attempts_read == batch
+    batches += 1
+    held = updater.states[run_id]
+    assert not any(isinstance(v, pl.DataFrame) for v in vars(held).values())
+    values, nbytes = updater.held_values(run_id)
+    attempts = batch * batches + 1
+    assert values <= 2 * attempts  # TTFT of successful attempts and latency of each
+    assert nbytes <= 24 * attempts  # + the slot of attempts without a deadline of their own
+    _assert_same(database_url, run_id, updater)
+
+
+def test_late_arrivals_change_flags_in_minutes_already_folded(database_url: str) -> None:
+    """A child arriving after its parent (the parent becomes a rollup), an earlier attempt
+    of a call arriving after its later one (retry position and the call's last attempt
+    change) and a late attempt into a folded minute: the live rows equal the seal's, and
+    the folded minutes are corrected without being read whole again."""
+    run_id = f"late-{os.urandom(4).hex()}"
+    rng = random.Random(7)
+    updater = LiveUpdater(database_url)
+    parent = attempt_row(run_id=run_id, start_ns=BASE_NS + 5 * SECOND, end_ns=BASE_NS + 20 * SECOND)
+    later = attempt_row(
+        run_id=run_id,
+        call_id="call-1",
+        call_id_explicit=True,
+        start_ns=BASE_NS + 70 * SECOND,
+        end_ns=BASE_NS + 75 * SECOND,
+        ttft_s=0.2,
     )
-    assert _settle_flags(window, missing, probed).equals(window)
+    store(database_url, [*_busy_batch(run_id, rng, 300), parent, later])
+    updater.update_once()
+    store(database_url, _busy_batch(run_id, rng, 300))
+    updater.update_once()
+    child = attempt_row(
+        run_id=run_id,
+        trace_id=parent[0],
+        parent_span_id=parent[1],
+        start_ns=BASE_NS + 6 * SECOND,
+        end_ns=BASE_NS + 19 * SECOND,
+        ttft_s=0.1,
+    )
+    earlier = attempt_row(
+        run_id=run_id,
+        call_id="call-1",
+        call_id_explicit=True,
+        start_ns=BASE_NS + 62 * SECOND,
+        end_ns=BASE_NS + 68 * SECOND,
+        status="error",
+        error_type="rate_limit",
+    )
+    store(database_url, [child, earlier, *_busy_batch(run_id, rng, 50)])
+    [update] = updater.update_once()
+    # The parent and the later attempt are taken out with their old flags and put back
+    # with their new ones: the busy minute is not read whole again (652 attempts).
+    assert update.attempts_read <= 52 + 2, update.attempts_read
+    _assert_same(database_url, run_id, updater)

@@ -1,7 +1,10 @@
 """Live minute rows: the minute table of a few touched minutes, from their attempts alone.
 
 The analytics worker recomputes only the minutes new attempts touched
-(docs/metrics.md#live-figures). Each minute's figures depend on two sets of attempts,
+(docs/metrics.md#live-figures), from per-minute state
+(:mod:`analytics.live.minute_state`); the functions here compute the same rows, facts
+and extras from a window of attempts, the reference that state is tested against
+(tests/analytics/live/test_minute_state.py). Each minute's figures depend on two sets of attempts,
 both read through the (run_id, end_ns) index:
 
 - the attempts *ending* in the minute (counts, tokens, TTFT and latency percentiles);

@@ -1,21 +1,29 @@
 """Keeps the live minute table current: drains ingest's marks, recomputes touched minutes.
 
 One update of one run is one REPEATABLE READ transaction (:mod:`storage.live_store`):
-take the run's marks, read the attempts of each contiguous range of touched minutes plus
-those overlapping it, and replace those minutes' live rows. The cost follows the touched
-minutes, never the run's size (docs/metrics.md#live-figures).
+take the run's marks, bring the state of each touched minute up to date, and replace
+those minutes' live rows, run facts and extras with what the state gives. The cost
+follows the touched minutes and the new rows, never the run's size
+(docs/metrics.md#live-figures).
 
-Two flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
-names it as parent) and ``later_in_call`` (an earlier attempt of its explicit call exists,
-for attempts without a resend count). They are probed in the database once per attempt
-and kept with the attempts in a per-run cache of the range last read. Every ingest commit
-records a batch id with its rows and its marks, so the next update of that range reads
-only the rows of the commits its marks name (a busy minute is not re-read whole on every
-update) and probes only those. New attempts can change the flags of others (a late child
-turns its parent into a rollup; an earlier attempt moves its call's others): those
-attempts are looked up from the new ones, their flags forgotten, and their minutes
-recomputed in the same update. The cache is dropped when another worker drained the
-run's marks in between (``live_state.generation``) or an update failed.
+Each minute's state (:mod:`analytics.live.minute_state`) is mergeable: counts, sums,
+sorted TTFT and latency values, per-second in-flight and queue depth. The states of the
+newest minutes are kept between updates. Every ingest commit records a batch id with its
+rows and its marks, so an update reads only the rows of the commits its marks name and
+folds them into the kept states; a busy minute's attempts are neither re-read nor held.
+A minute without a kept state (the first update, a late attempt into an older minute, a
+worker restart, another worker draining the run's marks in between: ``live_state.
+generation``, or a failed update) is read whole from the table, a page at a time.
+
+Three flags of an attempt depend on other attempts of the run: ``rollup`` (a stored span
+names it as parent), ``later_in_call`` (an earlier attempt of its explicit call exists,
+for attempts without a resend count) and ``has_later`` (a later one exists). They are
+probed in the database for the rows folded. New attempts can change the flags of others
+(a late child turns its parent into a rollup; an earlier attempt moves its call's
+others): those attempts are looked up from the new ones, taken out of the kept states
+with the flags the previous update saw (probed without the new commits' rows) and put
+back with today's; minutes without a kept state are read whole. Marks that name no
+commit (minutes queued again for a larger cap or timeout) have their minutes read whole.
 """
 
 from __future__ import annotations
@@ -30,8 +38,14 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
-from tpmledger.analytics.live.minute_extras import minute_extras
+from tpmledger.analytics.live.minute_state import (
+    MinuteState,
+    fold_ending,
+    fold_overlap,
+    minute_extras,
+    minute_facts,
+    minute_rows,
+)
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.live_store import (
     MINUTE_NS,
@@ -49,7 +63,15 @@ from tpmledger.storage.live_store import (
     summarize_new_batches,
     take_marks,
 )
-from tpmledger.storage.live_window import dependents, fetch_window, probe_flags
+from tpmledger.storage.live_window import (
+    Dependent,
+    dependents,
+    dependents_in_range,
+    fetch_attempts,
+    fetch_window,
+    fetch_window_page,
+    probe_flags,
+)
 from tpmledger.storage.minute_extras_store import replace_extras
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
@@ -71,6 +93,14 @@ class LiveUpdate:
     attempts_read: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    # Wall seconds per stage (new rows, dependents, fold, build, emit, write): a slow
+    # update's log line says where the time went.
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def stage(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - since
+        return now
 
 
 def minute_span(from_ns: int, to_ns: int) -> range:
@@ -118,21 +148,22 @@ def _minute_utc(ns: int) -> datetime:
 
 
 _KEYS = ["trace_id", "span_id"]
-_FLAGS = ["rollup", "later_in_call", "has_later"]
+# A minute read whole from the table is folded this many attempts at a time.
+PAGE_ROWS = 50_000
+# States kept after an update: the newest minute's and this many minutes before it.
+KEPT_MINUTES = 1
 
 
 @dataclass
-class RunCache:
-    """The attempts ending in [low, high) as of the run's last update, with their flags.
+class RunStates:
+    """The state of each minute of the range the run's last update touched.
 
-    Valid while this updater made every update of the run (``generation``); the next
-    update then reads only the rows of the ingest commits its marks name.
+    Valid while this updater made every update of the run (``generation``): the next
+    update then folds only the rows of the ingest commits its marks name into them.
     """
 
     generation: int
-    low: int
-    high: int
-    rows: pl.DataFrame
+    minutes: dict[int, MinuteState]
 
 
 @dataclass
@@ -141,7 +172,7 @@ class LiveUpdater:
 
     url: str
     failures: dict[str, float] = field(default_factory=dict)  # run_id -> retry after
-    caches: dict[str, RunCache] = field(default_factory=dict)
+    states: dict[str, RunStates] = field(default_factory=dict)
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
@@ -156,7 +187,7 @@ class LiveUpdater:
             except Exception:  # one bad run must not stop the others
                 log.exception("live update of %s failed; retrying in 30 s", run_id)
                 self.failures[run_id] = time.monotonic() + 30.0
-                self.caches.pop(run_id, None)
+                self.states.pop(run_id, None)
                 continue
             self.failures.pop(run_id, None)
             if update is not None:
@@ -175,7 +206,7 @@ class LiveUpdater:
                 psycopg.errors.DeadlockDetected,
                 psycopg.errors.UniqueViolation,  # a replica inserted the same minute's rows
             ):
-                self.caches.pop(run_id, None)
+                self.states.pop(run_id, None)
                 if attempt == SERIALIZATION_TRIES:
                     raise
                 log.info("live update of %s met a concurrent transaction; tried again", run_id)
@@ -184,73 +215,90 @@ class LiveUpdater:
     def update_run(self, run_id: str) -> LiveUpdate | None:
         """Recompute the minutes the run's queued marks touched (one transaction)."""
         started, cpu = time.perf_counter(), time.process_time()
-        cache = self.caches.pop(run_id, None)
+        held = self.states.pop(run_id, None)
         with live_transaction(self.url) as conn:
             marks, generation = take_marks(conn, run_id)
             facts = live_run_facts(conn, run_id)
             if not marks or facts is None:
                 return None
-            if cache is not None and cache.generation != generation - 1:
-                cache = None  # another worker drained marks meanwhile
-            batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
-            reader = _WindowReader(
-                conn, facts, cache, None if any(m.batch_id is None for m in marks) else batches
-            )
+            if held is not None and held.generation != generation - 1:
+                held = None  # another worker drained marks meanwhile: rebuilt from the table
+            states = held.minutes if held is not None else {}
             touched: set[int] = set()
+            rebuild: set[int] = set()  # minutes read whole from the table
             for mark in marks:
-                touched.update(minute_span(_clipped(mark), mark.end_minute_ns))
-            windows = {tuple(m): reader.read(m) for m in contiguous_ranges(touched)}
-            # What attempts seen for the first time change elsewhere (their flags unknown).
-            fresh = pl.concat([w.filter(pl.col("rollup").is_null()).select(_KEYS)
-                               for w in windows.values()])  # fmt: skip
-            # A cold read (no cache) of one busy range probes by range, in one pass.
-            cold = cache is None and len(windows) == 1
-            single = [reader.bounds(list(m)) for m in windows] if cold else [None]
-            changed = dependents(
-                conn, run_id, fresh["trace_id"].to_list(), fresh["span_id"].to_list(), single[0]
-            )
+                span = minute_span(_clipped(mark), mark.end_minute_ns)
+                touched.update(span)
+                if mark.batch_id is None:  # queued again (or before batches were kept)
+                    rebuild.update(span)
+            clock = time.perf_counter()
+            update = LiveUpdate(run_id)
+            reader = _WindowReader(conn, facts)
+            batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
+            new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
+            clock = update.stage("new rows", clock)
+            changed = []
+            if new is not None and new.height:
+                changed = dependents(
+                    conn, run_id, new["trace_id"].to_list(), new["span_id"].to_list()
+                )
+            for low, high in _ranges_bounds(reader, rebuild):
+                changed += dependents_in_range(conn, run_id, low, high)
+            new_keys = _new_among(changed, new)
+            # Attempts already folded whose flags the new rows changed: taken out with the
+            # flags the last update saw and put back with today's (every mark names its
+            # commit), else their minutes are read again.
+            adjust: dict[tuple[str, str], None] = {}
             for dependent in changed:
                 began = max(dependent.began_ns, dependent.end_ns - MAX_INTERVAL_NS)
-                touched.update(minute_span(began, dependent.end_ns))
-            stale = pl.DataFrame(
-                {
-                    "trace_id": [d.trace_id for d in changed],
-                    "span_id": [d.span_id for d in changed],
-                },
-                schema={"trace_id": pl.String, "span_id": pl.String},
-            ).unique()  # an attempt can be changed by several new ones
-            reader.forget(stale)
-            update = LiveUpdate(run_id, minutes=len(touched))
+                span = minute_span(began, dependent.end_ns)
+                touched.update(span)
+                key = (dependent.trace_id, dependent.span_id)
+                if key in new_keys:
+                    continue  # folded with the flags probed now
+                if rebuild:  # a mark without its commit: the old flags are not known
+                    rebuild.update(span)
+                else:
+                    adjust[key] = None
+            del new_keys, changed
+            clock = update.stage("dependents", clock)
+            folded = {m: states[m] for m in sorted(touched) if m in states and m not in rebuild}
+            update.minutes = len(touched)
+            if new is not None and folded:
+                fold_ending(folded, new)
+                fold_overlap(folded, new)
+                update.attempts_read += _rows_in(new, folded)
+            if adjust and folded:
+                update.attempts_read += reader.refold(folded, list(adjust), batches)
+                for minute in [m for m, s in folded.items() if s.broken]:
+                    del folded[minute]  # read whole again below
+            untouched = {m: s for m, s in states.items() if m not in touched}
+            del new, states
+            clock = update.stage("fold", clock)
+            built = {m: MinuteState(m) for m in sorted(touched) if m not in folded}
+            for minutes in contiguous_ranges(built):
+                update.attempts_read += reader.build({m: built[m] for m in minutes})
+            clock = update.stage("build", clock)
+            current = folded | built
             caps = known_caps(conn, run_id)
-            frames: list[pl.DataFrame] = []
-            read: list[tuple[pl.DataFrame, list[int]]] = []
-            extras: list[tuple[int, str, str, int]] = []
-            del fresh
-            for minutes in contiguous_ranges(touched):
-                window = windows.pop(tuple(minutes), None)  # one copy of a window at a time
-                window = reader.read(minutes) if window is None else _forget(window, stale)
-                bounds = reader.bounds(minutes) if reader.cache is None else None
-                window = _probe_missing(conn, run_id, window, bounds)
-                update.attempts_read += window.height
-                read.append((window, minutes))
-            # Every range is read: the previous cache's rows (a busy minute's attempts) go
-            # before the figures' working copies are made, so at most one of each is held.
-            windows.clear()
-            reader.cache = cache = None
-            for window, minutes in read:
-                frames.append(live_minute_rows(window, minutes, caps))
-                extras += minute_extras(window, minutes)
-                low, high = reader.bounds(minutes)
-                cache = RunCache(generation, low, high, window)  # the latest range is kept
+            frames = [
+                minute_rows([current[m] for m in minutes], caps)
+                for minutes in contiguous_ranges(touched)
+            ]
             rows = pl.concat(frames) if frames else None
             # The run's largest request timeout: deadline of attempts declaring none.
             known_timeout = known_max_timeout(conn, run_id)
             run_timeout = max(
-                [t for t in [known_timeout, *(_max_timeout(w) for w, _ in read)] if t is not None],
+                [t for t in [known_timeout, *(s.max_timeout for s in current.values())]
+                 if t is not None],
                 default=None,
-            )
-            facts_rows = [f for w, m in read for f in run_minute_facts(w, m, run_timeout)]
+            )  # fmt: skip
+            facts_rows = [minute_facts(current[m], run_timeout) for m in sorted(touched)]
+            extras = [e for m in sorted(touched) for e in minute_extras(current[m])]
+            for state in current.values():
+                state.done()
             _add_work_seconds(facts_rows, rows)
+            clock = update.stage("emit", clock)
             computed_at = datetime.now(UTC)
             records = []
             if rows is not None:
@@ -275,18 +323,50 @@ class LiveUpdater:
             if rows is not None:
                 # A larger cap declared now: minutes counted against the old one go again.
                 mark_stale_caps(conn, run_id, _caps_of(rows, caps))
-        if cache is not None:
-            self.caches[run_id] = cache  # only once the transaction committed
+        update.stage("write", clock)
+        # Kept once the transaction committed: the states of the newest minutes, this
+        # update's and those it left alone (a late attempt into an old minute does not
+        # drop the busy minute's state); older ones are read again if touched.
+        kept = untouched | current
+        newest = max(kept)
+        self.states[run_id] = RunStates(
+            generation, {m: s for m, s in kept.items() if m >= newest - KEPT_MINUTES * MINUTE_NS}
+        )
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
 
+    def held_values(self, run_id: str) -> tuple[int, int]:
+        """(values, bytes) of per-attempt values the run's kept states hold: TTFT and
+        latency per attempt, no attempt rows (tests check the live path stays bounded)."""
+        held = self.states.get(run_id)
+        if held is None:
+            return 0, 0
+        minutes = held.minutes.values()
+        return sum(s.values_held() for s in minutes), sum(s.nbytes() for s in minutes)
 
-def _max_timeout(window: pl.DataFrame) -> float | None:
-    """The largest valid request timeout the window's attempts (rollups too) declare."""
-    value = pl.col("timeout_text").str.strip_chars().cast(pl.Float64, strict=False)
-    found = window.select(pl.when(value.is_finite() & (value > 0)).then(value).max()).item()
-    return None if found is None else float(found)
+
+def _new_among(changed: list[Dependent], new: pl.DataFrame | None) -> set[tuple[str, str]]:
+    """The keys of ``changed`` attempts that are among the ``new`` rows (folded with the
+    flags probed now: their minutes need not be read again for them)."""
+    if not changed or new is None:
+        return set()
+    keys = pl.DataFrame(
+        {"trace_id": [d.trace_id for d in changed], "span_id": [d.span_id for d in changed]},
+        schema={"trace_id": pl.String, "span_id": pl.String},
+    )
+    return set(keys.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
+
+
+def _rows_in(rows: pl.DataFrame, states: dict[int, MinuteState]) -> int:
+    """How many of ``rows`` end in a minute of ``states``."""
+    minute = (pl.col("end_ns") // MINUTE_NS) * MINUTE_NS
+    keys = pl.Series(list(states), dtype=pl.Int64).implode()
+    return rows.filter(minute.is_in(keys)).height
+
+
+def _ranges_bounds(reader: _WindowReader, minutes: set[int]) -> list[tuple[int, int]]:
+    return [reader.bounds(m) for m in contiguous_ranges(minutes)]
 
 
 def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | None) -> None:
@@ -304,106 +384,82 @@ def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | Non
 
 
 class _WindowReader:
-    """Reads the attempts of a range of minutes (and those overlapping it), from the cache
-    where it holds them plus the rows of the new ingest commits, else from the table."""
+    """Reads attempts for the minute states: the rows of new ingest commits, or a range
+    of minutes (and the attempts overlapping it) page by page, each with its flags."""
 
-    def __init__(
-        self,
-        conn: psycopg.Connection,
-        facts: LiveRunFacts,
-        cache: RunCache | None,
-        batches: list[int] | None,
-    ) -> None:
-        self.conn, self.facts, self.cache, self.batches = conn, facts, cache, batches
+    def __init__(self, conn: psycopg.Connection, facts: LiveRunFacts) -> None:
+        self.conn, self.facts = conn, facts
 
     def bounds(self, minutes: list[int]) -> tuple[int, int]:
         # Every attempt overlapping the range ends before its end + the longest interval.
         return minutes[0], minutes[-1] + MINUTE_NS + self.facts.max_slot_ns + SECOND_NS
 
-    def _fetch(self, low: int, high: int, batches: list[int] | None = None) -> pl.DataFrame:
-        return fetch_window(self.conn, self.facts.run_id, low, high, batches)
+    def new_rows(self, batches: list[int], first: int, last: int) -> pl.DataFrame:
+        """The rows of these ingest commits overlapping minutes ``first``..``last``."""
+        low, high = self.bounds([first, last])
+        rows = fetch_window(self.conn, self.facts.run_id, low, high, batches)
+        return self._flagged(rows, None)
 
-    def read(self, minutes: list[int]) -> pl.DataFrame:
-        low, high = self.bounds(minutes)
-        cache, parts = self.cache, []
-        a, b = (max(low, cache.low), min(high, cache.high)) if cache else (high, high)
-        incremental = cache is not None and a < b and self.batches is not None
-        if cache is not None and incremental:
-            ends = pl.col("end_ns")
-            parts.append(cache.rows.filter((ends >= a) & (ends < b)))
-            parts.append(_unflagged(self._fetch(a, b, self.batches)))
-            if low < a:
-                parts.append(_unflagged(self._fetch(low, a)))
-            if b < high:
-                parts.append(_unflagged(self._fetch(b, high)))
-        else:
-            parts.append(_unflagged(self._fetch(low, high)))
-        # The parts are disjoint: cached rows predate the new commits' rows, and the rest
-        # lies outside the cached range.
-        window = pl.concat(parts, how="diagonal_relaxed")
-        if cache is not None and not incremental:  # flags of rows the cache knows
-            known = cache.rows.select(*_KEYS, *(pl.col(f).alias(f"_{f}") for f in _FLAGS))
-            window = (
-                window.join(known, on=_KEYS, how="left")
-                .with_columns(pl.coalesce(f, f"_{f}").alias(f) for f in _FLAGS)
-                .drop(f"_{f}" for f in _FLAGS)
-            )
-        return window
+    def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
+        """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""
+        probed = probe_flags(
+            self.conn,
+            self.facts.run_id,
+            rows["trace_id"].to_list(),
+            rows["span_id"].to_list(),
+            end_range,
+        )
+        return rows.join(probed.unique(_KEYS), on=_KEYS, how="left")
 
-    def forget(self, stale: pl.DataFrame) -> None:
-        """Drop cached flags of attempts whose flags new attempts changed."""
-        if self.cache is not None and stale.height:
-            self.cache.rows = _forget(self.cache.rows, stale)
+    def refold(
+        self, states: dict[int, MinuteState], keys: list[tuple[str, str]], batches: list[int]
+    ) -> int:
+        """Take the given attempts out of ``states`` with the flags they had before these
+        ingest commits, and put them back with their flags now; returns how many changed."""
+        trace_ids, span_ids = [k[0] for k in keys], [k[1] for k in keys]
+        rows = fetch_attempts(self.conn, self.facts.run_id, trace_ids, span_ids)
+        if rows.height == 0:
+            return 0
+        before = probe_flags(
+            self.conn,
+            self.facts.run_id,
+            rows["trace_id"].to_list(),
+            rows["span_id"].to_list(),
+            before_batches=batches,
+        )
+        old = rows.join(before.unique(_KEYS), on=_KEYS, how="left")
+        now = self._flagged(rows, None)
+        flags = ["rollup", "later_in_call", "has_later"]
+        same = old.select(*_KEYS, *flags).join(
+            now.select(*_KEYS, *flags), on=[*_KEYS, *flags], how="semi", nulls_equal=True
+        )
+        old = old.join(same, on=_KEYS, how="anti")
+        now = now.join(same, on=_KEYS, how="anti")
+        fold_ending(states, old, -1)
+        fold_overlap(states, old, -1)
+        fold_ending(states, now)
+        fold_overlap(states, now)
+        return now.height
 
-
-def _unflagged(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias(f) for f in _FLAGS)
-
-
-def _forget(frame: pl.DataFrame, stale: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with the flags of ``stale`` attempts unknown again (probed anew)."""
-    if stale.height == 0:
-        return frame
-    marked = frame.join(stale.unique().with_columns(_stale=pl.lit(True)), on=_KEYS, how="left")
-    stale_row = pl.col("_stale").fill_null(False)
-    return marked.with_columns(
-        pl.when(stale_row).then(None).otherwise(pl.col(f)).alias(f) for f in _FLAGS
-    ).drop("_stale")
-
-
-def _probe_missing(
-    conn: psycopg.Connection,
-    run_id: str,
-    window: pl.DataFrame,
-    end_range: tuple[int, int] | None,
-) -> pl.DataFrame:
-    """The window with every unknown flag probed in the database."""
-    missing = window.with_row_index("_row").filter(pl.col("rollup").is_null())
-    if missing.height == 0:
-        return window
-    probed = probe_flags(
-        conn, run_id, missing["trace_id"].to_list(), missing["span_id"].to_list(), end_range
-    )
-    # Probed by range, known flags come back too: only the missing ones are taken.
-    probed = probed.join(missing.select(_KEYS), on=_KEYS, how="semi")
-    return _settle_flags(window, missing, probed)
-
-
-def _settle_flags(
-    window: pl.DataFrame, missing: pl.DataFrame, probed: pl.DataFrame
-) -> pl.DataFrame:
-    """``window.update(probed, on=_KEYS, how="left")`` (keys are the attempts' primary
-    key, so each names one row), writing only the flag columns of the ``missing`` rows
-    (``_row``: their index in ``window``). An update joins and copies every column of the
-    window: ~170 MiB for a busy minute's 900,000 attempts, to settle a few thousand."""
-    found = probed.select(*_KEYS, *(pl.col(f).alias(f"_new_{f}") for f in _FLAGS))
-    settled = missing.select("_row", *_KEYS, *_FLAGS).join(
-        found, on=_KEYS, how="left", maintain_order="left"
-    )
-    rows = settled.get_column("_row")
-    columns = []
-    for flag in _FLAGS:
-        dtype = window.schema[flag]
-        values = settled.select(pl.coalesce(pl.col(f"_new_{flag}").cast(dtype), flag)).to_series()
-        columns.append(window.get_column(flag).clone().scatter(rows, values))
-    return window.with_columns(columns)
+    def build(self, states: dict[int, MinuteState]) -> int:
+        """Fold every attempt ending in or overlapping the (contiguous) minutes of
+        ``states`` into them, :data:`PAGE_ROWS` at a time; returns how many were read."""
+        low, high = self.bounds(sorted(states))
+        read = 0
+        while low < high:
+            page = fetch_window_page(self.conn, self.facts.run_id, low, high, PAGE_ROWS)
+            upto = high
+            if page.height >= PAGE_ROWS:  # the page's last end time may continue: next page
+                upto = int(page.get_column("end_ns").to_numpy().max())
+                page = page.filter(pl.col("end_ns") < upto)
+                if page.height == 0:  # a page of one end time: that end time whole
+                    page = fetch_window(self.conn, self.facts.run_id, upto, upto + 1)
+                    upto += 1
+            rows = self._flagged(page, (low, upto))
+            del page
+            fold_ending(states, rows)
+            fold_overlap(states, rows)
+            read += rows.height
+            del rows
+            low = upto
+        return read

@@ -1,0 +1,509 @@
+"""Per live minute, mergeable partial state instead of the minute's attempts.
+
+The live updater used to keep every attempt of the range it last read and recompute the
+whole range from those rows on every update: at 15,000 spans/s a busy minute is ~900,000
+attempts (~150 MiB of columns), and each recomputation copied them again. Here each live
+minute keeps only what its figures need (docs/metrics.md#live-figures), and every update
+folds the attempts it reads into it:
+
+- per shard, of the attempts ending in the minute (rollups left out): counts and sums
+  (calls, tokens, successes, retries, queue reports, retry evidence), and the values
+  exact percentiles and the TTFT moments need, sorted (TTFT float64, latency int64 ns);
+- for the whole minute: logical calls, call successes, retry causes, explicit calls, the
+  deadline overrun's sums (and the slots of attempts without a deadline of their own, as
+  the run's largest timeout may still change), token extras and errors by type, the
+  largest declared timeout and per shard the largest declared cap (rollups too);
+- per shard, in-flight and queue depth at each of the minute's 60 whole seconds, from the
+  attempts whose interval overlaps it (rollups left out).
+
+A minute's rows are then computed from its state with the same arithmetic as
+:func:`analytics.live.live_minutes.live_minute_rows` (the same percentile and moment
+kernels over the same sorted values), so they are the same figures. Folding is additive
+only: an attempt whose flags change (``rollup``, ``later_in_call``, ``has_later``) makes
+the updater rebuild its minutes from the database (:mod:`analytics.live.live_updater`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from tpmledger.analytics.kernels.cell_figures import PERCENTILES, QUANTILES
+from tpmledger.analytics.kernels.event_arrays import latency_seconds
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
+from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
+from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
+from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
+from tpmledger.analytics.live.live_minutes import _SCHEMA, _finish
+from tpmledger.analytics.live.minute_extras import TOKEN_TYPES
+from tpmledger.storage.minute_keys import WHOLE_RUN
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+#: Per-shard counts of the attempts ending in a minute, in this order.
+SUMS = (
+    "calls_in_minute",
+    "prompt_tpm_in",
+    "completion_tpm_out",
+    "successes",
+    "retries",
+    "queue_reports",
+    "evidence",
+)
+_EMPTY_FLOATS = np.zeros(0, dtype=np.float64)
+_EMPTY_INTS = np.zeros(0, dtype=np.int64)
+# A queue wait this long reaches before any grid (as the concurrency kernels clip it).
+_LONGEST_WAIT_NS = 2.0**62
+
+
+def _merged(old: npt.NDArray[Any], new: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Sorted ``old`` with ``new`` merged in (a stable sort finds the two runs)."""
+    if new.size == 0:
+        return old
+    both = np.concatenate([old, new.astype(old.dtype, copy=False)])
+    both.sort(kind="stable")
+    return both
+
+
+@dataclass
+class MinuteState:
+    """What one minute's live rows, run facts and extras are computed from."""
+
+    minute_ns: int
+    sums: dict[str, Ints] = field(default_factory=dict)  # shard -> SUMS
+    ttft: dict[str, Floats] = field(default_factory=dict)  # shard -> sorted seconds
+    latency: dict[str, Ints] = field(default_factory=dict)  # shard -> sorted ns
+    caps: dict[str, int] = field(default_factory=dict)  # declared, rollups too
+    max_timeout: float | None = None  # rollups too
+    explicit_calls: int = 0
+    logical_calls: int = 0
+    call_successes: int = 0
+    causes: Counter[str] = field(default_factory=Counter)
+    own_checked: int = 0  # attempts with a deadline (or timeout) of their own
+    own_over: int = 0
+    own_wasted: float = 0.0
+    # Slot seconds of the attempts without a deadline of their own, once some attempt of
+    # the minute has one (before that they are every attempt's latency: not kept twice).
+    no_own_slots: list[Floats] = field(default_factory=list)
+    tokens: dict[str, list[int]] = field(default_factory=dict)  # type -> [reported, sum]
+    errors: Counter[str] = field(default_factory=Counter)
+    flight: dict[str, Ints] = field(default_factory=dict)  # shard -> 60 samples
+    depth: dict[str, Ints] = field(default_factory=dict)
+    # The whole minute's sorted TTFT and latency, while one update emits the minute.
+    whole: tuple[Floats, Ints] | None = field(default=None, repr=False, compare=False)
+    # A value to take away was not held (cannot happen unless the flags went wrong):
+    # the minute is read whole again.
+    broken: bool = False
+
+    def whole_values(self) -> tuple[Floats, Ints]:
+        """Every shard's TTFT and latency values merged, sorted (kept until :meth:`done`)."""
+        if self.whole is None:
+            self.whole = (
+                _whole(self.ttft.values(), _EMPTY_FLOATS),
+                _whole(self.latency.values(), _EMPTY_INTS),
+            )
+        return self.whole
+
+    def done(self) -> None:
+        """Drop what :meth:`whole_values` made (the update that emitted the minute ended)."""
+        self.whole = None
+
+    def nbytes(self) -> int:
+        """Bytes of the per-attempt values held (the rest is per shard)."""
+        arrays = [*self.ttft.values(), *self.latency.values(), *self.no_own_slots]
+        return sum(a.nbytes for a in arrays)
+
+    def values_held(self) -> int:
+        return sum(a.size for a in [*self.ttft.values(), *self.latency.values()])
+
+
+def _declared(text: str) -> pl.Expr:
+    value = pl.col(text).str.strip_chars().cast(pl.Float64, strict=False)
+    return pl.when(value.is_finite() & (value > 0)).then(value)
+
+
+def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
+    """Add (``sign`` -1: take away) the attempts of ``rows`` (flags known) that end in a
+    minute of ``states``. Taking away is for attempts whose flags changed: they were
+    added with their old flags, and come back with their new ones."""
+    if rows.height == 0 or not states:
+        return
+    minutes = pl.Series(sorted(states), dtype=pl.Int64).implode()
+    frame = rows.with_columns(minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS).filter(
+        pl.col("minute_ns").is_in(minutes)
+    )
+    if frame.height == 0:
+        return
+    declared = frame.filter(pl.col("concurrency_cap").is_not_null())
+    for minute, shard, cap in (
+        declared.group_by("minute_ns", "shard_id").agg(pl.col("concurrency_cap").max()).rows()
+    ):
+        caps = states[minute].caps
+        caps[shard] = max(caps.get(shard, 0), int(cap))
+    timeouts = frame.group_by("minute_ns").agg(_declared("timeout_text").max().alias("t"))
+    for minute, timeout in timeouts.rows():
+        if timeout is not None:
+            state = states[minute]
+            state.max_timeout = max(state.max_timeout or 0.0, float(timeout))
+    ok = (pl.col("status") == "ok").fill_null(False)
+    events = frame.filter(pl.col("rollup") == 0).with_columns(
+        ok=ok,
+        retry=(pl.coalesce("resend_count", "later_in_call") > 0).fill_null(False),
+        evidence=pl.col("resend_count").is_not_null() | (pl.col("call_id_explicit") == 1),
+        retried=(pl.col("call_id_explicit") == 1) & (pl.col("has_later") == 1),
+        latency_ns=pl.col("end_ns") - pl.col("start_ns"),
+        own=pl.coalesce(_declared("deadline_text"), _declared("timeout_text")),
+        slot_s=(pl.col("end_ns") - pl.col("start_ns")) * (1 / 1e9),
+    )
+    if events.height == 0:
+        return
+    events = events.sort("minute_ns", "shard_id")
+    # Per minute first: the first attempt with a deadline of its own makes the earlier
+    # attempts' slots kept apart, from the latency values held before this fold.
+    calls = events.group_by("minute_ns", maintain_order=True).agg(
+        (pl.col("call_id_explicit") == 1).sum().alias("explicit"),
+        (~pl.col("retried")).sum().alias("logical"),
+        (~pl.col("retried") & pl.col("ok")).sum().alias("successes"),
+        pl.col("own").is_not_null().sum().alias("own_checked"),
+        (pl.col("own").is_not_null() & (pl.col("slot_s") > pl.col("own"))).sum().alias("over"),
+        (pl.col("slot_s") - pl.col("own"))
+        .filter(pl.col("slot_s") > pl.col("own"))
+        .sum()
+        .alias("wasted"),
+        pl.col("own").is_null().sum().alias("no_own"),
+    )
+    slots = events.filter(pl.col("own").is_null()).get_column("slot_s").to_numpy()
+    low = 0  # (events are sorted by minute: each minute's slots are one slice)
+    for minute, explicit, logical, successes, checked, over, wasted, no_own in calls.rows():
+        state = states[minute]
+        if sign > 0 and checked and not state.own_checked:  # the first own deadline:
+            slots_so_far = _whole(state.latency.values(), _EMPTY_INTS)  # slots kept apart
+            state.no_own_slots = [latency_seconds(slots_so_far)] if slots_so_far.size else []
+        part = slots[low : low + int(no_own or 0)]
+        if no_own and (state.own_checked or (sign > 0 and checked)):
+            if sign > 0:
+                state.no_own_slots.append(part.copy())
+            else:
+                kept = _whole(state.no_own_slots, _EMPTY_FLOATS)
+                state.no_own_slots = [_removed(kept, np.sort(part), state)]
+        low += int(no_own or 0)
+        state.explicit_calls += sign * int(explicit or 0)
+        state.logical_calls += sign * int(logical or 0)
+        state.call_successes += sign * int(successes or 0)
+        state.own_checked += sign * int(checked or 0)
+        state.own_over += sign * int(over or 0)
+        state.own_wasted += sign * float(wasted or 0.0)
+        if not state.own_checked:
+            state.no_own_slots = []  # every slot is a latency value again
+    cells = events.group_by("minute_ns", "shard_id", maintain_order=True).agg(
+        pl.len().alias("calls_in_minute"),
+        pl.col("prompt_tokens").fill_null(0).sum().alias("prompt_tpm_in"),
+        pl.col("completion_tokens").fill_null(0).sum().alias("completion_tpm_out"),
+        pl.col("ok").sum().alias("successes"),
+        pl.col("retry").sum().alias("retries"),
+        pl.col("queue_wait_s").is_not_null().sum().alias("queue_reports"),
+        pl.col("evidence").sum().alias("evidence"),
+    )
+    # Rows are sorted by cell: each cell's values are one slice of the columns.
+    ttft_valid = events.select(pl.col("ok") & pl.col("ttft_s").is_not_null()).to_series()
+    ttft_all = events.get_column("ttft_s").fill_null(0.0).to_numpy()
+    valid_all = ttft_valid.to_numpy()
+    latency_all = events.get_column("latency_ns").to_numpy()
+    low = 0
+    for row in cells.iter_rows(named=True):
+        state, shard = states[row["minute_ns"]], row["shard_id"]
+        high = low + int(row["calls_in_minute"])
+        added = sign * np.array([int(row[name] or 0) for name in SUMS], dtype=np.int64)
+        state.sums[shard] = state.sums.get(shard, np.zeros(len(SUMS), np.int64)) + added
+        ttft = ttft_all[low:high][valid_all[low:high]]
+        ttft.sort(kind="stable")
+        latency = latency_all[low:high].copy()
+        latency.sort(kind="stable")
+        if sign > 0:
+            state.ttft[shard] = _merged(state.ttft.get(shard, _EMPTY_FLOATS), ttft)
+            state.latency[shard] = _merged(state.latency.get(shard, _EMPTY_INTS), latency)
+        else:
+            state.ttft[shard] = _removed(state.ttft.get(shard, _EMPTY_FLOATS), ttft, state)
+            state.latency[shard] = _removed(state.latency.get(shard, _EMPTY_INTS), latency, state)
+        low = high
+    del ttft_all, valid_all, latency_all
+    causes = (
+        events.filter(pl.col("retried") & ~pl.col("ok"))
+        .group_by("minute_ns", pl.col("error_type").fill_null("error"))
+        .len()
+    )
+    for minute, cause, count in causes.rows():
+        states[minute].causes[str(cause)] += sign * int(count)
+    for column, token_type in TOKEN_TYPES.items():
+        reported = events.filter(pl.col(column).is_not_null())
+        for minute, count, total in (
+            reported.group_by("minute_ns").agg(pl.len(), pl.col(column).sum()).rows()
+        ):
+            held = states[minute].tokens.setdefault(token_type, [0, 0])
+            held[0] += sign * int(count)
+            held[1] += sign * int(total)
+    failed = events.filter(pl.col("status") == "error")
+    for minute, error_type, count in (
+        failed.group_by("minute_ns", pl.col("error_type").fill_null("error")).len().rows()
+    ):
+        states[minute].errors[str(error_type)] += sign * int(count)
+
+
+def _removed(held: npt.NDArray[Any], values: npt.NDArray[Any], state: MinuteState) -> Any:
+    """Sorted ``held`` without one occurrence of each of the sorted ``values``."""
+    if values.size == 0:
+        return held
+    # The i-th of k equal values is found i places after the first of its run in held.
+    first = np.searchsorted(held, values, side="left")
+    runs = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    rank = np.arange(values.size) - np.repeat(runs, np.diff(np.r_[runs, values.size]))
+    at = first + rank
+    found = at[-1] < held.size and np.array_equal(held[np.minimum(at, held.size - 1)], values)
+    if not found:
+        state.broken = True
+        return held
+    return np.delete(held, at)
+
+
+def _ceil_seconds(ns: Ints) -> Ints:
+    return -((-ns) // SECOND_NS)
+
+
+def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
+    """Add the in-flight and queued seconds of the attempts of ``rows`` (flags known)
+    within every minute of ``states`` (as :func:`analytics.kernels.concurrency`'s samples:
+    at whole second t, in flight when ceil(start) <= t < ceil(end), queued when
+    ceil(queued_at) <= t < ceil(start))."""
+    events = rows.filter(pl.col("rollup") == 0)
+    if events.height == 0 or not states:
+        return
+    ids = events.get_column("shard_id")
+    shards = ids.unique().sort().to_list()
+    codes = ids.cast(pl.Enum(shards)).to_physical().cast(pl.Int64).to_numpy()
+    start = events.get_column("start_ns").to_numpy()
+    began = _ceil_seconds(start)
+    ended = _ceil_seconds(events.get_column("end_ns").to_numpy())
+    wait = events.get_column("queue_wait_s").fill_null(-1.0).to_numpy()
+    queues = wait >= 0
+    waited = np.rint(np.where(queues, wait, 0.0) * SECOND_NS)
+    far = waited >= _LONGEST_WAIT_NS
+    queued = _ceil_seconds(start - np.where(far, 0.0, waited).astype(np.int64))
+    queued = np.where(far, np.iinfo(np.int64).min // 2, queued)
+    width = len(shards)
+    for minute, state in states.items():
+        first = minute // SECOND_NS
+        samples = []
+        for low, high, use in ((began, ended, None), (queued, began, queues)):
+            a = np.clip(low, first, first + 60) - first
+            b = np.clip(high, first, first + 60) - first
+            hit = a < b if use is None else (a < b) & use
+            steps = np.zeros((width, 61), dtype=np.int64)
+            np.add.at(steps, (codes[hit], a[hit]), 1)
+            np.add.at(steps, (codes[hit], b[hit]), -1)
+            samples.append(np.cumsum(steps, axis=1)[:, :60])
+        flight, depth = samples
+        touched = np.flatnonzero(flight.any(axis=1) | depth.any(axis=1))
+        for code in touched.tolist():
+            shard = str(shards[code])
+            zero = np.zeros(60, dtype=np.int64)
+            state.flight[shard] = state.flight.get(shard, zero) + sign * flight[code]
+            state.depth[shard] = state.depth.get(shard, zero) + sign * depth[code]
+
+
+def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
+    return SortedGroups(values, np.array([0, values.size], np.int64), np.array([nulls], np.int64))
+
+
+def _value_figures(values: npt.NDArray[Any], nulls: int, name: str) -> dict[str, float | None]:
+    """Percentiles (and for TTFT mean and variance) of one cell, as cell_figures."""
+    if values.size == 0:
+        keys = [f"{name}_{p}_s" for p in PERCENTILES]
+        if name == "ttft":
+            keys += ["ttft_mean_s", "ttft_variance_s2"]
+        return dict.fromkeys(keys)
+    groups = _groups(values, nulls)
+    to_values = latency_seconds if name == "latency" else None
+    figures, _ = group_quantiles(groups, QUANTILES, to_values)
+    out: dict[str, float | None] = {
+        f"{name}_{p}_s": float(v[0]) for p, v in zip(PERCENTILES, figures, strict=True)
+    }
+    if name == "ttft":
+        mean, variance = group_moments(groups)
+        out["ttft_mean_s"], out["ttft_variance_s2"] = float(mean[0]), float(variance[0])
+    return out
+
+
+def _whole(arrays: Iterable[npt.NDArray[Any]], empty: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    parts = [a for a in arrays if a.size]
+    if not parts:
+        return empty
+    joined = np.concatenate(parts)
+    joined.sort(kind="stable")
+    return joined
+
+
+def _concurrency(flight: Ints, depth: Ints, cap: int | None, whole: bool) -> dict[str, Any]:
+    low = 0.0 if whole else SAG_FRACTION_OF_CAP * float(cap or 0)
+    queued = depth > 0
+    return {
+        "in_flight_mean": int(flight.sum()) / 60,
+        "in_flight_max": max(int(flight.max()), 0),
+        "queue_depth_mean": int(depth.sum()) / 60,
+        "queue_depth_max": max(int(depth.max()), 0),
+        "queue_seconds": 0 if whole else int(queued.sum()),
+        "sag_seconds": int((queued & (flight < low)).sum()),
+    }
+
+
+def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.DataFrame:
+    """The live rows of ``states``' minutes (one contiguous range), as
+    :func:`analytics.live.live_minutes.live_minute_rows` gives them."""
+    known = dict(caps)
+    for state in states:
+        for shard, cap in state.caps.items():
+            known[shard] = max(known.get(shard, 0), cap)
+    records: list[dict[str, Any]] = []
+    zero_sums = np.zeros(len(SUMS), np.int64)
+    zero_seconds = np.zeros(60, np.int64)
+    for state in states:
+        shards = sorted(set(state.sums) | set(state.caps) | set(state.flight))
+        total = zero_sums.copy()
+        flights, depths = [], []
+        active = 0
+        for shard in shards:
+            sums = state.sums.get(shard, zero_sums)
+            total += sums
+            active += int(sums[0] > 0)
+            ttft = state.ttft.get(shard, _EMPTY_FLOATS)
+            flight = state.flight.get(shard, zero_seconds)
+            depth = state.depth.get(shard, zero_seconds)
+            flights.append(flight)
+            depths.append(depth)
+            records.append(
+                {
+                    "shard_id": shard,
+                    "minute_ns": state.minute_ns,
+                    **_counts(sums),
+                    "shards_active": int(sums[0] > 0),
+                    **_value_figures(ttft, int(sums[0]) - ttft.size, "ttft"),
+                    **_value_figures(state.latency.get(shard, _EMPTY_INTS), 0, "latency"),
+                    **_concurrency(flight, depth, known.get(shard), whole=False),
+                    "sag_cap": known.get(shard),
+                    "concurrency_cap": state.caps.get(shard),
+                }
+            )
+        ttft, latency = state.whole_values()
+        flight = np.sum(flights, axis=0) if flights else zero_seconds
+        depth = np.sum(depths, axis=0) if depths else zero_seconds
+        records.append(
+            {
+                "shard_id": WHOLE_RUN,
+                "minute_ns": state.minute_ns,
+                **_counts(total),
+                "shards_active": active,
+                **_value_figures(ttft, int(total[0]) - ttft.size, "ttft"),
+                **_value_figures(latency, 0, "latency"),
+                **_concurrency(flight, depth, None, whole=True),
+                "sag_cap": None,
+                "concurrency_cap": None,
+            }
+        )
+    names = records[0].keys() if records else ()
+    schema = {"shard_id": pl.String(), "minute_ns": pl.Int64()}
+    schema |= {name: dtype for name, dtype in _SCHEMA.items() if name in names}
+    table = pl.DataFrame(records, schema=schema)
+    return _finish(table)
+
+
+def _counts(sums: Ints) -> dict[str, Any]:
+    out = {name: int(sums[i]) for i, name in enumerate(SUMS) if name != "evidence"}
+    out["retry_evidence"] = bool(sums[SUMS.index("evidence")] > 0)
+    return out
+
+
+def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any]:
+    """The minute's run facts (storage.models.LiveRunMinute), as
+    :func:`analytics.live.live_minutes.run_minute_facts` gives them."""
+    attempts = sum(int(s[0]) for s in state.sums.values())
+    ttft, latency = state.whole_values()
+    if not state.own_checked:  # no attempt has a deadline of its own: every slot counts
+        slots = latency_seconds(latency)
+    else:
+        slots = np.concatenate(state.no_own_slots) if state.no_own_slots else _EMPTY_FLOATS
+    checked, over, wasted = state.own_checked, state.own_over, state.own_wasted
+    if run_timeout is not None:
+        late = slots[slots > run_timeout]
+        checked += int(slots.size)
+        over += int(late.size)
+        wasted += float((late - run_timeout).sum())
+    return {
+        "minute_ns": state.minute_ns,
+        "attempts": attempts,
+        "explicit_calls": state.explicit_calls,
+        "logical_calls": state.logical_calls,
+        "call_successes": state.call_successes,
+        "retry_causes": dict(state.causes),
+        "ttft": _sorted_summary(ttft),
+        "latency": _sorted_summary(latency, 1.0 / 1e9),
+        "max_timeout_s": state.max_timeout,
+        "deadline": {
+            "attempts": checked,
+            "over": over,
+            "wasted_s": wasted,
+            "without_own": int(slots.size),
+            "limit": run_timeout,
+        },
+    }
+
+
+_SUMMARY_CHUNK = 65_536
+
+
+def _sorted_summary(values: npt.NDArray[Any], scale: float | None = None) -> dict[str, Any] | None:
+    """:func:`analytics.live.live_minutes._value_summary` of sorted ``values`` (times
+    ``scale``), a chunk at a time: the same bins (each value maps alone), and the same sums
+    up to the order of float additions, without whole-minute temporaries."""
+    if values.size == 0:
+        return None
+    n = int(values.size)
+
+    def chunks() -> Iterable[Floats]:
+        for low in range(0, n, _SUMMARY_CHUNK):
+            part = values[low : low + _SUMMARY_CHUNK].astype(np.float64)
+            yield part * scale if scale is not None else part
+
+    total = sum(float(part.sum()) for part in chunks())
+    mean = total / n
+    m2 = sum(float(((part - mean) ** 2).sum()) for part in chunks())
+    keys, counts = [], []
+    for part in chunks():
+        mapped = part[part > MIN_MAPPED]
+        # Spans never end before they start (docs/ingest.md#limits): nothing maps below zero.
+        key = np.ceil(np.log(mapped) / np.log(2.0) * KEY_MULTIPLIER).astype(np.int64)
+        unique, count = np.unique(key, return_counts=True)
+        keys.append(unique)
+        counts.append(count)
+    if keys:
+        every, where = np.unique(np.concatenate(keys), return_inverse=True)
+        summed = np.bincount(where, weights=np.concatenate(counts)).astype(np.int64)
+    else:
+        every, summed = _EMPTY_INTS, _EMPTY_INTS
+    return summary(total, m2, n, every, summed).as_json()
+
+
+def minute_extras(state: MinuteState) -> list[tuple[int, str, str, int]]:
+    """(minute_ns, kind, key, value) as :func:`analytics.live.minute_extras.minute_extras`."""
+    rows = [
+        (state.minute_ns, "tokens", token_type, total)
+        for token_type, (count, total) in state.tokens.items()
+        if count
+    ]
+    rows += [(state.minute_ns, "errors", e, n) for e, n in sorted(state.errors.items()) if n]
+    return rows
