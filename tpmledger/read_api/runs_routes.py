@@ -11,7 +11,6 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from tpmledger.analytics.kernels.run_span_limit import MAX_RUN_MINUTES
 from tpmledger.read_api.heavy_requests import HeavyRequests, HeavySlot
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.storage.database import in_one_snapshot
@@ -25,9 +24,13 @@ if TYPE_CHECKING:
 # first use: the router is mounted in every ingest process, which should stay small.
 
 
-#: Most minutes one ``GET …/minutes`` answers (the default): a run's longest span
-#: (TPMLEDGER_MAX_RUN_DAYS, 31 days by default), so the default answer is the whole run.
-MINUTES_LIMIT = MAX_RUN_MINUTES
+def minutes_limit() -> int:
+    """Most minutes one ``GET …/minutes`` answers (the default): a run's longest span
+    (TPMLEDGER_MAX_RUN_DAYS, 31 days by default), so the default answer is the whole run.
+    Imported on first use, like the rest of analytics (ingest start-up loads none of it)."""
+    from tpmledger.analytics.kernels.run_span_limit import MAX_RUN_MINUTES
+
+    return MAX_RUN_MINUTES
 
 
 def minute_param(name: str, value: str | None) -> datetime | None:
@@ -147,7 +150,9 @@ def build_router(
             description="last minute wanted (inclusive), RFC 3339 UTC; default: the run's last",
         ),
         limit: int | None = Query(
-            None, description=f"at most this many minutes, 1..{MINUTES_LIMIT} (the default)"
+            None,
+            description="at most this many minutes; default and most: the longest run "
+            "figures are computed for (TPMLEDGER_MAX_RUN_DAYS)",
         ),
     ) -> dict[str, Any]:
         from tpmledger.analytics.kernels.run_span_limit import RunTooLong
@@ -159,11 +164,10 @@ def build_router(
             first, last = minute_param("from", start), minute_param("to", end)
             if first is not None and last is not None and first > last:
                 raise HTTPException(422, detail=f"from ({start}) is after to ({end})")
-            if limit is not None and not 1 <= limit <= MINUTES_LIMIT:
-                raise HTTPException(
-                    422, detail=f"limit must be between 1 and {MINUTES_LIMIT}, not {limit}"
-                )
-            window = MinuteWindow(first, last, MINUTES_LIMIT if limit is None else limit)
+            most = minutes_limit()
+            if limit is not None and not 1 <= limit <= most:
+                raise HTTPException(422, detail=f"limit must be between 1 and {most}, not {limit}")
+            window = MinuteWindow(first, last, most if limit is None else limit)
         try:
             minutes = await run_in_threadpool(
                 in_one_snapshot,
