@@ -228,7 +228,15 @@ def replace_run_minutes(
         sql.SQL(", ").join(sql.Identifier(c) for c in _RUN_MINUTE_COLUMNS),
         sql.SQL(", ").join(sql.Placeholder() * len(_RUN_MINUTE_COLUMNS)),
     )
-    json_columns = {"retry_causes", "ttft", "latency", "work_seconds", "deadline"}
+    json_columns = {
+        "retry_causes",
+        "ttft",
+        "latency",
+        "work_seconds",
+        "deadline",
+        "tools",
+        "targets",
+    }
     with conn.cursor() as cursor:
         cursor.executemany(
             statement,

@@ -42,6 +42,10 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "error_type": "text",
     "deadline_text": "text",
     "timeout_text": "text",
+    # For target saturation (docs/metrics.md#diagnostics): the target and its declared cap.
+    "provider": "text",
+    "model": "text",
+    "target_cap_text": "text",
     # For the per-minute extras of /metrics (storage.minute_extras_store).
     "cache_read_tokens": "integer",
     "cache_write_tokens": "integer",
@@ -53,6 +57,9 @@ _COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_
        error_type, span_attributes ->> 'tpmledger.deadline_s',
        coalesce(span_attributes ->> 'tpmledger.request.timeout_s',
                 resource_attributes ->> 'tpmledger.request.timeout_s'),
+       provider, model,
+       coalesce(span_attributes ->> 'tpmledger.target.concurrency.cap',
+                resource_attributes ->> 'tpmledger.target.concurrency.cap'),
        cache_read_tokens, cache_write_tokens, reasoning_tokens"""
 _WINDOW_SQL = f"""
 SELECT {_COLUMNS}

@@ -312,6 +312,12 @@ class LiveRunMinute(Base):
     # deadline overrun's sums {attempts, over, wasted_s, without_own, limit}.
     max_timeout_s: Mapped[float | None] = mapped_column(Double)
     deadline: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # Tool-held slot sums of the attempts ending in the minute and the tool spans starting
+    # in it, {slot_ns, held_ns, holding, tool_spans}; per (provider, model) target, the
+    # in-flight seconds by level, bounds and declared cap (analytics/live/minute_state.py).
+    # NULL in rows written before migration 0012.
+    tools: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    targets: Mapped[list[Any] | None] = mapped_column(JSONB)
     data_as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
@@ -377,8 +383,21 @@ class ToolSpan(Base):
     received_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+    # The ingest commit that stored it (as attempts.ingest_batch; NULL before migration 0012).
+    ingest_batch: Mapped[int | None] = mapped_column(
+        BigInteger,
+        server_default=text("NULLIF(current_setting('tpmledger.ingest_batch', true), '')::bigint"),
+    )
 
-    __table_args__ = (Index("ix_tool_spans_run_id_start_ns", "run_id", "start_ns"),)
+    __table_args__ = (
+        Index("ix_tool_spans_run_id_start_ns", "run_id", "start_ns"),
+        Index(
+            "ix_tool_spans_ingest_batch",
+            "ingest_batch",
+            postgresql_using="brin",
+            postgresql_with={"pages_per_range": 16, "autosummarize": "on"},
+        ),
+    )
 
 
 class SnapshotDiagnostics(Base):

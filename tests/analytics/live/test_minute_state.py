@@ -138,6 +138,8 @@ def test_state_gives_the_windows_rows_facts_and_extras(seed: int) -> None:
     facts = run_minute_facts(window, minutes, run_timeout)
     for state, expected in zip(states, facts, strict=True):
         got = minute_facts(state, run_timeout)
+        # The diagnostics' sums are checked against the seal (test_live_diagnostics.py).
+        del got["tools"], got["targets"]
         got["retry_causes"], expected["retry_causes"] = (
             json.dumps(got["retry_causes"], sort_keys=True),
             json.dumps(expected["retry_causes"], sort_keys=True),

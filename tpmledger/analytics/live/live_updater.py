@@ -24,6 +24,11 @@ others): those attempts are looked up from the new ones, taken out of the kept s
 with the flags the previous update saw (probed without the new commits' rows) and put
 back with today's; minutes without a kept state are read whole. Marks that name no
 commit (minutes queued again for a larger cap or timeout) have their minutes read whole.
+
+Tool spans (docs/metrics.md#diagnostics) mark their minutes with their commit too. Each
+attempt folded carries ``tool_held_ns``, its slot time held by tool spans of its trace,
+from the tool spans stored now; attempts already folded that a new tool span overlaps
+are taken out with the time held before these commits and put back with today's.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from tpmledger.analytics.live.minute_state import (
     minute_facts,
     minute_rows,
 )
+from tpmledger.analytics.verdicts.run_diagnostics import tool_held_ns
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.live_store import (
     MINUTE_NS,
@@ -74,6 +80,13 @@ from tpmledger.storage.live_window import (
 )
 from tpmledger.storage.minute_extras_store import replace_extras
 from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.tool_span_store import (
+    count_tools_by_start_minute,
+    fetch_new_tools,
+    fetch_trace_tools,
+    run_has_tool_spans,
+    tool_dependents,
+)
 
 log = logging.getLogger("tpmledger.analytics.live")
 
@@ -237,6 +250,7 @@ class LiveUpdater:
             batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
             new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
             clock = update.stage("new rows", clock)
+            new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
             if new is not None and new.height:
                 changed = dependents(
@@ -260,7 +274,19 @@ class LiveUpdater:
                     rebuild.update(span)
                 else:
                     adjust[key] = None
-            del new_keys, changed
+            # Attempts a new tool span overlaps: only their end minute's held time changes.
+            held_changed = tool_dependents(conn, run_id, new_tools)
+            new_keys |= _keys_among([(t, s) for t, s, _, _ in held_changed], new)
+            for trace_id, span_id, _, end_ns in held_changed:
+                key, end_minute = (trace_id, span_id), end_ns - end_ns % MINUTE_NS
+                touched.add(end_minute)
+                if key in new_keys:
+                    continue
+                if rebuild:
+                    rebuild.add(end_minute)
+                else:
+                    adjust[key] = None
+            del new_keys, changed, held_changed
             clock = update.stage("dependents", clock)
             folded = {m: states[m] for m in sorted(touched) if m in states and m not in rebuild}
             update.minutes = len(touched)
@@ -268,6 +294,10 @@ class LiveUpdater:
                 fold_ending(folded, new)
                 fold_overlap(folded, new)
                 update.attempts_read += _rows_in(new, folded)
+            for tool_start in (t[1] for t in new_tools):
+                state = folded.get(tool_start - tool_start % MINUTE_NS)
+                if state is not None:
+                    state.tool_spans += 1
             if adjust and folded:
                 update.attempts_read += reader.refold(folded, list(adjust), batches)
                 for minute in [m for m, s in folded.items() if s.broken]:
@@ -358,6 +388,14 @@ def _new_among(changed: list[Dependent], new: pl.DataFrame | None) -> set[tuple[
     return set(keys.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
 
 
+def _keys_among(keys: list[tuple[str, str]], new: pl.DataFrame | None) -> set[tuple[str, str]]:
+    """Those of ``keys`` that are among the ``new`` rows."""
+    if not keys or new is None:
+        return set()
+    frame = pl.DataFrame(keys, schema={"trace_id": pl.String, "span_id": pl.String}, orient="row")
+    return set(frame.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
+
+
 def _rows_in(rows: pl.DataFrame, states: dict[int, MinuteState]) -> int:
     """How many of ``rows`` end in a minute of ``states``."""
     minute = (pl.col("end_ns") // MINUTE_NS) * MINUTE_NS
@@ -389,6 +427,30 @@ class _WindowReader:
 
     def __init__(self, conn: psycopg.Connection, facts: LiveRunFacts) -> None:
         self.conn, self.facts = conn, facts
+        # Runs without tool spans (most) skip the per-trace tool lookups.
+        self.has_tools = run_has_tool_spans(conn, facts.run_id)
+
+    def with_tool_held(
+        self, rows: pl.DataFrame, without_batches: list[int] | None = None
+    ) -> pl.DataFrame:
+        """``rows`` with ``tool_held_ns`` (docs/metrics.md#diagnostics) from the tool spans
+        of their traces stored now, or before the ingest commits ``without_batches``."""
+        if not self.has_tools or rows.height == 0:
+            return rows
+        tools = fetch_trace_tools(self.conn, self.facts.run_id, rows["trace_id"].to_list())
+        if without_batches is not None:
+            skip = set(without_batches)
+            tools = [t for t in tools if t[3] is None or t[3] not in skip]
+        frame = pl.DataFrame(
+            {
+                "trace_id": [t[0] for t in tools],
+                "tool_start": [t[1] for t in tools],
+                "tool_end": [t[2] for t in tools],
+            },
+            schema={"trace_id": pl.String, "tool_start": pl.Int64, "tool_end": pl.Int64},
+        )
+        held = tool_held_ns(rows, frame)
+        return rows.with_columns(tool_held_ns=pl.Series(held, dtype=pl.Int64))
 
     def bounds(self, minutes: list[int]) -> tuple[int, int]:
         # Every attempt overlapping the range ends before its end + the longest interval.
@@ -398,7 +460,7 @@ class _WindowReader:
         """The rows of these ingest commits overlapping minutes ``first``..``last``."""
         low, high = self.bounds([first, last])
         rows = fetch_window(self.conn, self.facts.run_id, low, high, batches)
-        return self._flagged(rows, None)
+        return self.with_tool_held(self._flagged(rows, None))
 
     def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
         """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""
@@ -427,9 +489,11 @@ class _WindowReader:
             rows["span_id"].to_list(),
             before_batches=batches,
         )
-        old = rows.join(before.unique(_KEYS), on=_KEYS, how="left")
-        now = self._flagged(rows, None)
+        old = self.with_tool_held(rows.join(before.unique(_KEYS), on=_KEYS, how="left"), batches)
+        now = self.with_tool_held(self._flagged(rows, None))
         flags = ["rollup", "later_in_call", "has_later"]
+        if "tool_held_ns" in now.columns:
+            flags.append("tool_held_ns")  # a new tool span changed the time held
         same = old.select(*_KEYS, *flags).join(
             now.select(*_KEYS, *flags), on=[*_KEYS, *flags], how="semi", nulls_equal=True
         )
@@ -445,6 +509,11 @@ class _WindowReader:
         """Fold every attempt ending in or overlapping the (contiguous) minutes of
         ``states`` into them, :data:`PAGE_ROWS` at a time; returns how many were read."""
         low, high = self.bounds(sorted(states))
+        if self.has_tools:
+            first, last = min(states), max(states) + MINUTE_NS
+            counts = count_tools_by_start_minute(self.conn, self.facts.run_id, first, last)
+            for minute, state in states.items():
+                state.tool_spans = counts.get(minute, 0)
         read = 0
         while low < high:
             page = fetch_window_page(self.conn, self.facts.run_id, low, high, PAGE_ROWS)
@@ -455,7 +524,7 @@ class _WindowReader:
                 if page.height == 0:  # a page of one end time: that end time whole
                     page = fetch_window(self.conn, self.facts.run_id, upto, upto + 1)
                     upto += 1
-            rows = self._flagged(page, (low, upto))
+            rows = self.with_tool_held(self._flagged(page, (low, upto)))
             del page
             fold_ending(states, rows)
             fold_overlap(states, rows)

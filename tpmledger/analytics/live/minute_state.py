@@ -14,7 +14,12 @@ folds the attempts it reads into it:
   the run's largest timeout may still change), token extras and errors by type, the
   largest declared timeout and per shard the largest declared cap (rollups too);
 - per shard, in-flight and queue depth at each of the minute's 60 whole seconds, from the
-  attempts whose interval overlaps it (rollups left out).
+  attempts whose interval overlaps it (rollups left out);
+- for the diagnostics (docs/metrics.md#diagnostics): the tool-held time of the attempts
+  ending in the minute (each attempt's ``tool_held_ns``, computed by the updater from its
+  trace's tool spans) and the tool spans starting in it; per (provider, model) target,
+  in-flight at each of the 60 seconds, the first start and last end second of its
+  attempts ending in the minute, and the largest cap they declare (rollups too).
 
 A minute's rows are then computed from its state with the same arithmetic as
 :func:`analytics.live.live_minutes.live_minute_rows` (the same percentile and moment
@@ -46,6 +51,7 @@ from tpmledger.storage.minute_keys import WHOLE_RUN
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+Target = tuple[str | None, str | None]  # (provider, model)
 
 #: Per-shard counts of the attempts ending in a minute, in this order.
 SUMS = (
@@ -96,6 +102,13 @@ class MinuteState:
     errors: Counter[str] = field(default_factory=Counter)
     flight: dict[str, Ints] = field(default_factory=dict)  # shard -> 60 samples
     depth: dict[str, Ints] = field(default_factory=dict)
+    tool_held_ns: int = 0  # of the attempts ending in the minute
+    tool_holding: int = 0  # attempts ending in the minute with tool-held time
+    tool_spans: int = 0  # tool spans starting in the minute
+    target_caps: dict[Target, int] = field(default_factory=dict)  # declared, rollups too
+    # [ceil(start) min, ceil(end) max] in whole seconds of the attempts ending in the minute.
+    target_bounds: dict[Target, list[int]] = field(default_factory=dict)
+    target_flight: dict[Target, Ints] = field(default_factory=dict)  # 60 samples
     # The whole minute's sorted TTFT and latency, while one update emits the minute.
     whole: tuple[Floats, Ints] | None = field(default=None, repr=False, compare=False)
     # A value to take away was not held (cannot happen unless the flags went wrong):
@@ -129,6 +142,50 @@ def _declared(text: str) -> pl.Expr:
     return pl.when(value.is_finite() & (value > 0)).then(value)
 
 
+def _cap_declared() -> pl.Expr:
+    """A target cap as :func:`storage.pitfall_attributes._cap` reads it: a positive whole
+    number, else not declared."""
+    value = _declared("target_cap_text")
+    return pl.when(value == value.floor()).then(value).cast(pl.Int64)
+
+
+def _fold_targets(
+    states: Mapping[int, MinuteState], frame: pl.DataFrame, events: pl.DataFrame, sign: int
+) -> None:
+    """Target caps declared in ``frame`` (rollups too) and the bounds of ``events``'
+    intervals per target (attempts with a model)."""
+    if "target_cap_text" not in frame.columns:
+        return
+    declared = frame.select("minute_ns", "provider", "model", cap=_cap_declared()).filter(
+        pl.col("cap").is_not_null()
+    )
+    for minute, provider, model, cap in (
+        declared.group_by("minute_ns", "provider", "model").agg(pl.col("cap").max()).rows()
+    ):
+        caps = states[minute].target_caps
+        caps[provider, model] = max(caps.get((provider, model), 0), int(cap))
+    bounds = (
+        events.filter(pl.col("model").is_not_null())
+        .with_columns(
+            up=-((-pl.col("start_ns")) // SECOND_NS), down=-((-pl.col("end_ns")) // SECOND_NS)
+        )
+        .group_by("minute_ns", "provider", "model")
+        .agg(pl.col("up").min(), pl.col("down").max())
+    )
+    for minute, provider, model, up, down in bounds.rows():
+        state, target = states[minute], (provider, model)
+        held = state.target_bounds.get(target)
+        if sign < 0:
+            # A bound is a minimum / maximum: taking away the attempt that set it needs
+            # the minute's other attempts (read whole again).
+            if held is None or up <= held[0] or down >= held[1]:
+                state.broken = True
+        elif held is None:
+            state.target_bounds[target] = [int(up), int(down)]
+        else:
+            held[0], held[1] = min(held[0], int(up)), max(held[1], int(down))
+
+
 def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
     """Add (``sign`` -1: take away) the attempts of ``rows`` (flags known) that end in a
     minute of ``states``. Taking away is for attempts whose flags changed: they were
@@ -141,6 +198,7 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int
     )
     if frame.height == 0:
         return
+    _fold_targets(states, frame, frame.filter(pl.col("rollup") == 0), sign)
     declared = frame.filter(pl.col("concurrency_cap").is_not_null())
     for minute, shard, cap in (
         declared.group_by("minute_ns", "shard_id").agg(pl.col("concurrency_cap").max()).rows()
@@ -254,6 +312,13 @@ def fold_ending(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int
         failed.group_by("minute_ns", pl.col("error_type").fill_null("error")).len().rows()
     ):
         states[minute].errors[str(error_type)] += sign * int(count)
+    if "tool_held_ns" in events.columns:
+        holding = events.filter(pl.col("tool_held_ns") > 0)
+        for minute, held, count in (
+            holding.group_by("minute_ns").agg(pl.col("tool_held_ns").sum(), pl.len()).rows()
+        ):
+            states[minute].tool_held_ns += sign * int(held)
+            states[minute].tool_holding += sign * int(count)
 
 
 def _removed(held: npt.NDArray[Any], values: npt.NDArray[Any], state: MinuteState) -> Any:
@@ -297,6 +362,7 @@ def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: in
     queued = _ceil_seconds(start - np.where(far, 0.0, waited).astype(np.int64))
     queued = np.where(far, np.iinfo(np.int64).min // 2, queued)
     width = len(shards)
+    _overlap_targets(states, events, began, ended, sign)
     for minute, state in states.items():
         first = minute // SECOND_NS
         samples = []
@@ -315,6 +381,45 @@ def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: in
             zero = np.zeros(60, dtype=np.int64)
             state.flight[shard] = state.flight.get(shard, zero) + sign * flight[code]
             state.depth[shard] = state.depth.get(shard, zero) + sign * depth[code]
+
+
+def _overlap_targets(
+    states: Mapping[int, MinuteState], events: pl.DataFrame, began: Ints, ended: Ints, sign: int
+) -> None:
+    """In-flight per (provider, model) target at each whole second of every minute of
+    ``states`` (ceil(start) <= t < ceil(end), as the sealed target saturation)."""
+    if "model" not in events.columns:
+        return
+    model = events.get_column("model")
+    known = model.is_not_null().to_numpy()
+    if not known.any():
+        return
+    keys = events.select(
+        pl.col("provider").fill_null("\x00"), pl.col("model").fill_null("")
+    ).with_columns(key=pl.concat_str("provider", "model", separator="\x1f"))
+    names = keys.get_column("key").unique().sort().to_list()
+    codes = keys.get_column("key").cast(pl.Enum(names)).to_physical().cast(pl.Int64).to_numpy()
+    targets: list[Target] = []
+    for name in names:
+        provider, _, model_name = name.partition("\x1f")
+        targets.append((None if provider == "\x00" else provider, model_name))
+    for minute, state in states.items():
+        first = minute // SECOND_NS
+        a = np.clip(began, first, first + 60) - first
+        b = np.clip(ended, first, first + 60) - first
+        hit = (a < b) & known
+        if not hit.any():
+            continue
+        steps = np.zeros((len(names), 61), dtype=np.int64)
+        np.add.at(steps, (codes[hit], a[hit]), 1)
+        np.add.at(steps, (codes[hit], b[hit]), -1)
+        flight = np.cumsum(steps, axis=1)[:, :60]
+        for code in np.flatnonzero(flight.any(axis=1)).tolist():
+            target = targets[code]
+            zero = np.zeros(60, dtype=np.int64)
+            state.target_flight[target] = (
+                state.target_flight.get(target, zero) + sign * flight[code]
+            )
 
 
 def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
@@ -445,6 +550,13 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
         wasted += float((late - run_timeout).sum())
     return {
         "minute_ns": state.minute_ns,
+        "tools": {
+            "slot_ns": int(latency.sum()),
+            "held_ns": state.tool_held_ns,
+            "holding": state.tool_holding,
+            "tool_spans": state.tool_spans,
+        },
+        "targets": minute_targets(state),
         "attempts": attempts,
         "explicit_calls": state.explicit_calls,
         "logical_calls": state.logical_calls,
@@ -461,6 +573,41 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
             "limit": run_timeout,
         },
     }
+
+
+def minute_targets(state: MinuteState) -> list[dict[str, Any]]:
+    """Per target of the minute: ``cap`` declared by its attempts ending in it, ``first`` /
+    ``last`` (the least ceil(start) and largest ceil(end), in whole seconds, of its
+    attempts ending in it), ``busy`` (first and one past the last second with something in
+    flight) and ``levels`` ([in-flight, seconds] for every level above 0)."""
+    out = []
+    targets = set(state.target_caps) | set(state.target_bounds) | set(state.target_flight)
+    for target in sorted(
+        targets, key=lambda t: (t[0] or "", t[0] is None, t[1] or "", t[1] is None)
+    ):
+        provider, model = target
+        bounds = state.target_bounds.get(target)
+        flight = state.target_flight.get(target)
+        levels: list[list[int]] = []
+        busy = None
+        if flight is not None and flight.any():
+            level, seconds = np.unique(flight[flight > 0], return_counts=True)
+            levels = [[int(v), int(n)] for v, n in zip(level, seconds, strict=True)]
+            at = np.flatnonzero(flight > 0)
+            first = state.minute_ns // SECOND_NS
+            busy = [first + int(at[0]), first + int(at[-1]) + 1]
+        out.append(
+            {
+                "provider": provider,
+                "model": model,
+                "cap": state.target_caps.get(target),
+                "first": None if bounds is None else bounds[0],
+                "last": None if bounds is None else bounds[1],
+                "busy": busy,
+                "levels": levels,
+            }
+        )
+    return out
 
 
 _SUMMARY_CHUNK = 65_536

@@ -38,6 +38,9 @@ from tpmledger.analytics.kernels.figure_rules import (
     clean,
     retry_storm_result,
 )
+from tpmledger.analytics.verdicts.diagnostic_params import (
+    diagnostics_params as diagnostics_params,  # the seal imports it from here
+)
 from tpmledger.storage.pitfall_attributes import Declarations, Target
 from tpmledger.storage.time_text import minute_text_ns
 
@@ -226,27 +229,11 @@ class SlotHeldByTool:
 
     def add(self, events: pl.DataFrame) -> None:
         """Fold in ``events``: a slice of the run's attempts, none of them added before."""
-        slots = _keys(events).with_row_index("attempt")
-        inside = (
-            slots.join(self._near(slots), on="trace_id", how="inner")
-            .with_columns(
-                lo=pl.max_horizontal("start_ns", "tool_start"),
-                hi=pl.min_horizontal("end_ns", "tool_end"),
-            )
-            .filter(pl.col("hi") > pl.col("lo"))
-            .sort("attempt", "lo")
-            # Overlapping tools count once: each interval adds only what extends past the
-            # furthest end seen so far within its attempt.
-            .with_columns(reach=pl.col("hi").cum_max().shift(1).over("attempt"))
-            .with_columns(
-                added=(pl.col("hi") - pl.max_horizontal("lo", pl.col("reach").fill_null(0))).clip(
-                    lower_bound=0
-                )
-            )
-        )
+        slots = _keys(events)
+        held = tool_held_ns(slots, self._near(slots))
         self.slot_ns += int((slots.get_column("end_ns") - slots.get_column("start_ns")).sum())
-        self.held_ns += int(inside.get_column("added").sum())
-        self.attempts_holding += inside.get_column("attempt").n_unique()
+        self.held_ns += int(held.sum())
+        self.attempts_holding += int((held > 0).sum())
 
     def figures(self) -> dict[str, Any]:
         """The published tool share of the slots added."""
@@ -261,6 +248,36 @@ class SlotHeldByTool:
             }
         )
         return result
+
+
+def tool_held_ns(slots: pl.DataFrame, tools: pl.DataFrame) -> npt.NDArray[np.int64]:
+    """Per row of ``slots`` (``trace_id``, ``start_ns``, ``end_ns``): nanoseconds of
+    ``tools`` (``trace_id``, ``tool_start``, ``tool_end``) of the same trace inside the
+    slot, clipped to it, overlapping tools counted once. The sealed figure and the live
+    per-minute sums (analytics/live/minute_state.py) both add these."""
+    attempts = slots.select("trace_id", "start_ns", "end_ns").with_row_index("attempt")
+    inside = (
+        attempts.join(tools.select("trace_id", "tool_start", "tool_end"), on="trace_id")
+        .with_columns(
+            lo=pl.max_horizontal("start_ns", "tool_start"),
+            hi=pl.min_horizontal("end_ns", "tool_end"),
+        )
+        .filter(pl.col("hi") > pl.col("lo"))
+        .sort("attempt", "lo")
+        # Overlapping tools count once: each interval adds only what extends past the
+        # furthest end seen so far within its attempt.
+        .with_columns(reach=pl.col("hi").cum_max().shift(1).over("attempt"))
+        .with_columns(
+            added=(pl.col("hi") - pl.max_horizontal("lo", pl.col("reach").fill_null(0))).clip(
+                lower_bound=0
+            )
+        )
+        .group_by("attempt")
+        .agg(pl.col("added").sum())
+    )
+    held = np.zeros(slots.height, dtype=np.int64)
+    held[inside.get_column("attempt").to_numpy()] = inside.get_column("added").to_numpy()
+    return held
 
 
 def slot_held_by_tool(
@@ -362,16 +379,3 @@ def target_saturation(
         return None
     saturation.add(events)
     return saturation.figures()
-
-
-def diagnostics_params(budget: float = DEFAULT_RETRY_BUDGET) -> dict[str, Any]:
-    """How the diagnostics were computed; stored and printed with them."""
-    return {
-        "retry_budget": budget,
-        "retry_storm": "minutes where retries / (attempts - retries) > retry_budget",
-        "deadline": "tpmledger.deadline_s, else tpmledger.request.timeout_s (span, resource), "
-        "else the largest request timeout the run declared",
-        "slot_time": "end - start of the attempt span",
-        "tool_overlap": "execute_tool spans of the same trace, clipped to the slot, merged",
-        "in_flight_sampling": "whole_second_instants",
-    }

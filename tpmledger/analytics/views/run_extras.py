@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tpmledger.analytics.verdicts.diagnostic_params import diagnostics_params
 from tpmledger.storage.genai_metric_store import metric_tokens
 from tpmledger.storage.sealed_figures_store import read_diagnostics, read_goodput
 
@@ -84,27 +85,19 @@ def run_extras(
 
 
 #: Diagnostics a live run states over its closed minutes (analytics/views/live_view.py).
-LIVE_DIAGNOSTICS = ("retry_storm", "deadline_overrun", "work_conserving")
+LIVE_DIAGNOSTICS = DIAGNOSTIC_KEYS
 
 
 def live_run_diagnostics(
     session: Session, run_id: str, live: dict[str, Any], version: int | None
 ) -> dict[str, Any]:
-    """A live run's ``diagnostics``: the retry storm, the deadline overrun and the
-    work-conserving check over its closed minutes (``live``, marked ``"live": true``);
-    tool-held slots and target saturation need every attempt's tools and targets and come
-    from the newest sealed version (a checkpoint over closed minutes), ``None`` before one."""
-    sealed = run_extras(session, run_id, version)["diagnostics"]
-    out = {key: sealed.get(key) for key in DIAGNOSTIC_KEYS}
-    out |= {key: live.get(key) for key in LIVE_DIAGNOSTICS}
+    """A live run's ``diagnostics``: every one over its closed minutes (``live``, marked
+    ``"live": true``), with the parameters they were computed with."""
+    out = {key: live.get(key) for key in LIVE_DIAGNOSTICS}
     out["live"] = True
     out["through_minute_utc"] = live.get("through_minute_utc")
-    out["params"] = sealed.get("params")
+    out["params"] = diagnostics_params()
     out["sealed_version"] = version
-    if version is None or "note" in sealed:
-        out["note"] = (
-            "computed when the first checkpoint is sealed" if version is None else sealed["note"]
-        )
     return out
 
 

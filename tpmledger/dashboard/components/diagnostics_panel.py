@@ -63,8 +63,7 @@ def _goodput(run: dict[str, Any]) -> str:
 
 
 def _live_lines(diagnostics: dict[str, Any]) -> list[tuple[str, str]]:
-    """A live run's: the retry storm over closed minutes, the rest from the newest
-    sealed version (a checkpoint) or waiting for the first one."""
+    """A live run's: every diagnostic over its closed minutes (docs/metrics.md#diagnostics)."""
     through = diagnostics.get("through_minute_utc")
     storm = diagnostics.get("retry_storm")
     if through is None:
@@ -75,22 +74,14 @@ def _live_lines(diagnostics: dict[str, Any]) -> list[tuple[str, str]]:
         storm_text = (
             f"{_retry_storm(storm)} (live, closed minutes through {str(through)[11:16]} UTC)"
         )
-    version = diagnostics.get("sealed_version")
     lines = [("retry storm", storm_text)]
-    deadline = diagnostics.get("deadline_overrun")
-    deadline_text = _deadline(deadline) + (" (live)" if deadline else "")
-    lines.append(("slots held past the deadline", deadline_text))
     for label, key, text in (
+        ("slots held past the deadline", "deadline_overrun", _deadline),
         ("slots held by tools", "slot_held_by_tool", _tools),
         ("per-target saturation", "target_saturation", _targets),
     ):
-        if version is None or diagnostics.get("note"):
-            why = diagnostics.get("note") or "computed when the first checkpoint is sealed"
-            lines.append((label, f"not measured yet: {why}"))
-        else:
-            lines.append(
-                (label, f"{text(diagnostics.get(key))} (as of checkpoint version {version})")
-            )
+        value = diagnostics.get(key)
+        lines.append((label, text(value) + (" (live)" if value else "")))
     return lines
 
 
