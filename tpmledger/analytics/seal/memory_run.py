@@ -17,6 +17,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
+from tpmledger.analytics.kernels.group_kernels import in_set
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
@@ -25,20 +26,37 @@ from tpmledger.analytics.seal.seal_chunk import SealChunk
 def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """``call_position`` and ``call_last`` of every row of ``events``: its 0-based place in
     its logical call by (start_ns, end_ns, span_id, trace_id) among the events with the same
-    ``call_id``, and whether it is the call's last (as :class:`seal.run_chunks.CallOrder`)."""
+    ``call_id``, and whether it is the call's last (as :class:`seal.run_chunks.CallOrder`).
+
+    Most calls have one attempt (first and last). Only the rows whose ``call_id`` hash
+    occurs more than once are ordered, by the ids themselves: equal ids hash alike, and
+    rows of different ids that share a hash stay apart there, so a collision costs a row
+    in that small sort, never a wrong place.
+    """
+    position = np.zeros(events.height, dtype=np.int64)
+    last = np.ones(events.height, dtype=np.bool_)
+    if events.height < 2:
+        return position, last
+    hashes = events.get_column("call_id").hash().to_numpy()
+    ordered = np.sort(hashes)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    rows = np.flatnonzero(in_set(hashes, repeated))
+    if rows.size == 0:
+        return position, last
     places = (
         events.select("call_id", *CALL_ORDER)
-        .with_row_index("row")
+        .gather(rows)
+        .with_columns(row=pl.Series(rows))
         .sort("call_id", *CALL_ORDER)
         .select(
             "row",
             position=pl.int_range(pl.len(), dtype=pl.Int64).over("call_id"),
             calls=pl.len().over("call_id"),
         )
-        .sort("row")
     )
-    position = places.get_column("position").to_numpy().astype(np.int64, copy=False)
-    last = position == places.get_column("calls").to_numpy() - 1
+    at = places.get_column("row").to_numpy()
+    position[at] = places.get_column("position").to_numpy()
+    last[at] = position[at] == places.get_column("calls").to_numpy() - 1
     return position, last
 
 
