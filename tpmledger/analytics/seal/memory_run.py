@@ -40,23 +40,24 @@ def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArra
     hashes = events.get_column("call_id").hash().to_numpy()
     ordered = np.sort(hashes)
     repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
-    rows = np.flatnonzero(in_set(hashes, repeated))
-    if rows.size == 0:
+    candidates = in_set(hashes, repeated)
+    if not candidates.any():
         return position, last
-    places = (
+    ordered_calls = (
         events.select("call_id", *CALL_ORDER)
-        .gather(rows)
-        .with_columns(row=pl.Series(rows))
+        .with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64))
+        .filter(pl.Series(candidates))
         .sort("call_id", *CALL_ORDER)
-        .select(
-            "row",
-            position=pl.int_range(pl.len(), dtype=pl.Int64).over("call_id"),
-            calls=pl.len().over("call_id"),
-        )
     )
-    at = places.get_column("row").to_numpy()
-    position[at] = places.get_column("position").to_numpy()
-    last[at] = position[at] == places.get_column("calls").to_numpy() - 1
+    ids = ordered_calls.get_column("call_id")
+    # Each sorted row's place: rows since its call's first row; the last row of a call
+    # is the one before the next call's first.
+    changes = ids.slice(1).ne_missing(ids.slice(0, ids.len() - 1)).to_numpy()
+    first = np.concatenate([[True], changes])
+    index = np.arange(ids.len(), dtype=np.int64)
+    at = ordered_calls.get_column("row").to_numpy()
+    position[at] = index - np.maximum.accumulate(np.where(first, index, 0))
+    last[at] = np.concatenate([changes, [True]])
     return position, last
 
 

@@ -147,8 +147,8 @@ class RunStream:
             resend_count=pl.coalesce("resend_count", pl.Series(chunk.call_position))
         )
         arrays = event_arrays(figure_events, explicit=True)
-        self._sums(chunk, arrays.ok)
         grid = chunk_grid(events, self.shard_ids, chunk.low_ns, chunk.minute_count)
+        self._sums(chunk, arrays.ok, grid)
         # Shard rows only for the cells events end in (and, below, those with something
         # in flight or queued); whole-run rows for every minute of the chunk. A chunk
         # whose grid is small next to its events takes every cell (cheaper than finding
@@ -165,15 +165,16 @@ class RunStream:
         self.retries += int(arrays.retry.sum())
         self.prompt += int(arrays.prompt.sum())
         self.completion += int(arrays.completion.sum())
-        concurrency = self._concurrency(chunk)
+        concurrency = self._concurrency(chunk, grid)
         rows = cells.rows.join(
             concurrency, on=["shard_id", "minute_ns"], how="full", coalesce=True
         ).with_columns(pl.col(EMPTY_COUNTS).fill_null(0))
         self.rows.append(rows)
         self.first_chunk = False
 
-    def _sums(self, chunk: SealChunk, ok: npt.NDArray[np.bool_]) -> None:
-        """What the chunk adds to the run's counts, calls, causes and run-wide flags."""
+    def _sums(self, chunk: SealChunk, ok: npt.NDArray[np.bool_], grid: EventGrid) -> None:
+        """What the chunk adds to the run's counts, calls, causes and run-wide flags
+        (``grid``: the chunk's events')."""
         events = chunk.events
         if events.height == 0:
             return
@@ -193,14 +194,16 @@ class RunStream:
         self.ok_calls += int((last & ok).sum())
         retried = events.filter(pl.Series(~last & ~ok)).get_column("error_type")
         self.causes.update(retried.fill_null("error").to_list())
-        reporting = events.filter(pl.col("queue_wait_s").is_not_null()).get_column("shard_id")
-        self.queue_shards.update(reporting.unique().to_list())
+        reported = events.get_column("queue_wait_s").is_not_null().to_numpy()
+        reporting = np.bincount(grid.shard_codes[reported], minlength=grid.shard_count)
+        self.queue_shards.update(self.shard_ids[i] for i in np.flatnonzero(reporting))
 
-    def _concurrency(self, chunk: SealChunk) -> pl.DataFrame:
+    def _concurrency(self, chunk: SealChunk, grid: EventGrid) -> pl.DataFrame:
         """In-flight and queue depth of the chunk's minutes (and, for the first chunk, the
-        queue and sag seconds before the run's first minute)."""
+        queue and sag seconds before the run's first minute); ``grid``: the chunk's events'."""
         both = chunk.with_reach()
-        grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
+        if chunk.reach.height:
+            grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
         series = second_series(both, grid, window=(chunk.low_ns, chunk.minute_count))
         cells = minute_cells(series, self.context.caps)
         self.queue_seconds += cells.queue_seconds
