@@ -67,6 +67,20 @@ def _shard_codes(shard_ids: pl.Series) -> tuple[tuple[str, ...], Ints]:
     return tuple(ids.to_list()), codes
 
 
+def shard_codes_among(shard_id: pl.Series, shard_ids: tuple[str, ...]) -> Ints:
+    """Each row's index into the sorted ``shard_ids`` (every row names one of them), as
+    ``shard_id.cast(pl.Enum(shard_ids))`` codes it, by way of the ids' hashes and checked
+    row by row like :func:`_shard_codes` (a collision or a null falls back to the cast)."""
+    hashed, firsts = dense_codes(shard_id.hash().to_numpy())
+    if firsts.size and shard_id.null_count() == 0:
+        names = shard_id.gather(firsts)
+        position = {name: i for i, name in enumerate(shard_ids)}
+        known = [position.get(name, -1) for name in names.to_list()]
+        if min(known) >= 0 and (shard_id == names.gather(hashed)).all():
+            return np.array(known, dtype=np.int64)[hashed]
+    return shard_id.cast(pl.Enum(shard_ids)).to_physical().cast(pl.Int64).to_numpy()
+
+
 def event_grid(events: pl.DataFrame) -> EventGrid:
     """The grid of canonical ``events`` (shard_id and end_ns must not be null)."""
     if events.height == 0:

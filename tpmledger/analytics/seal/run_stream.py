@@ -42,7 +42,7 @@ from tpmledger.analytics.kernels.cell_figures import (
 )
 from tpmledger.analytics.kernels.concurrency import minute_cells, second_series, seconds_before
 from tpmledger.analytics.kernels.event_arrays import event_arrays, latency_seconds
-from tpmledger.analytics.kernels.event_grid import EventGrid
+from tpmledger.analytics.kernels.event_grid import EventGrid, shard_codes_among
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
@@ -72,11 +72,9 @@ def chunk_grid(
     if events.height == 0:
         empty = np.zeros(0, dtype=np.int64)
         return EventGrid(shard_ids, empty, empty, low_ns, minute_count)
-    codes = events.get_column("shard_id").cast(pl.Enum(shard_ids)).to_physical()
+    codes = shard_codes_among(events.get_column("shard_id"), shard_ids)
     minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS - low_ns // MINUTE_NS
-    return EventGrid(
-        shard_ids, codes.cast(pl.Int64).to_numpy(), minutes.astype(np.int64), low_ns, minute_count
-    )
+    return EventGrid(shard_ids, codes, minutes.astype(np.int64), low_ns, minute_count)
 
 
 @dataclass
@@ -192,7 +190,7 @@ class RunStream:
         self.resend_counts |= bool(flags[1])
         self.calls += int(last.sum())
         self.ok_calls += int((last & ok).sum())
-        retried = events.filter(pl.Series(~last & ~ok)).get_column("error_type")
+        retried = events.get_column("error_type").filter(pl.Series(~last & ~ok))
         self.causes.update(retried.fill_null("error").to_list())
         reported = events.get_column("queue_wait_s").is_not_null().to_numpy()
         reporting = np.bincount(grid.shard_codes[reported], minlength=grid.shard_count)
