@@ -26,16 +26,20 @@ _kernel = numba.njit(nogil=True, cache=True)
 @_kernel
 def gather_by_group(
     values: npt.NDArray[np.generic], valid: Bools, groups: Ints, count: int
-) -> tuple[npt.NDArray[np.generic], Ints]:
+) -> tuple[npt.NDArray[np.generic], Ints, Ints]:
     """The valid ``values`` group by group (input order kept within a group).
 
-    Returns ``(out, starts)``: group ``g``'s values are ``out[starts[g]:starts[g + 1]]``.
-    A counting sort: one pass counts, one pass places.
+    Returns ``(out, starts, rows)``: group ``g``'s values are ``out[starts[g]:starts[g + 1]]``
+    and ``rows[g]`` counts its rows, valid or not. A counting sort: one pass counts, one
+    pass places.
     """
     starts = np.zeros(count + 1, np.int64)
+    rows = np.zeros(count, np.int64)
     for i in range(groups.size):
+        g = groups[i]
+        rows[g] += 1
         if valid[i]:
-            starts[groups[i] + 1] += 1
+            starts[g + 1] += 1
     for g in range(count):
         starts[g + 1] += starts[g]
     fill = starts[:-1].copy()
@@ -45,7 +49,7 @@ def gather_by_group(
             g = groups[i]
             out[fill[g]] = values[i]
             fill[g] += 1
-    return out, starts
+    return out, starts, rows
 
 
 @_kernel

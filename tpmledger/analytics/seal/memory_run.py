@@ -17,7 +17,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
-from tpmledger.analytics.kernels.group_kernels import in_set
+from tpmledger.analytics.kernels.logical_calls import repeated
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
@@ -29,18 +29,16 @@ def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArra
     ``call_id``, and whether it is the call's last (as :class:`seal.run_chunks.CallOrder`).
 
     Most calls have one attempt (first and last). Only the rows whose ``call_id`` hash
-    occurs more than once are ordered, by the ids themselves: equal ids hash alike, and
-    rows of different ids that share a hash stay apart there, so a collision costs a row
-    in that small sort, never a wrong place.
+    occurs more than once (:func:`~analytics.kernels.logical_calls.repeated`) are ordered,
+    by the ids themselves: equal ids hash alike, and rows of different ids that share a
+    hash stay apart there, so a collision costs a row in that small sort, never a wrong
+    place.
     """
     position = np.zeros(events.height, dtype=np.int64)
     last = np.ones(events.height, dtype=np.bool_)
     if events.height < 2:
         return position, last
-    hashes = events.get_column("call_id").hash().to_numpy()
-    ordered = np.sort(hashes)
-    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
-    candidates = in_set(hashes, repeated)
+    candidates = repeated(events.get_column("call_id").hash().to_numpy())
     if not candidates.any():
         return position, last
     ordered_calls = (
