@@ -68,15 +68,19 @@ def _shard_codes(shard_ids: pl.Series) -> tuple[tuple[str, ...], Ints]:
 
 
 def shard_codes_among(shard_id: pl.Series, shard_ids: tuple[str, ...]) -> Ints:
-    """Each row's index into the sorted ``shard_ids`` (every row names one of them), as
-    ``shard_id.cast(pl.Enum(shard_ids))`` codes it, by way of the ids' hashes and checked
-    row by row like :func:`_shard_codes` (a collision or a null falls back to the cast)."""
-    hashed, firsts = dense_codes(shard_id.hash().to_numpy())
-    if firsts.size and shard_id.null_count() == 0:
-        names = shard_id.gather(firsts)
-        position = {name: i for i, name in enumerate(shard_ids)}
-        known = [position.get(name, -1) for name in names.to_list()]
-        if min(known) >= 0 and (shard_id == names.gather(hashed)).all():
+    """Each row's index into the sorted ``shard_ids``, as ``shard_id.cast(pl.Enum(shard_ids))``
+    codes it, by way of 64-bit hashes: a row's hash is looked up among the hashes of
+    ``shard_ids``. When those are distinct, a row that names one of the ids gets exactly
+    that id's index; a row whose hash is not among them (a null, an id not in
+    ``shard_ids``), two ids with one hash or more than a few ids fall back to the cast
+    (which refuses an unknown id)."""
+    row_hashes = shard_id.hash().to_numpy()
+    hashed, firsts = dense_codes(row_hashes)
+    if firsts.size:
+        ids = pl.Series(shard_ids, dtype=pl.String).hash().to_list()
+        rank = {h: i for i, h in enumerate(ids)}
+        known = [rank.get(h, -1) for h in row_hashes[firsts].tolist()]
+        if len(rank) == len(ids) and min(known) >= 0:
             return np.array(known, dtype=np.int64)[hashed]
     return shard_id.cast(pl.Enum(shard_ids)).to_physical().cast(pl.Int64).to_numpy()
 

@@ -73,8 +73,9 @@ def chunk_grid(
         empty = np.zeros(0, dtype=np.int64)
         return EventGrid(shard_ids, empty, empty, low_ns, minute_count)
     codes = shard_codes_among(events.get_column("shard_id"), shard_ids)
-    minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS - low_ns // MINUTE_NS
-    return EventGrid(shard_ids, codes, minutes.astype(np.int64), low_ns, minute_count)
+    minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS
+    minutes -= low_ns // MINUTE_NS
+    return EventGrid(shard_ids, codes, minutes, low_ns, minute_count)
 
 
 @dataclass
