@@ -92,7 +92,10 @@ class _Values:
 
     def groups(self, dtype: type, to_values: ToValues | None) -> ValueGroups:
         """Every value as one group (what the run-level figures read)."""
-        values = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=dtype)
+        if len(self.parts) == 1:
+            values = self.parts[0]  # one chunk (a run in memory): no copy
+        else:
+            values = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=dtype)
         self.parts = []  # one copy at a time
         whole = SortedGroups(
             values, np.array([0, values.size], dtype=np.int64), np.array([self.nulls])
