@@ -43,8 +43,8 @@ def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArra
         return position, last
     ordered_calls = (
         events.select("call_id", *CALL_ORDER)
-        .with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64))
         .filter(pl.Series(candidates))
+        .with_columns(row=pl.Series(np.flatnonzero(candidates)))
         .sort("call_id", *CALL_ORDER)
     )
     ids = ordered_calls.get_column("call_id")
