@@ -184,7 +184,9 @@ def cell_figures(
     cells = cells if cells is not None else dense_cells(grid)
     columns = (arrays.prompt, arrays.completion, arrays.ok, arrays.retry)
     totals = group_totals(cells.of_event, cells.count, *columns)
-    per_minute = group_totals(grid.minute_index, grid.minute_count, *columns)
+    # Every event is in one cell: a minute's totals are its cells' (exact integer sums).
+    per_minute = np.zeros((grid.minute_count, totals.shape[1]), dtype=np.int64)
+    np.add.at(per_minute, cells.minute_index, totals)
     both = np.concatenate([totals, per_minute])
     counts = {name: pl.Series(name, both[:, i]) for i, name in enumerate(_TOTALS)}
     active = totals[:, 0] > 0

@@ -133,11 +133,7 @@ def second_series(
         flight, depth, reporting = second_samples(
             grid.shard_codes, start, end, wait, reported, first, last, rows
         )
-        runs = dense_runs(
-            np.vstack([flight, flight.sum(axis=0, keepdims=True)]),
-            np.vstack([depth, depth.sum(axis=0, keepdims=True)]),
-            first,
-        )
+        runs = dense_runs(flight, depth, first)
     else:
         keys, reporting = sparse_steps(
             grid.shard_codes, start, end, wait, reported, first, last, rows

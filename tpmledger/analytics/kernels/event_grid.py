@@ -67,6 +67,24 @@ def _shard_codes(shard_ids: pl.Series) -> tuple[tuple[str, ...], Ints]:
     return tuple(ids.to_list()), codes
 
 
+def shard_codes_among(shard_id: pl.Series, shard_ids: tuple[str, ...]) -> Ints:
+    """Each row's index into the sorted ``shard_ids``, as ``shard_id.cast(pl.Enum(shard_ids))``
+    codes it, by way of 64-bit hashes: a row's hash is looked up among the hashes of
+    ``shard_ids``. When those are distinct, a row that names one of the ids gets exactly
+    that id's index; a row whose hash is not among them (a null, an id not in
+    ``shard_ids``), two ids with one hash or more than a few ids fall back to the cast
+    (which refuses an unknown id)."""
+    row_hashes = shard_id.hash().to_numpy()
+    hashed, firsts = dense_codes(row_hashes)
+    if firsts.size:
+        ids = pl.Series(shard_ids, dtype=pl.String).hash().to_list()
+        rank = {h: i for i, h in enumerate(ids)}
+        known = [rank.get(h, -1) for h in row_hashes[firsts].tolist()]
+        if len(rank) == len(ids) and min(known) >= 0:
+            return np.array(known, dtype=np.int64)[hashed]
+    return shard_id.cast(pl.Enum(shard_ids)).to_physical().cast(pl.Int64).to_numpy()
+
+
 def event_grid(events: pl.DataFrame) -> EventGrid:
     """The grid of canonical ``events`` (shard_id and end_ns must not be null)."""
     if events.height == 0:

@@ -26,16 +26,20 @@ _kernel = numba.njit(nogil=True, cache=True)
 @_kernel
 def gather_by_group(
     values: npt.NDArray[np.generic], valid: Bools, groups: Ints, count: int
-) -> tuple[npt.NDArray[np.generic], Ints]:
+) -> tuple[npt.NDArray[np.generic], Ints, Ints]:
     """The valid ``values`` group by group (input order kept within a group).
 
-    Returns ``(out, starts)``: group ``g``'s values are ``out[starts[g]:starts[g + 1]]``.
-    A counting sort: one pass counts, one pass places.
+    Returns ``(out, starts, rows)``: group ``g``'s values are ``out[starts[g]:starts[g + 1]]``
+    and ``rows[g]`` counts its rows, valid or not. A counting sort: one pass counts, one
+    pass places.
     """
     starts = np.zeros(count + 1, np.int64)
+    rows = np.zeros(count, np.int64)
     for i in range(groups.size):
+        g = groups[i]
+        rows[g] += 1
         if valid[i]:
-            starts[groups[i] + 1] += 1
+            starts[g + 1] += 1
     for g in range(count):
         starts[g + 1] += starts[g]
     fill = starts[:-1].copy()
@@ -45,7 +49,7 @@ def gather_by_group(
             g = groups[i]
             out[fill[g]] = values[i]
             fill[g] += 1
-    return out, starts
+    return out, starts, rows
 
 
 @_kernel
@@ -146,22 +150,25 @@ def second_samples(
     last: int,
     rows: int,
 ) -> tuple[Ints, Ints, Ints]:
-    """In-flight and queue depth sampled at every second of ``[first, last)``, per shard row.
+    """In-flight and queue depth sampled at every second of ``[first, last)``, per shard row
+    and, in a last row, for the whole run.
 
     ``wait_s`` is the queue wait (negative: no queue), ``reported`` whether the attempt
     reported one at all; the grid comes from :func:`second_grid`. Returns both
-    ``(rows, last − first)`` arrays and per row how many attempts reported a queue wait.
+    ``(rows + 1, last − first)`` arrays and per shard row how many attempts reported a
+    queue wait.
 
     A sample at second t counts attempts with ceil(start) ≤ t < ceil(end) (in flight)
     and ceil(queued_at) ≤ t < ceil(start) (queued); a queued_at before the grid is
     clipped to its first column, and an attempt that ends before it starts is in flight
-    at no second. One pass adds +1/−1 steps, one running sum per row.
+    at no second. One pass adds +1/−1 steps (to the attempt's row and the whole run's),
+    one running sum per row.
     Memory grows with the grid's seconds: :mod:`analytics.kernels.concurrency` uses it only when
     the grid is small next to the number of attempts.
     """
     width = last - first
-    flight = np.zeros((rows, width), np.int64)
-    depth = np.zeros((rows, width), np.int64)
+    flight = np.zeros((rows + 1, width), np.int64)
+    depth = np.zeros((rows + 1, width), np.int64)
     reporting = np.zeros(rows, np.int64)
     for i in range(codes.size):
         row = codes[i]
@@ -171,6 +178,8 @@ def second_samples(
         if ended > began:
             flight[row, began] += 1
             flight[row, ended] -= 1
+            flight[rows, began] += 1
+            flight[rows, ended] -= 1
         if wait_s[i] >= 0:
             waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as Polars' round()
             if waited_ns < 2.0**62:
@@ -179,7 +188,9 @@ def second_samples(
                 queued = 0  # beyond any grid
             depth[row, queued] += 1
             depth[row, began] -= 1
-    for row in range(rows):
+            depth[rows, queued] += 1
+            depth[rows, began] -= 1
+    for row in range(rows + 1):
         in_flight, waiting = 0, 0
         for column in range(width):
             in_flight += flight[row, column]

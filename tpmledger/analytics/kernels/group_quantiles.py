@@ -58,12 +58,11 @@ def sort_groups(
 ) -> SortedGroups:
     """Group ``values`` where ``valid`` (``groups`` = 0..group_count-1 per row) and sort
     each group. NumPy's sort releases the GIL and is SIMD; one call per group."""
-    ordered, starts = gather_by_group(values, valid, groups, group_count)
+    ordered, starts, rows = gather_by_group(values, valid, groups, group_count)
     bounds = starts.tolist()
     for lo, hi in itertools.pairwise(bounds):
         if hi - lo > 1:
             ordered[lo:hi].sort()
-    rows = np.bincount(groups, minlength=group_count).astype(np.int64)
     return SortedGroups(ordered, starts, rows - np.diff(starts))
 
 

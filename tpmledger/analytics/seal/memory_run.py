@@ -17,6 +17,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
+from tpmledger.analytics.kernels.logical_calls import repeated
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
@@ -25,20 +26,36 @@ from tpmledger.analytics.seal.seal_chunk import SealChunk
 def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """``call_position`` and ``call_last`` of every row of ``events``: its 0-based place in
     its logical call by (start_ns, end_ns, span_id, trace_id) among the events with the same
-    ``call_id``, and whether it is the call's last (as :class:`seal.run_chunks.CallOrder`)."""
-    places = (
+    ``call_id``, and whether it is the call's last (as :class:`seal.run_chunks.CallOrder`).
+
+    Most calls have one attempt (first and last). Only the rows whose ``call_id`` hash
+    occurs more than once (:func:`~analytics.kernels.logical_calls.repeated`) are ordered,
+    by the ids themselves: equal ids hash alike, and rows of different ids that share a
+    hash stay apart there, so a collision costs a row in that small sort, never a wrong
+    place.
+    """
+    position = np.zeros(events.height, dtype=np.int64)
+    last = np.ones(events.height, dtype=np.bool_)
+    if events.height < 2:
+        return position, last
+    candidates = repeated(events.get_column("call_id").hash().to_numpy())
+    if not candidates.any():
+        return position, last
+    ordered_calls = (
         events.select("call_id", *CALL_ORDER)
-        .with_row_index("row")
+        .filter(pl.Series(candidates))
+        .with_columns(row=pl.Series(np.flatnonzero(candidates)))
         .sort("call_id", *CALL_ORDER)
-        .select(
-            "row",
-            position=pl.int_range(pl.len(), dtype=pl.Int64).over("call_id"),
-            calls=pl.len().over("call_id"),
-        )
-        .sort("row")
     )
-    position = places.get_column("position").to_numpy().astype(np.int64, copy=False)
-    last = position == places.get_column("calls").to_numpy() - 1
+    ids = ordered_calls.get_column("call_id")
+    # Each sorted row's place: rows since its call's first row; the last row of a call
+    # is the one before the next call's first.
+    changes = ids.slice(1).ne_missing(ids.slice(0, ids.len() - 1)).to_numpy()
+    first = np.concatenate([[True], changes])
+    index = np.arange(ids.len(), dtype=np.int64)
+    at = ordered_calls.get_column("row").to_numpy()
+    position[at] = index - np.maximum.accumulate(np.where(first, index, 0))
+    last[at] = np.concatenate([changes, [True]])
     return position, last
 
 

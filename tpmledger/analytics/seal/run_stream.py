@@ -42,7 +42,7 @@ from tpmledger.analytics.kernels.cell_figures import (
 )
 from tpmledger.analytics.kernels.concurrency import minute_cells, second_series, seconds_before
 from tpmledger.analytics.kernels.event_arrays import event_arrays, latency_seconds
-from tpmledger.analytics.kernels.event_grid import EventGrid
+from tpmledger.analytics.kernels.event_grid import EventGrid, shard_codes_among
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
@@ -72,11 +72,10 @@ def chunk_grid(
     if events.height == 0:
         empty = np.zeros(0, dtype=np.int64)
         return EventGrid(shard_ids, empty, empty, low_ns, minute_count)
-    codes = events.get_column("shard_id").cast(pl.Enum(shard_ids)).to_physical()
-    minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS - low_ns // MINUTE_NS
-    return EventGrid(
-        shard_ids, codes.cast(pl.Int64).to_numpy(), minutes.astype(np.int64), low_ns, minute_count
-    )
+    codes = shard_codes_among(events.get_column("shard_id"), shard_ids)
+    minutes = events.get_column("end_ns").to_numpy() // MINUTE_NS
+    minutes -= low_ns // MINUTE_NS
+    return EventGrid(shard_ids, codes, minutes, low_ns, minute_count)
 
 
 @dataclass
@@ -93,7 +92,10 @@ class _Values:
 
     def groups(self, dtype: type, to_values: ToValues | None) -> ValueGroups:
         """Every value as one group (what the run-level figures read)."""
-        values = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=dtype)
+        if len(self.parts) == 1:
+            values = self.parts[0]  # one chunk (a run in memory): no copy
+        else:
+            values = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=dtype)
         self.parts = []  # one copy at a time
         whole = SortedGroups(
             values, np.array([0, values.size], dtype=np.int64), np.array([self.nulls])
@@ -147,8 +149,8 @@ class RunStream:
             resend_count=pl.coalesce("resend_count", pl.Series(chunk.call_position))
         )
         arrays = event_arrays(figure_events, explicit=True)
-        self._sums(chunk, arrays.ok)
         grid = chunk_grid(events, self.shard_ids, chunk.low_ns, chunk.minute_count)
+        self._sums(chunk, arrays.ok, grid)
         # Shard rows only for the cells events end in (and, below, those with something
         # in flight or queued); whole-run rows for every minute of the chunk. A chunk
         # whose grid is small next to its events takes every cell (cheaper than finding
@@ -165,15 +167,16 @@ class RunStream:
         self.retries += int(arrays.retry.sum())
         self.prompt += int(arrays.prompt.sum())
         self.completion += int(arrays.completion.sum())
-        concurrency = self._concurrency(chunk)
+        concurrency = self._concurrency(chunk, grid)
         rows = cells.rows.join(
             concurrency, on=["shard_id", "minute_ns"], how="full", coalesce=True
         ).with_columns(pl.col(EMPTY_COUNTS).fill_null(0))
         self.rows.append(rows)
         self.first_chunk = False
 
-    def _sums(self, chunk: SealChunk, ok: npt.NDArray[np.bool_]) -> None:
-        """What the chunk adds to the run's counts, calls, causes and run-wide flags."""
+    def _sums(self, chunk: SealChunk, ok: npt.NDArray[np.bool_], grid: EventGrid) -> None:
+        """What the chunk adds to the run's counts, calls, causes and run-wide flags
+        (``grid``: the chunk's events')."""
         events = chunk.events
         if events.height == 0:
             return
@@ -191,16 +194,19 @@ class RunStream:
         self.resend_counts |= bool(flags[1])
         self.calls += int(last.sum())
         self.ok_calls += int((last & ok).sum())
-        retried = events.filter(pl.Series(~last & ~ok)).get_column("error_type")
-        self.causes.update(retried.fill_null("error").to_list())
-        reporting = events.filter(pl.col("queue_wait_s").is_not_null()).get_column("shard_id")
-        self.queue_shards.update(reporting.unique().to_list())
+        retried = events.get_column("error_type").filter(pl.Series(~last & ~ok))
+        causes = retried.fill_null("error").value_counts()
+        self.causes.update(dict(causes.iter_rows()))
+        reported = events.get_column("queue_wait_s").is_not_null().to_numpy()
+        reporting = np.bincount(grid.shard_codes[reported], minlength=grid.shard_count)
+        self.queue_shards.update(self.shard_ids[i] for i in np.flatnonzero(reporting))
 
-    def _concurrency(self, chunk: SealChunk) -> pl.DataFrame:
+    def _concurrency(self, chunk: SealChunk, grid: EventGrid) -> pl.DataFrame:
         """In-flight and queue depth of the chunk's minutes (and, for the first chunk, the
-        queue and sag seconds before the run's first minute)."""
+        queue and sag seconds before the run's first minute); ``grid``: the chunk's events'."""
         both = chunk.with_reach()
-        grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
+        if chunk.reach.height:
+            grid = chunk_grid(both, self.shard_ids, chunk.low_ns, chunk.minute_count)
         series = second_series(both, grid, window=(chunk.low_ns, chunk.minute_count))
         cells = minute_cells(series, self.context.caps)
         self.queue_seconds += cells.queue_seconds
