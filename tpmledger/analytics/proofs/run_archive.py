@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.analytics.proofs.summary_export import (
     SnapshotOutdated,
     build_summary,
     write_export,
 )
+from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import in_one_snapshot
