@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
@@ -31,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
-from tpmledger.analytics.seal.kernel_warmup import warm
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
@@ -118,6 +119,24 @@ class ResealLoop:
         return child.result, child_detail(child)
 
 
+def warm_in_child() -> None:
+    """Compile every analytics kernel into the on-disk cache, or check that it is there,
+    in a child process (``python -m tpmledger.analytics.seal.kernel_warmup``), so no seal
+    waits for a compilation. The seals' children then load them from the cache, and so
+    does the live path, one kernel at a time. This process never loads the kernels only a
+    seal uses, such as the event-file writer's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tpmledger.analytics.seal.kernel_warmup"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if done.returncode == 0:
+        log.info("%s (in a child process)", done.stdout.strip() or "analytics kernels ready")
+    else:  # the seals compile what they miss, later
+        log.warning("warming the analytics kernels failed (status %d)", done.returncode)
+
+
 def _install_signal_handlers(stop: threading.Event) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
@@ -145,7 +164,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         close_after_s=settings.minute_close_after_s,
         slo=slo,
     )
-    warm()
+    warm_in_child()
     log.info(
         "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
         settings.analytics_poll_s,
