@@ -230,7 +230,7 @@ def _say_seals(say: Any, log: Path, since: int) -> int:
         text = handle.read().decode(errors="replace")
     for line in text.splitlines():
         if "checkpoint" in line or "seal" in line:
-            say(f"    worker: {line.strip()[:240]}")
+            say(f"    worker: {line.strip()[:600]}")
     return since + len(text.encode())
 
 
