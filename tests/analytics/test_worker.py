@@ -45,7 +45,7 @@ def _wait_for(predicate: object, limit_s: float = 60.0) -> bool:
 
 def test_new_data_makes_a_new_version_linked_to_the_previous_seal(database_url: str) -> None:
     store(database_url, _rows("w1", 5))
-    loop = ResealLoop(database_url, quiet_s=0)
+    loop = ResealLoop(database_url, quiet_s=0, in_process=True)  # the child: below
     assert loop.poll_once() == ["w1"]
     assert loop.poll_once() == []  # nothing new
     store(database_url, _rows("w1", 3, offset=100))

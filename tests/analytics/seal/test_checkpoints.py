@@ -28,7 +28,9 @@ def test_minutes_close_a_fixed_time_after_they_end() -> None:
 
 def test_a_live_run_gets_a_checkpoint_of_its_closed_minutes_once(database_url: str) -> None:
     store(database_url, _calls(range(5)))
-    checkpoints = Checkpointer(database_url, every_s=0, quiet_s=3600, close_after_s=120)
+    checkpoints = Checkpointer(
+        database_url, every_s=0, quiet_s=3600, close_after_s=120, in_process=True
+    )  # the worker's child process: test_a_checkpoint_is_sealed_in_a_child_process_…
     [result] = checkpoints.poll_once(now=NOW)
     assert result.run_id == "grow" and not result.final
     assert result.document["minutes"]["tree_size"] == 4  # 03:44 .. 03:47
