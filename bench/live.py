@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/live.py [--freshness-seconds 60] [--high-rate 15000]
                                    [--sizes 100000,1000000,10000000] [--stream-batches 30]
-                                   [--out bench/results/live.txt]
+                                   [--checkpoint-every-s S] [--low-rate-seconds S]
+                                   [--settle-seconds S] [--out bench/results/live.txt]
 
 (a) Freshness (docs/metrics.md#live-figures). ``tpmledger serve ingest`` and
     ``tpmledger serve analytics`` run as child processes on an embedded PostgreSQL. Paced
@@ -12,7 +13,12 @@
     a probe posts one span of shard ``probe`` in the same run; from its 200 (committed)
     until ``GET /v1/runs/{run}/minutes?shard_id=probe`` counts it is that span's freshness.
     p50/p95 over the probes; the rate ingest actually acknowledged is printed beside the
-    target (the machine may not reach it).
+    target (the machine may not reach it). Memory: the worker's own peak RSS (sampled
+    every 0.2 s, and its VmHWM since it started) apart from the peak of any child process
+    it starts (a seal: checkpoints and quiet-run reseals), and the seals it logged.
+    ``--checkpoint-every-s`` sets the worker's TPMLEDGER_CHECKPOINT_EVERY_S (a phase of a
+    few minutes then sees checkpoints of the busy run); ``--settle-seconds`` keeps the
+    worker running after the last phase, so the quiet run's final seal is measured too.
 (b) Cost per live update. For each size, a run of that many attempts (bench/seal.py's
     generator, COPYed in chunks; no marks) then receives the same stream: ``--stream-batches``
     batches of 512 attempts, one second of stream time each, written through the bulk
@@ -25,10 +31,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import multiprocessing
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,8 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
-from ingest_workload import RssSampler, build_bodies, percentile, start_ingest
+from ingest_workload import build_bodies, percentile, start_ingest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from seal import _postgres_cpu
 from seal_workload import generate
@@ -163,7 +172,71 @@ def _visible(api: str, run_id: str) -> int:
     return sum(m["calls_in_minute"] for m in answer.json()["minutes"])
 
 
-def freshness(port: int, rate: float, seconds: float, say: Any, worker_pid: int) -> None:
+class TreePeaks(threading.Thread):
+    """The peak RSS of one process on its own, and of each of its descendants (a seal in a
+    child process), sampled every ``interval`` seconds. A child's VmHWM is read too, so
+    its true peak counts as long as it was sampled once before it exited."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.process = psutil.Process(pid)
+        self.interval = interval
+        self.own_peak = 0
+        self.children: dict[int, int] = {}  # pid -> peak bytes seen
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            with contextlib.suppress(psutil.Error):
+                self.own_peak = max(self.own_peak, self.process.memory_info().rss)
+                for child in self.process.children(recursive=True):
+                    with contextlib.suppress(psutil.Error, OSError, ValueError):
+                        peak = max(child.memory_info().rss, _vm_hwm(child.pid))
+                        self.children[child.pid] = max(self.children.get(child.pid, 0), peak)
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> tuple[int, int, int]:
+        """(own peak, the largest child's peak, children seen), bytes."""
+        self._stop_event.set()
+        self.join()
+        return self.own_peak, max(self.children.values(), default=0), len(self.children)
+
+
+def _vm_hwm(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _say_memory(say: Any, peaks: TreePeaks, worker_pid: int) -> None:
+    own, child, children = peaks.stop()
+    hwm = _vm_hwm(worker_pid)
+    say(
+        f"    analytics worker's own peak RSS during the phase: {own / 2**20:,.0f} MiB "
+        f"(its VmHWM since start: {hwm / 2**20:,.0f} MiB = {hwm / 1e6:,.0f} MB); "
+        + (
+            f"its child processes (seals): {children}, largest peak {child / 2**20:,.0f} MiB"
+            if children
+            else "no child process"
+        )
+    )
+
+
+def _say_seals(say: Any, log: Path, since: int) -> int:
+    """The seal lines the worker logged since byte ``since``; returns the new offset."""
+    with log.open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
+    for line in text.splitlines():
+        if "checkpoint" in line or "seal" in line:
+            say(f"    worker: {line.strip()[:600]}")
+    return since + len(text.encode())
+
+
+def freshness(
+    port: int, rate: float, seconds: float, say: Any, worker_pid: int, worker_log: Path
+) -> None:
     run_id = f"live_{int(rate)}_{uuid.uuid4().hex[:6]}"
     api = f"http://127.0.0.1:{port}"
     # Fleets export in batches: 512 spans at high rates, ~32 (an SDK's few seconds of
@@ -182,8 +255,9 @@ def freshness(port: int, rate: float, seconds: float, say: Any, worker_pid: int)
         daemon=True,
     )
     sender.start()
-    rss = RssSampler(worker_pid, interval=0.2)
-    rss.start()
+    peaks = TreePeaks(worker_pid)
+    peaks.start()
+    log_at = worker_log.stat().st_size
     delays: list[float] = []
     missed = 0
     started = time.monotonic()
@@ -211,7 +285,6 @@ def freshness(port: int, rate: float, seconds: float, say: Any, worker_pid: int)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - acked_at)))
     acked, elapsed = parent.recv()
     sender.join()
-    peak_rss = rss.stop()
     p50, p95 = percentile(delays, 0.5), percentile(delays, 0.95)
     say(
         f"  target {rate:,.0f} spans/s: ingest acknowledged {acked / elapsed:,.0f} spans/s "
@@ -219,21 +292,38 @@ def freshness(port: int, rate: float, seconds: float, say: Any, worker_pid: int)
         f"p50 {p50 if p50 is None else f'{p50:.2f}'} s, p95 "
         f"{p95 if p95 is None else f'{p95:.2f}'} s, max {max(delays, default=0):.2f} s"
         + (f", {missed} not visible within 60 s" if missed else "")
-        + " (target p95 <= 5 s)"
+        + " (target p95 <= 2 s)"
     )
-    say(f"    analytics worker peak RSS during the phase: {peak_rss / 2**20:,.0f} MiB")
+    _say_memory(say, peaks, worker_pid)
+    _say_seals(say, worker_log, log_at)
 
 
-def _analytics_worker(url: str) -> subprocess.Popen[bytes]:
+def settle(seconds: float, say: Any, worker_pid: int, worker_log: Path) -> None:
+    """Keep the worker running with no new data: the quiet runs get their final seals."""
+    say(f"  after the last phase, {seconds:g} s with no new data (quiet runs are sealed):")
+    peaks = TreePeaks(worker_pid)
+    peaks.start()
+    log_at = worker_log.stat().st_size
+    time.sleep(seconds)
+    _say_memory(say, peaks, worker_pid)
+    _say_seals(say, worker_log, log_at)
+
+
+def _analytics_worker(
+    url: str, checkpoint_every_s: float | None
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = Path(tempfile.mkstemp(prefix="bench-analytics-", suffix=".log")[1])
     env = {**os.environ, "TPMLEDGER_DATABASE_URL": url}
+    if checkpoint_every_s is not None:
+        env["TPMLEDGER_CHECKPOINT_EVERY_S"] = f"{checkpoint_every_s:g}"
     with log.open("wb") as out:
-        return subprocess.Popen(
+        worker = subprocess.Popen(
             [sys.executable, "-m", "tpmledger.cli.main", "serve", "analytics"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return worker, log
 
 
 # -- (b) cost per update ------------------------------------------------------------------
@@ -354,6 +444,24 @@ def main() -> int:
     parser.add_argument("--high-rate", type=float, default=15_000)
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--stream-batches", type=int, default=30)
+    parser.add_argument(
+        "--checkpoint-every-s",
+        type=float,
+        default=None,
+        help="the worker's TPMLEDGER_CHECKPOINT_EVERY_S (default: its own, 300 s)",
+    )
+    parser.add_argument(
+        "--low-rate-seconds",
+        type=float,
+        default=None,
+        help="length of the simulator-rate phase (default: --freshness-seconds; 0 skips it)",
+    )
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=0,
+        help="keep the worker running this long after the last phase (final seals)",
+    )
     parser.add_argument("--skip-freshness", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench/results/live.txt"))
@@ -364,6 +472,7 @@ def main() -> int:
         print(text, flush=True)
         lines.append(text)
 
+    low_s = args.freshness_seconds if args.low_rate_seconds is None else args.low_rate_seconds
     data_dir = Path(tempfile.mkdtemp(prefix="tpmledger-bench-live-"))
     server = EmbeddedPostgres(data_dir)
     admin_url = server.start()
@@ -376,11 +485,20 @@ def main() -> int:
         if not args.skip_freshness:
             url = _new_database(admin_url)
             ingest = start_ingest(url)
-            worker = _analytics_worker(url)
+            worker, worker_log = _analytics_worker(url, args.checkpoint_every_s)
+            low_s = (
+                args.freshness_seconds if args.low_rate_seconds is None else args.low_rate_seconds
+            )
             try:
                 say("(a) freshness: ingest 200 -> span counted in GET /v1/runs/{run}/minutes")
-                for rate in (SIMULATOR_RATE, args.high_rate):
-                    freshness(ingest.port, rate, args.freshness_seconds, say, worker.pid)
+                if args.checkpoint_every_s is not None:
+                    say(f"  worker: TPMLEDGER_CHECKPOINT_EVERY_S={args.checkpoint_every_s:g}")
+                phases = [(SIMULATOR_RATE, low_s), (args.high_rate, args.freshness_seconds)]
+                for rate, seconds in phases:
+                    if seconds > 0:
+                        freshness(ingest.port, rate, seconds, say, worker.pid, worker_log)
+                if args.settle_seconds > 0:
+                    settle(args.settle_seconds, say, worker.pid, worker_log)
             finally:
                 worker.terminate()
                 worker.wait(30)
@@ -400,9 +518,19 @@ def main() -> int:
             "command: .venv/bin/python bench/live.py "
             f"--freshness-seconds {args.freshness_seconds:g} --high-rate {args.high_rate:g} "
             f"--sizes {args.sizes} --stream-batches {args.stream_batches}"
+            + (
+                f" --checkpoint-every-s {args.checkpoint_every_s:g}"
+                if args.checkpoint_every_s is not None
+                else ""
+            )
+            + (f" --low-rate-seconds {low_s:g}" if args.low_rate_seconds is not None else "")
+            + (f" --settle-seconds {args.settle_seconds:g}" if args.settle_seconds else "")
+            + (" --skip-freshness" if args.skip_freshness else "")
+            + (" --skip-cost" if args.skip_cost else "")
         )
     finally:
         server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)  # GBs after a few minutes at 15,000 spans/s
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -9,8 +10,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.analytics.seal import sealing
 from tpmledger.analytics.worker import ResealLoop, run
 from tpmledger.settings import Settings
 from tpmledger.storage.database import in_one_snapshot, raw_transaction
@@ -41,7 +45,7 @@ def _wait_for(predicate: object, limit_s: float = 60.0) -> bool:
 
 def test_new_data_makes_a_new_version_linked_to_the_previous_seal(database_url: str) -> None:
     store(database_url, _rows("w1", 5))
-    loop = ResealLoop(database_url, quiet_s=0)
+    loop = ResealLoop(database_url, quiet_s=0, in_process=True)  # the child: below
     assert loop.poll_once() == ["w1"]
     assert loop.poll_once() == []  # nothing new
     store(database_url, _rows("w1", 3, offset=100))
@@ -129,3 +133,20 @@ def test_the_daily_prune_reports_a_bad_run_and_prunes_the_others(
     with raw_transaction(database_url) as conn:
         left = dict(conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id"))
     assert left == {"a-bad": 2}
+
+
+def test_the_reseal_loop_seals_in_a_child_process(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Any seal in this (the worker's) process fails: the seal path refuses to compute.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sealed in the worker's own process")
+
+    monkeypatch.setattr(sealing, "compute_for_sealing", refuse)
+    store(database_url, _rows("w-child", 5))
+    caplog.set_level(logging.INFO, logger="tpmledger.analytics")
+    assert ResealLoop(database_url, quiet_s=0).poll_once() == ["w-child"]
+    [version] = in_one_snapshot(database_url, list_snapshots, "w-child")
+    assert version["events_count"] == 5
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sealed w-child")]
+    assert "5 attempts, child peak" in line and " MiB (" in line  # the child's report

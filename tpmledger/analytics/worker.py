@@ -11,6 +11,12 @@ Two loops on two threads, so a long seal never delays live figures:
   its ``updated_at`` so it is not recomputed on every poll. The same loop seals
   checkpoints of runs still receiving data (:mod:`analytics.seal.checkpoints`).
 
+Every seal (reseal, checkpoint, the daily prune's) runs in a child process
+(:mod:`analytics.seal.seal_process`) while this one holds the run's sealing claim: a seal
+of millions of attempts takes hundreds of MB, its own budget, and a long-running process
+would keep much of it. The worker's own memory is the live path's
+(docs/configuration.md#memory).
+
 SIGTERM/SIGINT stop both cleanly between updates and seals.
 """
 
@@ -18,17 +24,16 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.analytics.seal.checkpoints import Checkpointer
-from tpmledger.analytics.seal.kernel_warmup import warm
-from tpmledger.analytics.seal.run_computation import StageTimer
-from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
+from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
@@ -36,16 +41,25 @@ from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal
 
+if TYPE_CHECKING:
+    from tpmledger.analytics.seal.sealing import SealResult
+
 log = logging.getLogger("tpmledger.analytics")
 
 
 class ResealLoop:
-    """One polling loop over one database; :meth:`poll_once` is the unit tests drive."""
+    """One polling loop over one database; :meth:`poll_once` is the unit tests drive.
 
-    def __init__(self, url: str, quiet_s: float, slo: Slo | None = None) -> None:
+    Each seal runs in a child process; ``in_process=True`` seals in this one instead
+    (tests that seal many small runs; never the worker)."""
+
+    def __init__(
+        self, url: str, quiet_s: float, slo: Slo | None = None, *, in_process: bool = False
+    ) -> None:
         self.url = url
         self.quiet_s = quiet_s
         self.slo = slo  # goodput is stored under it with each version (TPMLEDGER_SLO)
+        self.in_process = in_process
         # run_id -> updated_at already handled (sealed, unchanged, or failed)
         self.handled: dict[str, datetime] = {}
 
@@ -57,16 +71,20 @@ class ResealLoop:
                 break
             if self.handled.get(run_id) == updated_at:
                 continue
-            timer = StageTimer()
             started = time.perf_counter()
             try:
                 with sealing_claim(self.url, run_id) as claimed:
                     if not claimed:
                         continue  # a replica is sealing it; it is due again if that fails
                     self.handled[run_id] = updated_at
-                    result = seal_run(self.url, run_id, timer=timer, slo=self.slo)
-            except RunTooLong as exc:
-                log.warning("not sealing: %s", exc)
+                    result, detail = self._seal(run_id)
+            except SealFailed as exc:
+                if exc.kind == "RunTooLong":
+                    log.warning("not sealing: %s", exc.message)
+                else:
+                    log.error(
+                        "sealing %s failed; will retry when it receives new data: %s", run_id, exc
+                    )
                 continue
             except Exception:  # one bad run must not stop the worker
                 log.exception("sealing %s failed; will retry when it receives new data", run_id)
@@ -75,16 +93,48 @@ class ResealLoop:
             if result.created:
                 sealed.append(run_id)
                 log.info(
-                    "sealed %s v%d seal %s events %s in %.2fs",
+                    "sealed %s v%d seal %s events %s in %.2fs%s",
                     run_id,
                     result.version,
                     result.seal,
                     result.metrics.get("attempts"),
                     took,
+                    detail,
                 )
             else:
-                log.info("%s unchanged since v%d; not resealed", run_id, result.version)
+                log.info("%s unchanged since v%d; not resealed%s", run_id, result.version, detail)
         return sealed
+
+    def _seal(self, run_id: str) -> tuple[SealResult, str]:
+        """The run's newest version after sealing it, and what to log of the seal."""
+        if self.in_process:
+            from tpmledger.analytics.kernels.run_span_limit import RunTooLong
+            from tpmledger.analytics.seal.sealing import seal_run
+
+            try:
+                return seal_run(self.url, run_id, slo=self.slo), ""
+            except RunTooLong as exc:
+                raise SealFailed("RunTooLong", str(exc)) from exc
+        child = seal_run_in_child(self.url, run_id, slo=self.slo)
+        return child.result, child_detail(child)
+
+
+def warm_in_child() -> None:
+    """Compile every analytics kernel into the on-disk cache, or check that it is there,
+    in a child process (``python -m tpmledger.analytics.seal.kernel_warmup``), so no seal
+    waits for a compilation. The seals' children then load them from the cache, and so
+    does the live path, one kernel at a time. This process never loads the kernels only a
+    seal uses, such as the event-file writer's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tpmledger.analytics.seal.kernel_warmup"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if done.returncode == 0:
+        log.info("%s (in a child process)", done.stdout.strip() or "analytics kernels ready")
+    else:  # the seals compile what they miss, later
+        log.warning("warming the analytics kernels failed (status %d)", done.returncode)
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:
@@ -114,7 +164,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         close_after_s=settings.minute_close_after_s,
         slo=slo,
     )
-    warm()
+    warm_in_child()
     log.info(
         "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
         settings.analytics_poll_s,

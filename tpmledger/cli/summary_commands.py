@@ -106,8 +106,8 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
     """Seal the run if it changed (a no-op otherwise), then build its signed summary; the
     event file streams to ``events_to`` (or is only hashed)."""
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-    from tpmledger.analytics.proofs.seal_process import SealFailed, seal_in_own_process
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
     settings = settings_from_args(args)

@@ -10,8 +10,12 @@ import pytest
 
 from tests.analytics.proofs.test_version_consistency import _calls
 from tests.analytics.seeding import store
+from tpmledger.analytics.seal import sealing
 from tpmledger.analytics.seal.checkpoints import Checkpointer, closed_before
 from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.snapshot_store import sealing_claim
+from tpmledger.storage.snapshots_read import latest_snapshot
 
 # The calls of _calls end in minutes 03:44 .. 03:48 of 2026-02-01.
 NOW = datetime(2026, 2, 1, 3, 50, 30, tzinfo=UTC)  # 03:48 ended 90 s ago: still open
@@ -24,7 +28,9 @@ def test_minutes_close_a_fixed_time_after_they_end() -> None:
 
 def test_a_live_run_gets_a_checkpoint_of_its_closed_minutes_once(database_url: str) -> None:
     store(database_url, _calls(range(5)))
-    checkpoints = Checkpointer(database_url, every_s=0, quiet_s=3600, close_after_s=120)
+    checkpoints = Checkpointer(
+        database_url, every_s=0, quiet_s=3600, close_after_s=120, in_process=True
+    )  # the worker's child process: test_a_checkpoint_is_sealed_in_a_child_process_…
     [result] = checkpoints.poll_once(now=NOW)
     assert result.run_id == "grow" and not result.final
     assert result.document["minutes"]["tree_size"] == 4  # 03:44 .. 03:47
@@ -84,3 +90,22 @@ def test_a_checkpoint_exports_and_verifies_after_the_run_grew(
         == 0
     )
     assert main(["summary", "export", "grow", "--version", "99", "--out", str(tmp_path / "x")]) == 1
+
+
+def test_a_checkpoint_is_sealed_in_a_child_process_under_the_claim(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any seal in this (the worker's) process fails: the seal path refuses to compute.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sealed in the worker's own process")
+
+    monkeypatch.setattr(sealing, "compute_for_sealing", refuse)
+    store(database_url, _calls(range(5)))
+    checkpoints = Checkpointer(database_url, every_s=0, quiet_s=3600, close_after_s=120)
+    with sealing_claim(database_url, "grow") as claimed:  # a replica is sealing it
+        assert claimed
+        assert checkpoints.poll_once(now=NOW) == []
+    [result] = checkpoints.poll_once(now=NOW)
+    assert result.run_id == "grow" and not result.final and result.created
+    assert result.document["minutes"]["through_minute_utc"] == "2026-02-01T03:47:00Z"
+    assert in_one_snapshot(database_url, latest_snapshot, "grow") is not None

@@ -5,7 +5,7 @@ For each run whose newest stored span arrived before the cutoff and that is not 
 yet (event times do not matter: a backfilled run is due once its spans stop arriving):
 
 1. seal it unless its newest version is final and nothing arrived since, in a process of
-   its own (:mod:`~tpmledger.analytics.proofs.seal_process`: a seal's memory is the
+   its own (:mod:`~tpmledger.analytics.seal.seal_process`: a seal's memory is the
    seal's budget, never the archiving process's);
 2. export its signed summary (the ``tpmledger summary export`` layout) into
    ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-from tpmledger.analytics.proofs.seal_process import SealFailed, seal_in_own_process
 from tpmledger.analytics.proofs.summary_export import (
     SnapshotOutdated,
     build_summary,
     write_export,
 )
+from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import in_one_snapshot

@@ -12,9 +12,8 @@ import pytest
 from tests.analytics.proofs.test_run_archive import arrived_days_ago
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
-from tpmledger.analytics.proofs import seal_process
-from tpmledger.analytics.proofs.seal_process import SealFailed, seal_in_own_process
-from tpmledger.analytics.seal import sealing
+from tpmledger.analytics.seal import seal_process, sealing
+from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.cli.main import main
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.snapshots_read import latest_snapshot
