@@ -163,17 +163,3 @@ def test_bodies_held_by_the_server_are_charged_as_they_grow(database_url: str) -
         if held is not None:
             held.close()
         server.stop()
-
-
-def test_a_normalized_request_is_charged_its_copy_block_without_refusal() -> None:
-    # The block replaces the body: charged what is held, even past the budget (it is held
-    # already), so that new requests are refused until commits free it.
-    budget = BodyBudget(1000)
-    with budget.hold("400") as first, budget.hold("500") as second:
-        first.hold_at_least(800)
-        assert budget.in_use == 1300
-        second.hold_at_least(300)  # never lowered: the larger of body and block
-        assert second.charged == 500
-        with pytest.raises(Overloaded), budget.hold("10"):
-            pass
-    assert budget.in_use == 0

@@ -40,34 +40,19 @@ class FakeContext:
         raise Aborted(message)
 
 
-class Encoded(bytes):
-    """Stands in for EncodedRequest: a COPY block ``block_factor`` × the body."""
-
-    block_factor = 1
-
-    @property
-    def held_bytes(self) -> int:
-        return len(self) * self.block_factor
-
-
 class RecordingHandler:
-    def __init__(self, budget: BodyBudget, block_factor: int = 1) -> None:
+    def __init__(self, budget: BodyBudget) -> None:
         self.budget = budget
-        self.block_factor = block_factor
         self.seen: list[tuple[bytes, int]] = []
-        self.charged_while_stored: list[int] = []
 
     def check_admission(self) -> None:
         pass
 
-    async def encode(self, payload: bytes) -> Encoded:
+    async def encode(self, payload: bytes) -> bytes:
         self.seen.append((bytes(payload), self.budget.in_use))
-        encoded = Encoded(payload)
-        encoded.block_factor = self.block_factor
-        return encoded
+        return bytes(payload)
 
-    async def store(self, encoded: Encoded) -> ExportTraceServiceResponse:
-        self.charged_while_stored.append(self.budget.in_use)
+    async def store(self, encoded: bytes) -> ExportTraceServiceResponse:
         return ExportTraceServiceResponse()
 
 
@@ -84,17 +69,6 @@ def test_grpc_requests_draw_on_the_shared_body_budget() -> None:
     assert handler.seen == []
     asyncio.run(service.export(payload, FakeContext()))
     assert handler.seen == [(payload, 20)]  # held while being stored
-    assert budget.in_use == 0
-
-
-def test_a_request_waiting_for_its_commit_is_charged_its_copy_block() -> None:
-    # The block (about twice a protobuf body) replaces the body until the commit.
-    budget = BodyBudget(max_bytes=100)
-    handler = RecordingHandler(budget, block_factor=2)
-    service = TraceService(handler, TokenVerifier(None), IngestMetrics(), budget)  # type: ignore[arg-type]
-    asyncio.run(service.export(b"x" * 30, FakeContext()))
-    assert handler.seen == [(b"x" * 30, 30)]
-    assert handler.charged_while_stored == [60]
     assert budget.in_use == 0
 
 

@@ -18,11 +18,6 @@ The budget also bounds one body: a body that alone inflates past it is refused w
 Holding one body costs about 2.5-4 × its size across the listener and a normalizer
 worker (the hand-over copies it), and an idle ingest is ~205 MiB: one 60 MiB body alone
 took ingest to 490 MiB, one 16 MiB body to 242 MiB (bench/results/ingest_overload.txt).
-
-Once normalized, a request holds its COPY block instead of its body until the commit:
-~1.9 × a protobuf body (bench workload: 273 KB of 512 spans → 520 KB). Its charge is
-then raised to the block (:meth:`BodyCharge.hold_at_least`), so the requests waiting in
-the queue are charged what they hold, and the budget, not twice it, bounds them.
 """
 
 from __future__ import annotations
@@ -33,9 +28,9 @@ from typing import Final
 
 from tpmledger.ingest.error_taxonomy import Overloaded, PayloadTooLarge
 
-# 16 MiB ≈ 60 bodies of 512 spans being read and normalized, or ~30 COPY blocks (~16k
-# spans, about a second of work at full speed) waiting for their commit: plenty for steady
-# load, and this bound, not the queue's 64,000 spans, is what keeps overload under 300 MB.
+# 16 MiB ≈ 55 requests of 512 spans (~28k spans, over a second of work at full speed):
+# plenty for steady load, and each admitted request also holds its COPY block (~1.3 × its
+# body) until the commit, so this bound is what keeps overload under 300 MB.
 DEFAULT_MAX_BYTES: Final = 16 * 1024 * 1024
 # A body without Content-Length (chunked) is admitted with this much (one socket read);
 # its charge then grows with the bytes actually held.
@@ -69,16 +64,6 @@ class BodyCharge:
             )
         budget.in_use += extra
         self.charged = held_bytes
-
-    def hold_at_least(self, held_bytes: int) -> None:
-        """Charge ``held_bytes`` in all without refusing: for what the request already holds
-        and will not drop, its COPY block once normalized (~1.9 × a protobuf body). New
-        requests then wait for the commits to free it, instead of the queue holding
-        twice the budget while the bodies that became blocks are charged their size."""
-        extra = held_bytes - self.charged
-        if extra > 0:
-            self._budget.in_use += extra
-            self.charged = held_bytes
 
 
 class BodyBudget:

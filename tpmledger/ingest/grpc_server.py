@@ -105,7 +105,6 @@ class TraceService:
                 body = read_message(payload, charge)
                 del payload
                 encoded = await self._handler.encode(body)
-                charge.hold_at_least(encoded.held_bytes)  # the block replaces the body
                 del body  # waiting for the commit needs the COPY block, not the body
                 response = await self._handler.store(encoded)
         except IngestError as err:

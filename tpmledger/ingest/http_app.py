@@ -120,7 +120,6 @@ def build_app(
                 if media != PROTOBUF:
                     payload = decode_request(payload, media).SerializeToString()
                 encoded = await handler.encode(payload)
-                charge.hold_at_least(encoded.held_bytes)  # the block replaces the body
                 del payload  # waiting for the commit needs the COPY block, not the body
                 response = await handler.store(encoded)
         except IngestError as err:

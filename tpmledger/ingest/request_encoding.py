@@ -24,11 +24,6 @@ class EncodedRequest:
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most a few
 
-    @property
-    def held_bytes(self) -> int:
-        """What the request holds while it waits for its commit: its COPY text."""
-        return len(self.block.text) + len(self.block.tools)
-
 
 def encode_request(payload: bytes | bytearray) -> EncodedRequest:
     """Normalize serialized ``ExportTraceServiceRequest`` bytes and encode the rows.
