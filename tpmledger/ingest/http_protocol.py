@@ -43,17 +43,10 @@ def bounded_read_protocol() -> type[asyncio.Protocol]:
         return _with_small_reads(base)
 
     class BoundedBodyProtocol(_with_small_reads(base)):  # type: ignore[misc]
-        # uvicorn's HttpToolsProtocol.on_body with BODY_HIGH_WATER for its 64 KiB.
         def on_body(self, body: bytes) -> None:
-            cycle = self.cycle
-            if (self.parser.should_upgrade() and self._should_upgrade()) or (
-                cycle.response_complete
-            ):
-                return
-            cycle.body += body
-            if len(cycle.body) > BODY_HIGH_WATER:
-                self.flow.pause_reading()
-            cycle.message_event.set()
+            super().on_body(body)  # buffers it, pausing the socket past 64 KiB
+            if len(self.cycle.body) > BODY_HIGH_WATER:
+                self.flow.pause_reading()  # idempotent
 
     return BoundedBodyProtocol
 
