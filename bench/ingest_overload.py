@@ -11,10 +11,12 @@ bodies swaps the trace-id prefix, so every accepted request carries new spans. W
 default queue bound (TPMLEDGER_QUEUE_MAX_SPANS), 480 senders offer more than
 the queue admits, so the server must refuse with 503 + Retry-After; senders honour it.
 
-Printed (and written to ``bench/results/ingest_overload.txt``): peak RSS of the ingest
-process (target ≤ 300 MB), RSS every 10 s, answers by status, 503s with and without
-Retry-After, the largest queue depth ``/metrics`` showed against the configured bound,
-and whether the rows stored equal the spans acknowledged with 200.
+Printed (and appended to ``bench/results/ingest_overload.txt`` as a dated section): peak
+RSS of the ingest process and its children, summed (target ≤ 300 MB), and each one's share
+at that peak (main process, normalizer workers, multiprocessing's resource tracker); RSS
+every 10 s, answers by status, 503s with and without Retry-After, the largest queue depth
+``/metrics`` showed against the configured bound, and whether the rows stored equal the
+spans acknowledged with 200.
 
 Hostile bodies run beside them, from another forked process, back to back and ignoring
 Retry-After: ``--bomb-senders`` POST a ~61 KB gzip body that inflates to
@@ -242,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Retry-After ignored; answers: {dict(sorted(hostile_tally.items()))}",
         f"ingest peak RSS (process + children): {peak_rss / 2**20:.0f} MiB = "
         f"{peak_rss / 1e6:.0f} MB (target <= 300 MB: {'met' if peak_rss <= 300e6 else 'NOT met'})",
+        "at the peak: "
+        + ", ".join(f"{role} {size / 2**20:.0f} MiB" for role, size in rss.split_at_peak),
         "GET /healthz during the overload: "
         + (
             f"{len(watcher.health_s)} answered, p50 "
@@ -269,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + "\n"
     print(text, end="")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    with args.out.open("a") as out:  # dated sections: earlier results stay
+        out.write(("\n" if args.out.stat().st_size else "") + text)
     return 0 if alive else 1
 
 

@@ -276,20 +276,37 @@ class RssSampler(threading.Thread):
         self.process = psutil.Process(pid)
         self.interval = interval
         self.peak_bytes = 0
+        # At the peak: (what, RSS) of the process and of each child (normalizer workers,
+        # multiprocessing's resource tracker), so a result says where the peak was.
+        self.split_at_peak: list[tuple[str, int]] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.is_set():
             with contextlib.suppress(psutil.Error):
                 procs = [self.process, *self.process.children(recursive=True)]
-                total = sum(p.memory_info().rss for p in procs)
-                self.peak_bytes = max(self.peak_bytes, total)
+                sizes = [p.memory_info().rss for p in procs]
+                if sum(sizes) > self.peak_bytes:
+                    self.peak_bytes = sum(sizes)
+                    self.split_at_peak = [
+                        (_role(p, p is self.process), size)
+                        for p, size in zip(procs, sizes, strict=True)
+                    ]
             self._stop_event.wait(self.interval)
 
     def stop(self) -> int:
         self._stop_event.set()
         self.join()
         return self.peak_bytes
+
+
+def _role(process: psutil.Process, is_root: bool) -> str:
+    if is_root:
+        return "main"
+    command = " ".join(process.cmdline())
+    if "resource_tracker" in command:
+        return "resource tracker"
+    return "worker" if "spawn_main" in command else "child"
 
 
 @dataclass

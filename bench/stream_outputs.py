@@ -10,7 +10,9 @@ database and sealed (in its own process). Then, per run:
 
 * ``GET /v1/runs/RUN/events.jsonl`` from a running ``tpmledger serve ingest`` (the
   serving process): its RSS is sampled every 20 ms during the download (``VmRSS`` of
-  /proc/PID/status; the process's own ``VmHWM`` is printed at the end), and the body's
+  /proc/PID/status; the process's own ``VmHWM`` is printed at the end), and so are the
+  processes it starts to write the file (their own ``VmHWM``, and the serving process's
+  RSS plus theirs at the same moment), and the body's
   SHA-256 must equal the sealed ``events_sha256``; then three downloads at once, of which
   one must get 503 + Retry-After (``TPMLEDGER_HEAVY_REQUESTS`` = 2);
 * ``tpmledger events RUN`` in a new process, its output hashed by the bench as it comes
@@ -149,6 +151,44 @@ def _sealed_sha256(url: str, run_id: str) -> str:
     return str(row[0]) if row else ""
 
 
+class WriterWatch(threading.Thread):
+    """Every 20 ms: the event-file writer processes the serving process starts
+    (``event_file_process``), each one's own ``VmHWM``, and the peak of the serving
+    process's VmRSS plus theirs at the same moment."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.parent = psutil.Process(pid)
+        self.writers: dict[int, int] = {}
+        self.peak_sum_kib = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            with contextlib.suppress(psutil.Error):
+                total = proc_status_kib(self.parent.pid, "VmRSS")
+                for child in self.parent.children():
+                    with contextlib.suppress(psutil.Error, OSError):
+                        if "event_file_process" not in " ".join(child.cmdline()):
+                            continue
+                        hwm = proc_status_kib(child.pid, "VmHWM")
+                        self.writers[child.pid] = max(self.writers.get(child.pid, 0), hwm)
+                        total += proc_status_kib(child.pid, "VmRSS")
+                self.peak_sum_kib = max(self.peak_sum_kib, total)
+            self._halt.wait(0.02)
+
+    def stop(self) -> str:
+        self._halt.set()
+        self.join()
+        if not self.writers:
+            return "no writer process"
+        return (
+            f"{len(self.writers)} writer process(es), own peak "
+            f"{max(self.writers.values()) / 1024:.0f} MiB; serving + writers at once "
+            f"{self.peak_sum_kib / 1024:.0f} MiB"
+        )
+
+
 def _serve(
     url: str, runs: list[tuple[int, str, str]], work: Path, say: Callable[[str], None]
 ) -> None:
@@ -162,22 +202,28 @@ def _serve(
         for attempts, run_id, sealed in runs:
             watch = RssWatch(pid)
             watch.start()
+            writers = WriterWatch(pid)
+            writers.start()
             started = time.monotonic()
             status, digest, size, _ = _download(ingest.host, ingest.port, run_id)
             took = time.monotonic() - started
             watch.stop()
+            written_by = writers.stop()
             say(
                 f"GET events.jsonl of {attempts:,} attempts: {status}, {size / 1e6:,.0f} MB "
                 f"in {took:.1f} s, sha256 {'equals' if digest == sealed else 'DIFFERS FROM'}"
                 f" the seal's; serving process peak {watch.peak_kib / 1024:.0f} MiB = "
                 f"{watch.peak_kib * 1024 / 1e6:.0f} MB (target <= {TARGET_MB} MB: "
-                f"{'met' if watch.peak_kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'})"
+                f"{'met' if watch.peak_kib * 1024 / 1e6 <= TARGET_MB else 'NOT met'}); "
+                f"{written_by}"
             )
         # Three at once with the default cap of two: one gets 503 + Retry-After.
         attempts, run_id, sealed = runs[-1]
         answers: list[tuple[int, str, int, str | None]] = []
         watch = RssWatch(pid)
         watch.start()
+        writers = WriterWatch(pid)
+        writers.start()
         threads = [
             threading.Thread(
                 target=lambda: answers.append(_download(ingest.host, ingest.port, run_id))
@@ -190,12 +236,13 @@ def _serve(
         for thread in threads:
             thread.join()
         watch.stop()
+        written_by = writers.stop()
         statuses = sorted((a[0], a[3]) for a in answers)
         say(
             f"3 downloads at once of {attempts:,} attempts: (status, Retry-After) "
             f"{statuses}; all 200s equal the seal: "
             f"{all(a[1] == sealed for a in answers if a[0] == 200)}; serving process "
-            f"peak {watch.peak_kib / 1024:.0f} MiB"
+            f"peak {watch.peak_kib / 1024:.0f} MiB; {written_by}"
         )
         say(
             f"serving process VmHWM over the whole bench: "

@@ -6,8 +6,9 @@ import asyncio
 import platform
 import subprocess
 import sys
+from typing import Any
 
-from tpmledger.ingest.http_protocol import READ_BYTES, bounded_read_protocol
+from tpmledger.ingest.http_protocol import BODY_HIGH_WATER, READ_BYTES, bounded_read_protocol
 from tpmledger.ingest.process_memory import limit_heap_retention
 
 
@@ -83,3 +84,73 @@ def test_garbage_collector_is_relaxed_in_a_fresh_process() -> None:
         [sys.executable, "-c", _GC_PROBE], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "ok"
+
+
+async def _serve_one_request(answer_without_reading: bool) -> tuple[list[int], int]:
+    """A 300 KB POST to a uvicorn protocol of ours whose app reads nothing until the
+    connection has paused; returns the buffered body sizes the app saw while waiting and
+    the bytes still buffered on the connection after the answer."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    loop = asyncio.get_running_loop()
+    protocols: list[Any] = []
+    buffered: list[int] = []
+    answered = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        connection = protocols[0]
+        for _ in range(200):  # until the socket is paused: the connection buffers no more
+            await asyncio.sleep(0.01)
+            buffered.append(len(connection.cycle.body))
+            if connection.flow.read_paused:
+                break
+        if not answer_without_reading:
+            while (await receive()).get("more_body"):
+                pass
+        status = 503 if answer_without_reading else 200
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        answered.set()
+
+    protocol_class = bounded_read_protocol()
+
+    class Kept(protocol_class):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            protocols.append(self)
+            super().connection_made(transport)
+
+    config = Config(app=app, log_config=None)
+    config.load()
+    state = ServerState()
+    server = await loop.create_server(
+        lambda: Kept(config=config, server_state=state, app_state={}), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = bytes(300_000)
+    writer.write(
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    writer.write(body)
+    await asyncio.wait_for(answered.wait(), 10)
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    left = len(protocols[0].cycle.body)
+    writer.close()
+    server.close()
+    return buffered, left
+
+
+def test_a_connection_buffers_at_most_a_read_and_the_high_water_mark_of_body() -> None:
+    buffered, _ = asyncio.run(_serve_one_request(answer_without_reading=False))
+    assert buffered and max(buffered) > 0
+    assert max(buffered) <= READ_BYTES + BODY_HIGH_WATER
+
+
+def test_an_answered_request_leaves_no_body_buffered_on_its_connection() -> None:
+    # A 503 before the body is read: what the connection had buffered is dropped with the
+    # answer, not kept until the sender's next request (after Retry-After).
+    buffered, left = asyncio.run(_serve_one_request(answer_without_reading=True))
+    assert max(buffered) > 0
+    assert left == 0

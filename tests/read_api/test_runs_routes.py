@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -264,3 +265,25 @@ def test_minutes_of_a_bounded_window(client: TestClient, database_url: str) -> N
         assert response.status_code == 422, bad
         assert says in response.json()["detail"], response.json()
     assert client.get("/v1/runs/far/minutes", params={"limit": "x"}).status_code == 422
+
+
+@pytest.mark.slow
+def test_a_download_leaves_the_ingest_process_without_the_file_writers_libraries(
+    database_url: str,
+) -> None:
+    # Polars, PyArrow and Numba's LLVM (~200 MiB) write the file in a child process; they
+    # used to stay in the ingest process after the first download.
+    import httpx
+
+    from tests.fixtures.servers import start_ingest
+
+    store(database_url, [attempt_row(run_id="served") for _ in range(4)])
+    server = start_ingest(database_url)
+    try:
+        response = httpx.get(f"{server.http_url}/v1/runs/served/events.jsonl", timeout=60)
+        assert response.status_code == 200 and response.content.count(b"\n") == 4
+        maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+        loaded = [lib for lib in ("llvmlite", "polars", "pyarrow", "numba") if lib in maps]
+        assert loaded == []
+    finally:
+        server.stop()

@@ -1,8 +1,10 @@
 """A cap on whole-run read requests served at once (docs/ingest.md#limits).
 
-Streaming a run's ``events.jsonl`` holds a database snapshot and a chunk of the run (tens
-of MB) for as long as the download lasts; the read API shares the ingest process, so the
-number of such requests in flight is bounded (``TPMLEDGER_HEAVY_REQUESTS``, default 2).
+Streaming a run's ``events.jsonl`` holds a database snapshot and a chunk of the run for as
+long as the download lasts, in a writer process of its own (~285 MiB: the file's libraries
+and a chunk, :mod:`tpmledger.analytics.proofs.event_file_process`); the read API shares the
+machine with ingest, so the number of such requests in flight is bounded
+(``TPMLEDGER_HEAVY_REQUESTS``, default 2).
 Past it, the answer is 503 with ``Retry-After``, like an overloaded ingest.
 """
 

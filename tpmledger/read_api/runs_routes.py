@@ -18,7 +18,7 @@ from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
 
 if TYPE_CHECKING:
-    from tpmledger.analytics.proofs.run_events import RunEventFile
+    from tpmledger.analytics.proofs.event_file_process import EventFileProcess
 
 # analytics and provenance (Polars, Arrow) are imported by the handlers that need them, on
 # first use: the router is mounted in every ingest process, which should stay small.
@@ -55,23 +55,18 @@ def _unknown(run_id: str) -> HTTPException:
     return HTTPException(status_code=404, detail=f"unknown run {run_id!r}: no spans stored")
 
 
-async def _streamed(file: RunEventFile, slot: HeavySlot) -> AsyncIterator[bytes]:
-    """The file's blocks, each read and written in a worker thread; the snapshot and the
-    slot are let go when the download ends, fails or the client goes away."""
-    blocks = file.blocks()
+async def _streamed(file: EventFileProcess, slot: HeavySlot) -> AsyncIterator[bytes]:
+    """The file's bytes as its process writes them; the process and the slot are let go
+    when the download ends, fails or the client goes away."""
     try:
-        while True:
-            block = await run_in_threadpool(next, blocks, None)
-            if block is None:
-                break
+        async for block in file.blocks():
             yield block
     finally:
         try:
-            # Shielded: a client that went away cancels this task, and the snapshot's
-            # connection must still be closed now, not whenever the collector finds it.
+            # Shielded: a client that went away cancels this task, and the child (with its
+            # snapshot) must still be stopped now, not whenever the collector finds it.
             with CancelScope(shield=True):
-                await run_in_threadpool(blocks.close)
-                await run_in_threadpool(file.__exit__, None, None, None)
+                await file.close()
         finally:
             slot.release()
 
@@ -215,7 +210,8 @@ def build_router(
         },
     )
     async def get_events(run_id: str) -> StreamingResponse:
-        from tpmledger.analytics.proofs.run_events import RunEventFile
+        # Written by a child process: the libraries that write it stay out of ingest.
+        from tpmledger.analytics.proofs.event_file_process import EventFileProcess
         from tpmledger.storage.retention_store import RunArchived, refuse_if_archived
 
         slot = heavy.take()
@@ -224,11 +220,15 @@ def build_router(
                 await run_in_threadpool(in_one_snapshot, database_url, refuse_if_archived, run_id)
             except RunArchived as exc:
                 raise HTTPException(410, detail=str(exc)) from exc
-            file = RunEventFile(database_url, run_id)
+            file = EventFileProcess(database_url, run_id)
             try:
-                await run_in_threadpool(file.__enter__)
-            except UnknownRun as exc:
-                raise _unknown(run_id) from exc
+                await file.start()
+            except BaseException as exc:
+                with CancelScope(shield=True):
+                    await file.close()
+                if isinstance(exc, UnknownRun):
+                    raise _unknown(run_id) from exc
+                raise
         except BaseException:
             slot.release()
             raise
