@@ -25,14 +25,9 @@ import polars as pl
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
 from tpmledger.analytics.live.minute_extras import minute_extras
-from tpmledger.analytics.live.minute_state import (
-    MinuteState,
-    fold_ending,
-    fold_overlap,
-    minute_facts,
-    minute_rows,
-)
-from tpmledger.analytics.live.minute_state import minute_extras as state_extras
+from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
+from tpmledger.analytics.live.minute_state_figures import minute_extras as state_extras
+from tpmledger.analytics.live.minute_state_figures import minute_facts, minute_rows
 
 MINUTE_NS = 60_000_000_000
 _FLAGS = ("rollup", "later_in_call", "has_later")

@@ -314,7 +314,7 @@ class LiveRunMinute(Base):
     deadline: Mapped[dict[str, Any]] = mapped_column(JSONB)
     # Tool-held slot sums of the attempts ending in the minute and the tool spans starting
     # in it, {slot_ns, held_ns, holding, tool_spans}; per (provider, model) target, the
-    # in-flight seconds by level, bounds and declared cap (analytics/live/minute_state.py).
+    # in-flight seconds by level, bounds and declared cap (analytics/live/minute_state_figures.py).
     # NULL in rows written before migration 0012.
     tools: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     targets: Mapped[list[Any] | None] = mapped_column(JSONB)

@@ -20,14 +20,9 @@ import pytest
 
 from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
 from tpmledger.analytics.live.minute_extras import minute_extras
-from tpmledger.analytics.live.minute_state import (
-    MinuteState,
-    fold_ending,
-    fold_overlap,
-    minute_facts,
-    minute_rows,
-)
-from tpmledger.analytics.live.minute_state import minute_extras as state_extras
+from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
+from tpmledger.analytics.live.minute_state_figures import minute_extras as state_extras
+from tpmledger.analytics.live.minute_state_figures import minute_facts, minute_rows
 
 MINUTE = 60_000_000_000
 BASE = 1_800_000_000_000_000_000 // MINUTE * MINUTE

@@ -43,10 +43,8 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.live.minute_state import (
-    MinuteState,
-    fold_ending,
-    fold_overlap,
+from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
+from tpmledger.analytics.live.minute_state_figures import (
     minute_extras,
     minute_facts,
     minute_rows,

@@ -21,17 +21,16 @@ folds the attempts it reads into it:
   in-flight at each of the 60 seconds, the first start and last end second of its
   attempts ending in the minute, and the largest cap they declare (rollups too).
 
-A minute's rows are then computed from its state with the same arithmetic as
-:func:`analytics.live.live_minutes.live_minute_rows` (the same percentile and moment
-kernels over the same sorted values), so they are the same figures. Folding is additive
-only: an attempt whose flags change (``rollup``, ``later_in_call``, ``has_later``) makes
-the updater rebuild its minutes from the database (:mod:`analytics.live.live_updater`).
+A minute's rows, run facts and extras are then computed from its state
+(:mod:`analytics.live.minute_state_figures`). Folding is additive only: an attempt whose
+flags change (``rollup``, ``later_in_call``, ``has_later``) makes the updater rebuild its
+minutes from the database (:mod:`analytics.live.live_updater`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,15 +38,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.cell_figures import PERCENTILES, QUANTILES
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
-from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
-from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
-from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
-from tpmledger.analytics.live.live_minutes import _SCHEMA, _finish
 from tpmledger.analytics.live.minute_extras import TOKEN_TYPES
-from tpmledger.storage.minute_keys import WHOLE_RUN
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -422,29 +415,6 @@ def _overlap_targets(
             )
 
 
-def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
-    return SortedGroups(values, np.array([0, values.size], np.int64), np.array([nulls], np.int64))
-
-
-def _value_figures(values: npt.NDArray[Any], nulls: int, name: str) -> dict[str, float | None]:
-    """Percentiles (and for TTFT mean and variance) of one cell, as cell_figures."""
-    if values.size == 0:
-        keys = [f"{name}_{p}_s" for p in PERCENTILES]
-        if name == "ttft":
-            keys += ["ttft_mean_s", "ttft_variance_s2"]
-        return dict.fromkeys(keys)
-    groups = _groups(values, nulls)
-    to_values = latency_seconds if name == "latency" else None
-    figures, _ = group_quantiles(groups, QUANTILES, to_values)
-    out: dict[str, float | None] = {
-        f"{name}_{p}_s": float(v[0]) for p, v in zip(PERCENTILES, figures, strict=True)
-    }
-    if name == "ttft":
-        mean, variance = group_moments(groups)
-        out["ttft_mean_s"], out["ttft_variance_s2"] = float(mean[0]), float(variance[0])
-    return out
-
-
 def _whole(arrays: Iterable[npt.NDArray[Any]], empty: npt.NDArray[Any]) -> npt.NDArray[Any]:
     parts = [a for a in arrays if a.size]
     if not parts:
@@ -452,205 +422,3 @@ def _whole(arrays: Iterable[npt.NDArray[Any]], empty: npt.NDArray[Any]) -> npt.N
     joined = np.concatenate(parts)
     joined.sort(kind="stable")
     return joined
-
-
-def _concurrency(flight: Ints, depth: Ints, cap: int | None, whole: bool) -> dict[str, Any]:
-    low = 0.0 if whole else SAG_FRACTION_OF_CAP * float(cap or 0)
-    queued = depth > 0
-    return {
-        "in_flight_mean": int(flight.sum()) / 60,
-        "in_flight_max": max(int(flight.max()), 0),
-        "queue_depth_mean": int(depth.sum()) / 60,
-        "queue_depth_max": max(int(depth.max()), 0),
-        "queue_seconds": 0 if whole else int(queued.sum()),
-        "sag_seconds": int((queued & (flight < low)).sum()),
-    }
-
-
-def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.DataFrame:
-    """The live rows of ``states``' minutes (one contiguous range), as
-    :func:`analytics.live.live_minutes.live_minute_rows` gives them."""
-    known = dict(caps)
-    for state in states:
-        for shard, cap in state.caps.items():
-            known[shard] = max(known.get(shard, 0), cap)
-    records: list[dict[str, Any]] = []
-    zero_sums = np.zeros(len(SUMS), np.int64)
-    zero_seconds = np.zeros(60, np.int64)
-    for state in states:
-        shards = sorted(set(state.sums) | set(state.caps) | set(state.flight))
-        total = zero_sums.copy()
-        flights, depths = [], []
-        active = 0
-        for shard in shards:
-            sums = state.sums.get(shard, zero_sums)
-            total += sums
-            active += int(sums[0] > 0)
-            ttft = state.ttft.get(shard, _EMPTY_FLOATS)
-            flight = state.flight.get(shard, zero_seconds)
-            depth = state.depth.get(shard, zero_seconds)
-            flights.append(flight)
-            depths.append(depth)
-            records.append(
-                {
-                    "shard_id": shard,
-                    "minute_ns": state.minute_ns,
-                    **_counts(sums),
-                    "shards_active": int(sums[0] > 0),
-                    **_value_figures(ttft, int(sums[0]) - ttft.size, "ttft"),
-                    **_value_figures(state.latency.get(shard, _EMPTY_INTS), 0, "latency"),
-                    **_concurrency(flight, depth, known.get(shard), whole=False),
-                    "sag_cap": known.get(shard),
-                    "concurrency_cap": state.caps.get(shard),
-                }
-            )
-        ttft, latency = state.whole_values()
-        flight = np.sum(flights, axis=0) if flights else zero_seconds
-        depth = np.sum(depths, axis=0) if depths else zero_seconds
-        records.append(
-            {
-                "shard_id": WHOLE_RUN,
-                "minute_ns": state.minute_ns,
-                **_counts(total),
-                "shards_active": active,
-                **_value_figures(ttft, int(total[0]) - ttft.size, "ttft"),
-                **_value_figures(latency, 0, "latency"),
-                **_concurrency(flight, depth, None, whole=True),
-                "sag_cap": None,
-                "concurrency_cap": None,
-            }
-        )
-    names = records[0].keys() if records else ()
-    schema = {"shard_id": pl.String(), "minute_ns": pl.Int64()}
-    schema |= {name: dtype for name, dtype in _SCHEMA.items() if name in names}
-    table = pl.DataFrame(records, schema=schema)
-    return _finish(table)
-
-
-def _counts(sums: Ints) -> dict[str, Any]:
-    out = {name: int(sums[i]) for i, name in enumerate(SUMS) if name != "evidence"}
-    out["retry_evidence"] = bool(sums[SUMS.index("evidence")] > 0)
-    return out
-
-
-def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any]:
-    """The minute's run facts (storage.models.LiveRunMinute), as
-    :func:`analytics.live.live_minutes.run_minute_facts` gives them."""
-    attempts = sum(int(s[0]) for s in state.sums.values())
-    ttft, latency = state.whole_values()
-    if not state.own_checked:  # no attempt has a deadline of its own: every slot counts
-        slots = latency_seconds(latency)
-    else:
-        slots = np.concatenate(state.no_own_slots) if state.no_own_slots else _EMPTY_FLOATS
-    checked, over, wasted = state.own_checked, state.own_over, state.own_wasted
-    if run_timeout is not None:
-        late = slots[slots > run_timeout]
-        checked += int(slots.size)
-        over += int(late.size)
-        wasted += float((late - run_timeout).sum())
-    return {
-        "minute_ns": state.minute_ns,
-        "tools": {
-            "slot_ns": int(latency.sum()),
-            "held_ns": state.tool_held_ns,
-            "holding": state.tool_holding,
-            "tool_spans": state.tool_spans,
-        },
-        "targets": minute_targets(state),
-        "attempts": attempts,
-        "explicit_calls": state.explicit_calls,
-        "logical_calls": state.logical_calls,
-        "call_successes": state.call_successes,
-        "retry_causes": dict(state.causes),
-        "ttft": _sorted_summary(ttft),
-        "latency": _sorted_summary(latency, 1.0 / 1e9),
-        "max_timeout_s": state.max_timeout,
-        "deadline": {
-            "attempts": checked,
-            "over": over,
-            "wasted_s": wasted,
-            "without_own": int(slots.size),
-            "limit": run_timeout,
-        },
-    }
-
-
-def minute_targets(state: MinuteState) -> list[dict[str, Any]]:
-    """Per target of the minute: ``cap`` declared by its attempts ending in it, ``first`` /
-    ``last`` (the least ceil(start) and largest ceil(end), in whole seconds, of its
-    attempts ending in it), ``busy`` (first and one past the last second with something in
-    flight) and ``levels`` ([in-flight, seconds] for every level above 0)."""
-    out = []
-    targets = set(state.target_caps) | set(state.target_bounds) | set(state.target_flight)
-    for target in sorted(
-        targets, key=lambda t: (t[0] or "", t[0] is None, t[1] or "", t[1] is None)
-    ):
-        provider, model = target
-        bounds = state.target_bounds.get(target)
-        flight = state.target_flight.get(target)
-        levels: list[list[int]] = []
-        busy = None
-        if flight is not None and flight.any():
-            level, seconds = np.unique(flight[flight > 0], return_counts=True)
-            levels = [[int(v), int(n)] for v, n in zip(level, seconds, strict=True)]
-            at = np.flatnonzero(flight > 0)
-            first = state.minute_ns // SECOND_NS
-            busy = [first + int(at[0]), first + int(at[-1]) + 1]
-        out.append(
-            {
-                "provider": provider,
-                "model": model,
-                "cap": state.target_caps.get(target),
-                "first": None if bounds is None else bounds[0],
-                "last": None if bounds is None else bounds[1],
-                "busy": busy,
-                "levels": levels,
-            }
-        )
-    return out
-
-
-_SUMMARY_CHUNK = 65_536
-
-
-def _sorted_summary(values: npt.NDArray[Any], scale: float | None = None) -> dict[str, Any] | None:
-    """:func:`analytics.live.live_minutes._value_summary` of sorted ``values`` (times
-    ``scale``), a chunk at a time: the same bins (each value maps alone), and the same sums
-    up to the order of float additions, without whole-minute temporaries."""
-    if values.size == 0:
-        return None
-    n = int(values.size)
-
-    def chunks() -> Iterable[Floats]:
-        for low in range(0, n, _SUMMARY_CHUNK):
-            part = values[low : low + _SUMMARY_CHUNK].astype(np.float64)
-            yield part * scale if scale is not None else part
-
-    total = sum(float(part.sum()) for part in chunks())
-    mean = total / n
-    m2 = sum(float(((part - mean) ** 2).sum()) for part in chunks())
-    keys, counts = [], []
-    for part in chunks():
-        mapped = part[part > MIN_MAPPED]
-        # Spans never end before they start (docs/ingest.md#limits): nothing maps below zero.
-        key = np.ceil(np.log(mapped) / np.log(2.0) * KEY_MULTIPLIER).astype(np.int64)
-        unique, count = np.unique(key, return_counts=True)
-        keys.append(unique)
-        counts.append(count)
-    if keys:
-        every, where = np.unique(np.concatenate(keys), return_inverse=True)
-        summed = np.bincount(where, weights=np.concatenate(counts)).astype(np.int64)
-    else:
-        every, summed = _EMPTY_INTS, _EMPTY_INTS
-    return summary(total, m2, n, every, summed).as_json()
-
-
-def minute_extras(state: MinuteState) -> list[tuple[int, str, str, int]]:
-    """(minute_ns, kind, key, value) as :func:`analytics.live.minute_extras.minute_extras`."""
-    rows = [
-        (state.minute_ns, "tokens", token_type, total)
-        for token_type, (count, total) in state.tokens.items()
-        if count
-    ]
-    rows += [(state.minute_ns, "errors", e, n) for e, n in sorted(state.errors.items()) if n]
-    return rows
