@@ -38,7 +38,7 @@ print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.mod
 
 def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> None:
     # Request time, not only start-up: the run object, minutes and the run list of a live
-    # and of a sealed run are read from minute rows (analytics/views/live_view.py), so the
+    # and of a sealed run are read from minute rows (analytics/views/current_table.py), so the
     # ingest process (300 MB target) never loads Polars, Arrow or Numba to answer them.
     from tests.analytics.seeding import store
     from tests.storage.builders import attempt_row

@@ -14,7 +14,7 @@ from tpmledger.analytics.kernels.minute_schema import (
     ZERO_WHEN_EMPTY,
 )
 from tpmledger.analytics.kernels.minute_table import MINUTE_COLUMNS as TABLE_COLUMNS
-from tpmledger.analytics.views.live_view import _empty_row
+from tpmledger.analytics.views.current_table import _empty_row
 from tpmledger.storage.database import get_engine
 from tpmledger.storage.minute_columns import (
     EMPTY_FIGURES,
@@ -69,7 +69,7 @@ def test_an_empty_minute_shows_zero_counts_and_unmeasured_figures() -> None:
 
 
 def test_the_live_view_fills_empty_minutes_as_declared() -> None:
-    # analytics/views/live_view.py still lists these itself; this keeps it in step.
+    # analytics/views/current_table.py still lists these itself; this keeps it in step.
     row = _empty_row("*", datetime(2026, 2, 1, 3, 44, tzinfo=UTC))
     assert set(row) == set(MINUTE_COLUMNS)
     assert {name: row[name] for name in EMPTY_FIGURES} == EMPTY_FIGURES

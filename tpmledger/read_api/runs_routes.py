@@ -151,7 +151,7 @@ def build_router(
         ),
     ) -> dict[str, Any]:
         from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-        from tpmledger.analytics.views.live_view import MinuteWindow
+        from tpmledger.analytics.views.minute_window import MinuteWindow
         from tpmledger.analytics.views.run_views import minute_series
 
         window = None

@@ -2,7 +2,7 @@
 
 A run's current minute table is its newest snapshot's rows, with every minute that has
 live rows taken from ``live_minutes`` instead (docs/metrics.md#live-figures). These
-queries return plain dicts; :mod:`analytics.views.live_view` applies the run-level rules.
+queries return plain dicts; :mod:`analytics.views.current_table` applies the run-level rules.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ of ``minute_metrics`` (sealed versions) and ``live_minutes`` (:mod:`storage.mode
 minute table's column order (:data:`MINUTE_COLUMNS`, also the order the analytics build
 it in), its Polars types (:mod:`analytics.kernels.minute_table`), which figures are
 rounded to 12 significant digits (every ``double precision`` one) and the rows of empty
-minutes (:mod:`analytics.views.live_view`). Adding a column: declare it here, compute it in
+minutes (:mod:`analytics.views.current_table`). Adding a column: declare it here, compute it in
 the streaming walk and the live update, and write a migration for both tables;
 ``tests/storage/test_minute_columns.py`` compares the migrated tables with this
 declaration.

@@ -2,7 +2,7 @@
 
 Every figure comes from minute rows, never from raw spans: a run's current minute table is
 its newest snapshot's rows with every minute that has live rows taken from
-``live_minutes`` instead, as :mod:`analytics.views.live_view` merges them. The reads here
+``live_minutes`` instead, as :mod:`analytics.views.current_table` merges them. The reads here
 do that overlay in SQL for many runs at once and return only what the series need:
 whole-run sums, one minute's whole-run row, per-shard reports of a few minutes, and the
 caps. Callers run them in one :func:`storage.database.read_view` snapshot.

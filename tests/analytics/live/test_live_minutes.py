@@ -27,7 +27,8 @@ from tpmledger.analytics.kernels.value_sketch import RELATIVE_ACCURACY
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.analytics.views.live_view import current_table, live_figures
+from tpmledger.analytics.views.current_table import current_table
+from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.storage import live_window
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.sealed_figures_store import read_diagnostics

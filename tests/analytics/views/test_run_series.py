@@ -10,7 +10,8 @@ from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.kernels.figure_rules import is_retry_storm_minute
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.analytics.views.live_view import current_table, live_figures
+from tpmledger.analytics.views.current_table import current_table
+from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.analytics.views.run_series import RunSeries, SealedCache, run_series
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS as COLUMNS

@@ -8,7 +8,8 @@ import pytest
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.analytics.views.live_view import UnknownShard, current_table, minutes_view
+from tpmledger.analytics.views.current_table import current_table
+from tpmledger.analytics.views.minute_window import UnknownShard, minutes_view
 from tpmledger.analytics.views.run_views import _api_minute
 from tpmledger.storage.database import read_session
 

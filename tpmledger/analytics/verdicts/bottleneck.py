@@ -35,7 +35,7 @@ from typing import Any, Final
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.views.live_view import CurrentTable, current_table
+from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.target_minutes import TargetMinute, target_minutes

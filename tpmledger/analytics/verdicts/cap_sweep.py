@@ -26,7 +26,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
-from tpmledger.analytics.views.live_view import current_table, live_figures
+from tpmledger.analytics.views.current_table import current_table
+from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.storage.live_read import RunState, run_states
 
 

@@ -84,7 +84,7 @@ def run_extras(
     return {"diagnostics": diagnostics, **goodput_keys(session, run_id, version, slo_text)}
 
 
-#: Diagnostics a live run states over its closed minutes (analytics/views/live_view.py).
+#: Diagnostics a live run states over its closed minutes (analytics/views/live_diagnostics.py).
 LIVE_DIAGNOSTICS = DIAGNOSTIC_KEYS
 
 

@@ -1,7 +1,7 @@
 """The figures behind ``/metrics``' per-run series (docs/operations.md#per-run-series).
 
 For every live run and every run whose last event is inside the window, read in one
-snapshot from minute rows (sealed and live, merged as :mod:`analytics.views.live_view`
+snapshot from minute rows (sealed and live, merged as :mod:`analytics.views.current_table`
 merges them; never raw spans): the run's token, attempt and retry counts, the whole-run
 row of its newest **closed** minute, its declared cap, whether that minute is a
 retry-storm minute (the diagnostics' rule, docs/metrics.md#diagnostics), its silent
@@ -243,7 +243,7 @@ def _series(
         series.minute_ttft_p95_s = whole.ttft_p95_s
         series.minute_in_flight_mean = whole.in_flight_mean
     else:
-        series.minute_in_flight_mean = 0.0  # an empty minute inside the run, as live_view
+        series.minute_in_flight_mean = 0.0  # an empty minute inside the run, as current_table
     # Silent: reported in the lookback, not in the newest minutes, while others did (0
     # when no shard reported lately: the whole run is quiet, not one shard).
     if found is not None and found.shards_recent:

@@ -2,8 +2,9 @@
 
 Sealed runs are served from their newest snapshot; runs with data newer than it (or
 never sealed) from the live minute table over the snapshot's rows
-(:mod:`analytics.views.live_view`), marked ``"live": true`` with ``data_as_of``. No request
-reads raw spans or computes figures from them: this runs in the ingest process.
+(:mod:`analytics.views.current_table`, :mod:`analytics.views.live_view`), marked
+``"live": true`` with ``data_as_of``. No request reads raw spans or computes figures from
+them: this runs in the ingest process.
 """
 
 from __future__ import annotations
@@ -12,12 +13,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.views.live_view import (
-    MinuteWindow,
-    UnknownShard,
-    minutes_view,
-    run_view,
-)
+from tpmledger.analytics.views.live_view import run_view
+from tpmledger.analytics.views.minute_window import MinuteWindow, UnknownShard, minutes_view
 from tpmledger.analytics.views.run_extras import (
     live_run_diagnostics,
     reconciliation,

@@ -74,7 +74,7 @@ def _plot_minute(minute: datetime) -> str:
 
 
 def series_from_rows(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> MinuteSeries:
-    """A series from current-table rows of one shard (live runs: analytics.live_view)."""
+    """A series from current-table rows of one shard (live runs: analytics.views.current_table)."""
     series = MinuteSeries(columns={c: [] for c in columns})
     for row in rows:
         series.minutes.append(_plot_minute(row["minute_utc"]))

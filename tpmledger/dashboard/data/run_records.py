@@ -110,7 +110,8 @@ def with_live_figures(session: Session, run: RunRecord, close_after_s: float) ->
     if not run.is_live or run.covered:
         return run
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-    from tpmledger.analytics.views.live_view import current_table, live_figures
+    from tpmledger.analytics.views.current_table import current_table
+    from tpmledger.analytics.views.live_view import live_figures
 
     try:
         table = current_table(session, run.run_id, close_after_s=close_after_s)

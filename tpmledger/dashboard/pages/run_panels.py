@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
 from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
-from tpmledger.analytics.views.live_view import CurrentTable, current_table, live_figures
+from tpmledger.analytics.views.current_table import CurrentTable, current_table
+from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.analytics.views.run_extras import (
     live_run_diagnostics,
     reconciliation,
