@@ -48,7 +48,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
-from seal_workload import dense_cap, load, run_id_for, run_stored, seal_peak_rss  # the generated run
+from seal_workload import (  # the generated run
+    dense_cap,
+    load,
+    run_id_for,
+    run_stored,
+    seal_peak_rss,
+)
 
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.kernels.run_figures import RunContext
