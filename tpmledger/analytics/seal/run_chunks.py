@@ -147,7 +147,7 @@ class RunChunks:
             canonical_events(
                 fetch_attempts_ending(conn, self.run_id, self.scope, low, high), self.rollups
             )
-            for low, high in fetch_slices(self.plan, low_ns, high_ns)
+            for low, high in fetch_slices(self.plan, low_ns, high_ns, FETCH_ATTEMPTS)
         ]
         events = parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False)
         del parts
