@@ -284,7 +284,7 @@ def test_a_full_chunk_is_let_go_before_the_next_is_read(
 
     def counting_read(self: run_chunks.RunChunks, low_ns: int, high_ns: int) -> SealChunk:
         gc.collect()
-        alive_at_reads.append(sum(isinstance(o, SealChunk) for o in gc.get_objects()))
+        alive_at_reads.append(sum(type(o) is SealChunk for o in gc.get_objects()))
         return read(self, low_ns, high_ns)
 
     monkeypatch.setattr(run_chunks.RunChunks, "chunk", counting_read)
