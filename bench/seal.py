@@ -1,7 +1,7 @@
 """Seal a generated run (1,000,000 attempts by default) end to end, time every stage and
 measure the peak memory of one seal (README.md#benchmarks).
 
-    .venv/bin/python bench/seal.py [--attempts 1000000] [--shards 8] [--repeat 3]
+    .venv/bin/python bench/seal.py [--attempts 1000000] [--shards 8] [--repeat 3] [--minutes N]
                                    [--compare-attempts N] [--database-dir DIR]
                                    [--out bench/results/seal.txt]
 
@@ -11,7 +11,9 @@ measure the peak memory of one seal (README.md#benchmarks).
    prompt 200–2000 / completion 50–750 tokens, 2 % rate-limit errors retried on the same
    call id with resend_count 1, 30 % of attempts reporting queue waits, TTFT on every
    success) and COPYed into ``attempts`` a million rows at a time (plus its ``runs`` row).
-   Not timed.
+   Not timed. With ``--minutes N`` the same calls are packed into N minutes (more slots
+   per shard): 2,000,000 attempts in 2 minutes is ~15,000 spans/s, ~900,000 attempts
+   ending in one minute, so a seal chunk (whole minutes) holds ~900,000 attempts.
 3. ``seal_run`` with ``force=True`` runs ``--repeat`` times; each prints the stages its
    ``StageTimer`` recorded (docs/provenance.md#streaming-seal) with wall seconds and, where
    a stage does not overlap others, this process's CPU seconds: plan (the run's extent,
@@ -46,7 +48,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
-from seal_workload import load, run_id_for, run_stored, seal_peak_rss  # the generated run
+from seal_workload import (  # the generated run
+    dense_cap,
+    load,
+    run_id_for,
+    run_stored,
+    seal_peak_rss,
+)
 
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.kernels.run_figures import RunContext
@@ -169,8 +177,18 @@ def main() -> int:
         "ratio of the --attempts seal to this one (e.g. --attempts 10000000 "
         "--compare-attempts 1000000: target <= 12)",
     )
+    parser.add_argument(
+        "--minutes",
+        type=int,
+        default=None,
+        help="pack the run's attempts into this many minutes (a dense run: e.g. "
+        "--attempts 2000000 --minutes 2 is ~15,000 spans/s, ~900,000 attempts a minute)",
+    )
     args = parser.parse_args()
-    run_id = run_id_for(args.attempts)
+    if args.minutes is not None and args.minutes < 1:
+        parser.error("--minutes must be at least 1")
+    run_id = run_id_for(args.attempts, args.minutes)
+    cap = dense_cap(args.attempts, args.shards, args.minutes)
     lines: list[str] = []
 
     def say(text: str) -> None:
@@ -183,14 +201,15 @@ def main() -> int:
         started = time.perf_counter()
         reused = args.database_dir is not None and run_stored(url, run_id)
         if not reused:
-            load(url, args.attempts, args.shards, run_id)
+            load(url, args.attempts, args.shards, run_id, cap)
         say(f"# tpmledger seal benchmark — {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
         say(
             f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
             f"{platform.python_version()}, Polars {pl.__version__}"
         )
         say(
-            f"run: {args.attempts:,} attempts, {args.shards} shards, "
+            f"run: {args.attempts:,} attempts, {args.shards} shards × cap {cap}, "
+            + (f"packed into {args.minutes} minutes, " if args.minutes else "")
             + ("reused from --database-dir" if reused else "loaded in ")
             + ("" if reused else f"{time.perf_counter() - started:.1f} s (not timed below)")
         )
@@ -261,6 +280,7 @@ def main() -> int:
         say(
             f"command: .venv/bin/python bench/seal.py --attempts {args.attempts} "
             f"--shards {args.shards} --repeat {args.repeat}"
+            + (f" --minutes {args.minutes}" if args.minutes else "")
             + (f" --compare-attempts {args.compare_attempts}" if args.compare_attempts else "")
         )
     finally:

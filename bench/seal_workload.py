@@ -4,6 +4,10 @@ process (bench/seal.py, bench/summary_verify.py).
 8 shards × cap 16 slots, 1.5–4 s calls, prompt 200–2000 / completion 50–750 tokens, 2 %
 rate-limit errors retried on the same call id with resend_count 1, 30 % of attempts
 reporting queue waits, TTFT on every success; deterministic, so its digests are stable.
+
+A **dense** run (``minutes``) packs the same calls into that many minutes: each shard gets
+as many slots as it takes (:func:`dense_cap`), so 2,000,000 attempts in 2 minutes are
+~15,000 spans/s, ~900,000 attempts ending in one minute (bench/seal.py --minutes).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ COPY_COLUMNS = (
 )  # fmt: skip
 
 
+#: Seconds between two back-to-back calls of one slot (the calls last 1.5-4 s).
+SLOT_STRIDE_S = 4
+DEFAULT_CAP = 16
+
+
 def _hex_id(expr: pl.Expr, width: int, prefix: str = "") -> pl.Expr:
     """A deterministic id of ``width`` bytes as lowercase hex (digits of ``expr``)."""
     text = pl.lit(prefix) + expr.cast(pl.String).str.zfill(width - len(prefix))
@@ -35,7 +44,7 @@ def _hex_id(expr: pl.Expr, width: int, prefix: str = "") -> pl.Expr:
 
 
 def generate(
-    attempts: int, shards: int, cap: int = 16, *, offset: int = 0, run_id: str = RUN_ID
+    attempts: int, shards: int, cap: int = DEFAULT_CAP, *, offset: int = 0, run_id: str = RUN_ID
 ) -> pl.DataFrame:
     """The run's attempts in COPY_COLUMNS order (CSV-ready: bytea as \\x hex).
 
@@ -49,7 +58,7 @@ def generate(
     j = i // shards  # attempt number within the shard
     slot_seq = j // cap  # back-to-back calls of one slot
     error = rnd(1, 50) == 0
-    start = BASE_NS + slot_seq * 4_000_000_000 + rnd(2, 500) * 1_000_000
+    start = BASE_NS + slot_seq * SLOT_STRIDE_S * 1_000_000_000 + rnd(2, 500) * 1_000_000
     latency = 1_500_000_000 + rnd(3, 2_500) * 1_000_000
     own_call = pl.format("call-{}", i)
     # An attempt after a failed one in the same slot retries that call.
@@ -90,8 +99,19 @@ def generate(
     return out.select(COPY_COLUMNS)
 
 
-def run_id_for(attempts: int) -> str:
+def dense_cap(attempts: int, shards: int, minutes: int | None) -> int:
+    """Slots per shard: 16, or (``minutes``) as many as pack ``attempts`` into that many
+    minutes of back-to-back calls."""
+    if minutes is None:
+        return DEFAULT_CAP
+    strides = minutes * 60 // SLOT_STRIDE_S  # calls one slot makes in ``minutes``
+    return max(-(-attempts // (shards * strides)), DEFAULT_CAP)
+
+
+def run_id_for(attempts: int, minutes: int | None = None) -> str:
     """The generated run's id (the 1M run keeps the name its recorded digests carry)."""
+    if minutes is not None:
+        return f"bench_seal_{attempts}_in_{minutes}min"
     return RUN_ID if attempts == 1_000_000 else f"bench_seal_{attempts}"
 
 
@@ -110,12 +130,15 @@ def _copy_frame(conn: object, frame: pl.DataFrame) -> None:
 LOAD_PART = 1_000_000
 
 
-def load(url: str, attempts: int, shards: int, run_id: str = RUN_ID) -> None:
+def load(
+    url: str, attempts: int, shards: int, run_id: str = RUN_ID, cap: int = DEFAULT_CAP
+) -> None:
     """Generate and COPY the run's attempts (a million at a time) and its ``runs`` row (as
-    ingest would leave it)."""
+    ingest would leave it); ``cap``: slots per shard (:func:`dense_cap`)."""
     first = last = None
     for offset in range(0, attempts, LOAD_PART):
-        frame = generate(min(LOAD_PART, attempts - offset), shards, offset=offset, run_id=run_id)
+        part = min(LOAD_PART, attempts - offset)
+        frame = generate(part, shards, cap, offset=offset, run_id=run_id)
         ends = frame.get_column("end_ns")
         low, high = int(ends.min()), int(ends.max())  # type: ignore[arg-type]
         first = low if first is None else min(first, low)
@@ -127,7 +150,7 @@ def load(url: str, attempts: int, shards: int, run_id: str = RUN_ID) -> None:
         conn.execute(
             "INSERT INTO runs (run_id, first_event_ns, last_event_ns, shard_ids, "
             "declared_shard_count, concurrency_cap, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (run_id, first, last, [str(s) for s in range(shards)], shards, 16, attempts),
+            (run_id, first, last, [str(s) for s in range(shards)], shards, cap, attempts),
         )
     with raw_transaction(url) as conn:
         conn.execute("ANALYZE attempts")

@@ -6,12 +6,15 @@ import hashlib
 import math
 from typing import Any
 
+import numpy as np
 import polars as pl
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tpmledger.provenance import event_file
 from tpmledger.provenance.event_file import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
@@ -21,6 +24,7 @@ from tpmledger.provenance.event_file import (
     file_digests,
     in_canonical_order,
     read_events,
+    slice_bounds,
 )
 
 
@@ -254,3 +258,37 @@ def test_digests_written_a_few_minutes_at_a_time_match_the_whole_file(
     minutes = sorted({r["end_ns"] // (60 * 10**9) for r in records})
     assert digests.first_minute_ns == minutes[0] * 60 * 10**9
     assert len(digests.counts) == minutes[-1] - minutes[0] + 1
+
+
+def test_a_minute_longer_than_a_slice_is_written_a_slice_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 2,500 lines in one minute, a few in a later one, an empty minute between: the writer
+    # never lays out more than a slice's lines, and every digest equals the whole file's.
+    busy = [record(i, end_ns=1_769_917_440_000_000_000 + i * 20_000_000) for i in range(2_500)]
+    late = [record(3_000 + i, end_ns=1_769_917_560_000_000_000 + i) for i in range(3)]
+    events = frame(busy + late)
+    file = build_event_file(events)
+    written: list[int] = []
+    real_write = event_file.write_file
+
+    def counting_write(layout: Any, order: Any) -> Any:
+        written.append(int(order.size))
+        return real_write(layout, order)
+
+    monkeypatch.setattr(event_file, "write_file", counting_write)
+    digests = file_digests(events, chunk_lines=1_000)
+    # The busy minute's last 500 lines and the next (whole) minutes share a slice.
+    assert written == [1_000, 1_000, 503]
+    assert (digests.sha256, digests.count, digests.counts) == (file.sha256, 2_503, [2_500, 0, 3])
+    assert digests.digests == [
+        file.slice_sha256(0, 2_500),
+        hashlib.sha256(b"").hexdigest(),
+        file.slice_sha256(2_500, 2_503),
+    ]
+
+
+def test_slices_take_whole_minutes_that_fit_and_cut_only_longer_ones() -> None:
+    # Minutes of 3, 0, 5, 2 and 9 lines in slices of at most 5 lines.
+    bounds = np.concatenate(([0], np.cumsum([3, 0, 5, 2, 9])))
+    assert slice_bounds(bounds, 5) == [(0, 3), (3, 8), (8, 10), (10, 15), (15, 19)]

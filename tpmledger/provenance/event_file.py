@@ -274,11 +274,30 @@ class FileDigests:
 
 
 MINUTE_NS = 60_000_000_000
-#: Lines written at a time by :func:`file_digests` (whole minutes: a minute is never split).
-DIGEST_CHUNK_LINES = 131_072
+#: Lines written (and their column buffers laid out) at a time by :func:`file_digests`:
+#: whole minutes while they fit, and a busier minute in slices of this many lines (at
+#: ~500 bytes a line, ~32 MB of lines; a 900,000-attempt minute written whole was ~450 MB).
+DIGEST_CHUNK_LINES = 65_536
 #: Per-minute digests are dense (empty minutes included): callers bound a run's length
 #: first (analytics/kernels/run_span_limit.py); this is a last guard against a huge allocation.
 MAX_DIGEST_MINUTES = 10_000_000
+
+
+def slice_bounds(bounds: np.ndarray, chunk_lines: int) -> list[tuple[int, int]]:
+    """[start, stop) line ranges that :func:`file_digests` writes one at a time, given where
+    each minute's lines start (``bounds``, ending with the line count): as many whole
+    minutes as fit in ``chunk_lines`` lines, and a minute longer than that cut into
+    slices of ``chunk_lines`` lines (a minute is hashed across its slices)."""
+    total = int(bounds[-1])
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    while start < total:
+        limit = start + chunk_lines
+        fits = int(bounds[int(np.searchsorted(bounds, limit, side="right")) - 1])
+        stop = fits if fits > start else min(limit, total)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
 
 
 def file_digests(
@@ -286,9 +305,10 @@ def file_digests(
     chunk_lines: int = DIGEST_CHUNK_LINES,
     whole: _Updatable | None = None,
 ) -> FileDigests:
-    """The digests of :func:`build_event_file`'s bytes, written and hashed a few minutes
-    at a time so neither the file nor its column buffers are ever whole in memory
-    (identical bytes, identical digests).
+    """The digests of :func:`build_event_file`'s bytes, written and hashed at most
+    ``chunk_lines`` lines at a time (:func:`slice_bounds`) so neither the file nor its
+    column buffers are ever whole in memory, however many lines a minute holds
+    (identical bytes, identical digests: SHA-256 is fed a minute's lines slice by slice).
 
     ``whole`` (a SHA-256 object) is updated with the bytes too: the file of a run read in
     end-time ranges is the concatenation of the ranges' files (:class:`FileDigestStream`).
@@ -308,27 +328,33 @@ def file_digests(
     if int(minutes[-1]) - first > MAX_DIGEST_MINUTES:
         raise ValueError(f"events span more than {MAX_DIGEST_MINUTES:,} minutes")
     counts = np.bincount(minutes - first)
+    del minutes
     bounds = np.concatenate(([0], np.cumsum(counts)))  # line where each minute starts
     chunks_hash = hashlib.sha256()
     digests: list[str] = []
-    minute = 0
-    while minute < counts.size:
-        last = minute  # take whole minutes up to chunk_lines lines (at least one)
-        while last + 1 < counts.size and bounds[last + 2] - bounds[minute] <= chunk_lines:
-            last += 1
-        start = int(bounds[minute])
-        # The chunk's own layout (its text and number columns only): memory follows the
-        # chunk, not the run. Columns constant within it are folded; the bytes are the same.
-        chunk = frame[rows[start : int(bounds[last + 1])]]
-        data, offsets = write_file(_layout(chunk), np.arange(chunk.height, dtype=np.int64))
+    minute, minute_hash = 0, hashlib.sha256()  # the minute whose lines come next
+    for start, stop in slice_bounds(bounds, chunk_lines):
+        # The slice's own layout (its text and number columns only): memory follows the
+        # slice, not the run. Columns constant within it are folded; the bytes are the same.
+        piece = frame[rows[start:stop]]
+        data, offsets = write_file(_layout(piece), np.arange(piece.height, dtype=np.int64))
+        del piece
         view = data.data
         chunks_hash.update(view)
         if whole is not None:
             whole.update(view)
-        for m in range(minute, last + 1):
-            a, b = int(offsets[bounds[m] - start]), int(offsets[bounds[m + 1] - start])
-            digests.append(hashlib.sha256(view[a:b]).hexdigest())
-        minute = last + 1
+        line = start
+        while line < stop:  # hand every minute the slice touches its lines
+            minute_end = int(bounds[minute + 1])
+            upto = min(minute_end, stop)
+            minute_hash.update(view[int(offsets[line - start]) : int(offsets[upto - start])])
+            line = upto
+            if upto == minute_end:
+                digests.append(minute_hash.hexdigest())
+                minute, minute_hash = minute + 1, hashlib.sha256()
+        del data, view, offsets
+    if len(digests) != counts.size:
+        raise AssertionError(f"hashed {len(digests)} of {counts.size} minutes")
     return FileDigests(
         chunks_hash.hexdigest(), frame.height, first * MINUTE_NS, counts.tolist(), digests
     )

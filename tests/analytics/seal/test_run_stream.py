@@ -10,11 +10,13 @@ over the whole run read at once, and the streamed file digests with the file bui
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
@@ -26,15 +28,17 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.minute_table import EMPTY_COUNTS, carries_figures
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.seal import run_chunks
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
 from tpmledger.analytics.seal.minute_tree import tree_from_leaves
-from tpmledger.analytics.seal.run_chunks import CallOrder, chunk_ranges
+from tpmledger.analytics.seal.run_chunks import CallOrder, chunk_ranges, fetch_slices
 from tpmledger.analytics.seal.run_computation import RunComputation, compute_run, load_run
+from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.storage.database import raw_transaction
 from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.seal_reads import SealScope, fetch_seal_plan
+from tpmledger.storage.seal_reads import SealPlan, SealScope, fetch_seal_plan
 
 MINUTE = 60_000_000_000
 
@@ -224,3 +228,66 @@ def test_a_sparse_run_keeps_rows_for_its_attempts_not_for_shards_times_minutes(
     # minutes per attempt here), never its 4,321 minutes.
     assert shards.height <= 2 * len(rows)
     assert shards.height >= len(rows)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    specs=st.lists(attempt_specs, min_size=1, max_size=40),
+    fetch_attempts=st.integers(1, 6),
+    cut_minute=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_full_minutes_read_in_slices_one_chunk_at_a_time_equal_the_whole_run(
+    database_url: str, specs: list[dict[str, Any]], fetch_attempts: int, cut_minute: int | None
+) -> None:
+    # Every chunk counts as full: it is read in end-time slices of a few attempts and
+    # finished before the next is read; nothing of the result changes.
+    run_id = f"slices-{os.urandom(4).hex()}"
+    store(database_url, _rows(run_id, specs))
+    end_before = None if cut_minute is None else BASE_NS - BASE_NS % MINUTE + cut_minute * MINUTE
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_chunks, "FETCH_ATTEMPTS", fetch_attempts)
+        patch.setattr(run_chunks, "PREFETCH_MAX_ATTEMPTS", 0)
+        _assert_equal(database_url, run_id, 40, end_before)
+
+
+def test_slices_cover_the_range_once_and_follow_the_runs_rate() -> None:
+    low = BASE_NS - BASE_NS % MINUTE
+    plan = SealPlan(600, low, low + 2 * MINUTE - 1, 0, {}, ("0",))  # 300 a minute
+    slices = fetch_slices(plan, low, low + MINUTE, 50)
+    assert len(slices) == 6 and slices[0][0] == low and slices[-1][1] == low + MINUTE
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(slices))
+    assert fetch_slices(plan, low, low + MINUTE, 1_000) == [(low, low + MINUTE)]
+
+
+def test_a_full_chunk_is_let_go_before_the_next_is_read(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three minutes of 5 attempts each, every chunk "full": when a chunk is read, no
+    # other chunk is alive (nothing prefetched, the walk and its file write let go).
+    rows = [
+        attempt_row(
+            run_id="full",
+            start_ns=BASE_NS + m * MINUTE + i,
+            end_ns=BASE_NS + m * MINUTE + 1_000 + i,
+        )
+        for m in range(3)
+        for i in range(5)
+    ]
+    store(database_url, rows)
+    monkeypatch.setattr(run_chunks, "PREFETCH_MAX_ATTEMPTS", 4)
+    alive_at_reads: list[int] = []
+    read = run_chunks.RunChunks.chunk
+
+    def counting_read(self: run_chunks.RunChunks, low_ns: int, high_ns: int) -> SealChunk:
+        gc.collect()
+        alive_at_reads.append(sum(type(o) is SealChunk for o in gc.get_objects()))
+        return read(self, low_ns, high_ns)
+
+    monkeypatch.setattr(run_chunks.RunChunks, "chunk", counting_read)
+    computation = compute_run(database_url, "full", chunk_attempts=5)
+    assert computation.file.count == 15
+    assert alive_at_reads == [0, 0, 0]

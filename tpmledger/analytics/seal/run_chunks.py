@@ -5,11 +5,15 @@ Before the walk, two small sets settle what an attempt's figures need from attem
 other chunks: the run's rollups (attempts another attempt names as parent; left out of
 every figure) and the attempts of calls with more than one attempt (their order within
 the call). Chunks hold about :data:`CHUNK_ATTEMPTS` attempts each, planned from the run's
-average rate; a burst makes a chunk larger, never splits a minute.
+average rate; a burst makes a chunk larger, never splits a minute. A chunk expected to
+hold more than :data:`FETCH_ATTEMPTS` (a run whose minutes are fuller than a chunk) is read
+in end-time slices of about that many, each made into events before the next is read, so
+the read's buffers follow the slice, not the minute.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +39,12 @@ from tpmledger.storage.seal_reads import (
 #: Attempts a chunk is planned to hold: about 2 KB each while it is read, written and
 #: computed (two chunks at a time), so ~200 MB above the process's ~370 MB at rest.
 CHUNK_ATTEMPTS = 100_000
+#: Attempts one COPY is planned to read: a chunk of busier minutes is read in end-time
+#: slices (a 994,000-attempt minute read whole peaked ~520 MB above its frame's start).
+FETCH_ATTEMPTS = 100_000
+#: A chunk holding more events than this (its minutes are fuller than a chunk: ~350 MB
+#: at 1,000,000) is not read beside the next one (:meth:`RunChunks.prefetched`).
+PREFETCH_MAX_ATTEMPTS = 2 * CHUNK_ATTEMPTS
 _IDS = ["trace_id", "span_id"]
 
 
@@ -50,6 +60,20 @@ def chunk_ranges(plan: SealPlan, chunk_attempts: int = CHUNK_ATTEMPTS) -> list[t
     return [
         (m * MINUTE_NS, min(m + step, last + 1) * MINUTE_NS) for m in range(first, last + 1, step)
     ]
+
+
+def fetch_slices(
+    plan: SealPlan, low_ns: int, high_ns: int, fetch_attempts: int = FETCH_ATTEMPTS
+) -> list[tuple[int, int]]:
+    """[low_ns, high_ns) cut into end-time slices expected (at the run's average rate) to
+    hold about ``fetch_attempts`` attempts each; one slice when the range holds fewer."""
+    if plan.first_end_ns is None or plan.last_end_ns is None or high_ns <= low_ns:
+        return [(low_ns, high_ns)]
+    minutes = plan.last_end_ns // MINUTE_NS - plan.first_end_ns // MINUTE_NS + 1
+    expected = plan.attempts / minutes * ((high_ns - low_ns) / MINUTE_NS)
+    slices = min(max(math.ceil(expected / fetch_attempts), 1), high_ns - low_ns)
+    step = -(-(high_ns - low_ns) // slices)
+    return [(at, min(at + step, high_ns)) for at in range(low_ns, high_ns, step)]
 
 
 def canonical_events(attempts: pl.DataFrame, rollups: pl.DataFrame) -> pl.DataFrame:
@@ -118,7 +142,15 @@ class RunChunks:
     def chunk(self, low_ns: int, high_ns: int) -> SealChunk:
         """The chunk of [low_ns, high_ns), read on ``twin``."""
         conn = self.twin
-        ending = fetch_attempts_ending(conn, self.run_id, self.scope, low_ns, high_ns)
+        # Each slice's attempts become events before the next slice is read.
+        parts = [
+            canonical_events(
+                fetch_attempts_ending(conn, self.run_id, self.scope, low, high), self.rollups
+            )
+            for low, high in fetch_slices(self.plan, low_ns, high_ns, FETCH_ATTEMPTS)
+        ]
+        events = parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False)
+        del parts
         # Attempts that end later but hold a slot (or wait for one) before high_ns.
         holding = fetch_attempts_ending(
             conn,
@@ -128,17 +160,27 @@ class RunChunks:
             high_ns + self.plan.reach_ns + 1,
             began_before_ns=high_ns,
         )
-        events = canonical_events(ending, self.rollups)
         position, last = self.calls.of(events)
         reach = canonical_events(holding, self.rollups)
         return SealChunk(low_ns, high_ns, events, reach, position, last)
 
     def prefetched(self, ranges: list[tuple[int, int]]) -> Iterator[SealChunk]:
         """The chunks of ``ranges`` in order; the next one is read while the caller works
-        on the current one (two chunks in memory at most)."""
+        on the current one (two chunks in memory at most), unless the current one holds
+        more than :data:`PREFETCH_MAX_ATTEMPTS` events: then the next is read only when
+        asked for, so a run of full minutes holds one of them at a time."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending: Future[SealChunk] | None = None
             for i, (low_ns, high_ns) in enumerate(ranges):
                 current = pending.result() if pending is not None else self.chunk(low_ns, high_ns)
-                pending = pool.submit(self.chunk, *ranges[i + 1]) if i + 1 < len(ranges) else None
+                pending = None
+                if i + 1 < len(ranges) and not is_large(current):
+                    pending = pool.submit(self.chunk, *ranges[i + 1])
                 yield current
+                del current  # not held while the next chunk is read
+
+
+def is_large(chunk: SealChunk) -> bool:
+    """A chunk of more than :data:`PREFETCH_MAX_ATTEMPTS` events: finished (file written,
+    figures folded) before the next chunk is read."""
+    return chunk.events.height > PREFETCH_MAX_ATTEMPTS

@@ -25,7 +25,7 @@ from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import MinuteDigests
 from tpmledger.analytics.seal.minute_tree import MinuteTree, build_minute_tree
-from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges
+from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges, is_large
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict
@@ -142,7 +142,8 @@ def _walk(
     timer: StageTimer,
 ) -> None:
     """Fold every chunk; a chunk's file is written and hashed in a worker thread while
-    this thread computes its figures (the next chunk is being read meanwhile)."""
+    this thread computes its figures (the next chunk is being read meanwhile, unless this
+    one is large: then its file is finished and it is let go before the next is read)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending: Future[None] | None = None
         while True:
@@ -158,6 +159,11 @@ def _walk(
                 stream.add(chunk)
                 for consumer in consumers:
                     consumer.add(chunk)
+            if is_large(chunk) and pending is not None:
+                with timer.stage("canonical_file", cpu=False):
+                    pending.result()
+                pending = None
+            del chunk  # not held while the next chunk is read
         if pending is not None:
             with timer.stage("canonical_file", cpu=False):
                 pending.result()
@@ -172,6 +178,7 @@ def _reporting(chunks: Iterator[SealChunk], progress: Progress, total: int) -> I
     for chunk in chunks:
         yield chunk
         done += chunk.events.height
+        del chunk  # not held while the next chunk is read
         progress(done, total)
 
 
