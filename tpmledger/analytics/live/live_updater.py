@@ -43,13 +43,13 @@ from typing import Any
 import polars as pl
 import psycopg
 
+from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.analytics.live.minute_state_figures import (
     minute_extras,
     minute_facts,
     minute_rows,
 )
-from tpmledger.analytics.verdicts.run_diagnostics import tool_held_ns
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.live_store import (
     MINUTE_NS,

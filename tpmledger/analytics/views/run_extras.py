@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.analytics.verdicts.diagnostic_params import diagnostics_params
+from tpmledger.analytics.kernels.diagnostic_params import diagnostics_params
 from tpmledger.storage.genai_metric_store import metric_tokens
 from tpmledger.storage.sealed_figures_store import read_diagnostics, read_goodput
 
