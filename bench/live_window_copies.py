@@ -6,10 +6,11 @@ At 15,000 spans/s a minute holds ~900,000 attempts. The analytics worker used to
 (the run cache) and recompute the minute from them on every update; it now keeps each
 live minute's mergeable state (analytics/live/minute_state.py) and folds the new rows into
 it. This builds such a window in memory (synthetic values, the live window's columns) and
-prints the RSS each step adds and its time: before, the minute rows, the run facts and the
-extras recomputed from the whole window; after, the state built from the window (its size
-is what the worker keeps), ``--new`` attempts folded into it, and the minute's rows, facts
-and extras computed from it. Peaks are sampled every 5 ms in this process.
+prints the RSS each step adds and its time: the state built from the window (its size is
+what the worker keeps), ``--new`` attempts folded into it, and the minute's rows, facts and
+extras computed from it. Peaks are sampled every 5 ms in this process. The figures of the
+old path (the minute recomputed from the whole window: +120 / +54 / +14 MiB per update) are
+in bench/results/live_worker_rss.txt; that path is now only the tests' reference.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
-from tpmledger.analytics.live.minute_extras import minute_extras
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.analytics.live.minute_state_figures import minute_extras as state_extras
 from tpmledger.analytics.live.minute_state_figures import minute_facts, minute_rows
@@ -100,8 +99,7 @@ def main() -> int:
     window = _window(args.attempts, args.new, minute)
     old, new = window.head(args.attempts - args.new), window.tail(args.new)
     small = window.head(1000)  # compile and warm everything first
-    live_minute_rows(small, [minute], {}), run_minute_facts(small, [minute])
-    minute_extras(small, [minute]), _emitted(_built(small, minute))
+    _emitted(_built(small, minute))
     state = MinuteState(minute)
     sampler = _Peak()
     sampler.start()
@@ -120,12 +118,9 @@ def main() -> int:
         fold_overlap({minute: state}, new)
 
     steps: list[tuple[str, Callable[[], object]]] = [
-        ("before: live_minute_rows (window)", lambda: live_minute_rows(window, [minute], {})),
-        ("before: run_minute_facts (window)", lambda: run_minute_facts(window, [minute])),
-        ("before: minute_extras (window)", lambda: minute_extras(window, [minute])),
-        ("after: state built from the window in pages (once)", build),
-        (f"after: {args.new:,} new attempts folded into the state", fold),
-        ("after: rows, facts and extras from the state", lambda: _emitted(state)),
+        ("state built from the window in pages (once)", build),
+        (f"{args.new:,} new attempts folded into the state", fold),
+        ("rows, facts and extras from the state", lambda: _emitted(state)),
     ]
     for name, step in steps:
         time.sleep(1.5)  # jemalloc hands freed pages back after 0.5-1 s (polars' setting)

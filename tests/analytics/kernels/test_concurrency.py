@@ -19,13 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.analytics.golden_events import MINUTE0_NS, S
+from tests.analytics.oracle.minute_samples import minute_samples
 from tests.analytics.oracle.whole_run import minute_concurrency, work_conserving
 from tpmledger.analytics.kernels import concurrency
-from tpmledger.analytics.kernels.concurrency import (
-    SecondSeries,
-    minute_samples,
-    second_series,
-)
+from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series
 from tpmledger.provenance.event_file import EVENT_SCHEMA
 
 SPANS = st.lists(
@@ -242,7 +239,7 @@ import resource
 limit = 1024 * 2**20  # private memory of this process, Python and the kernels included
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 import polars as pl
-from tpmledger.analytics.live.live_minutes import live_minute_rows
+from tests.analytics.oracle.live_window import live_minute_rows
 from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import EVENT_SCHEMA

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from ddsketch import DDSketch
 
+from tests.analytics.oracle.live_window import _value_summary
 from tpmledger.analytics.kernels import value_sketch
-from tpmledger.analytics.live.live_minutes import _value_summary
 
 ALPHA = value_sketch.RELATIVE_ACCURACY
 

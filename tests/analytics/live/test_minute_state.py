@@ -1,6 +1,6 @@
 """Per-minute state gives the rows, facts and extras the window recomputation gave.
 
-:func:`analytics.live.live_minutes.live_minute_rows` (and ``run_minute_facts``,
+the window recomputation (tests/analytics/oracle/live_window.py) (and ``run_minute_facts``,
 ``minute_extras``) recompute a range of minutes from every attempt ending in or
 overlapping it; :mod:`analytics.live.minute_state` folds the same attempts into per-minute
 state, in pages, and computes the minutes from it. On random windows (rollups, retries,
@@ -18,8 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tpmledger.analytics.live.live_minutes import live_minute_rows, run_minute_facts
-from tpmledger.analytics.live.minute_extras import minute_extras
+from tests.analytics.oracle.live_window import live_minute_rows, minute_extras, run_minute_facts
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.analytics.live.minute_state_figures import minute_extras as state_extras
 from tpmledger.analytics.live.minute_state_figures import minute_facts, minute_rows

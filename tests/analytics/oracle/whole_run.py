@@ -22,13 +22,14 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tests.analytics.oracle.minute_samples import minute_samples
 from tpmledger.analytics.kernels.cell_figures import (
     CellFigures,
     cell_figures,
     event_value_groups,
     run_values,
 )
-from tpmledger.analytics.kernels.concurrency import SecondSeries, minute_samples, second_series
+from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series
 from tpmledger.analytics.kernels.event_arrays import EventArrays, event_arrays
 from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
 from tpmledger.analytics.kernels.event_plans import CALL_ORDER, explicit_call_ids, rate_columns

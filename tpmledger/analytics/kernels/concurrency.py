@@ -41,7 +41,6 @@ from tpmledger.analytics.kernels.group_kernels import second_grid, second_sample
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
     run_minute_cells,
-    run_minutes,
     run_totals_before,
     sparse_runs,
     sparse_steps,
@@ -51,10 +50,8 @@ __all__ = [
     "SAG_FRACTION_OF_CAP",
     "SAG_PASS_SHARE",
     "MinuteCells",
-    "MinuteSamples",
     "SecondSeries",
     "minute_cells",
-    "minute_samples",
     "second_series",
     "seconds_before",
 ]
@@ -89,19 +86,6 @@ class SecondSeries:
     queue_shards: frozenset[str]
     window_first_second: int  # the minutes figures are computed for (within the grid)
     window_minutes: int
-
-
-@dataclass(frozen=True)
-class MinuteSamples:
-    """Minute figures of the window, one row per shard and a last row for ``'*'``."""
-
-    minute_ns: Ints
-    in_flight_mean: npt.NDArray[np.float64]  # shape (rows, minutes)
-    in_flight_max: Ints
-    queue_depth_mean: npt.NDArray[np.float64]
-    queue_depth_max: Ints
-    queue_seconds: Ints  # seconds with a queue (row '*': 0)
-    sag_seconds: Ints  # of those, seconds with in-flight < 0.9 × the shard's cap
 
 
 def second_series(
@@ -154,43 +138,17 @@ def second_series(
     )
 
 
-def _sag_below(series: SecondSeries, caps: Mapping[str, int | None]) -> npt.NDArray[np.float64]:
+def sag_below(series: SecondSeries, caps: Mapping[str, int | None]) -> npt.NDArray[np.float64]:
     """Per row: in-flight below this counts as sag (0: never; the '*' row never)."""
     below = [SAG_FRACTION_OF_CAP * float(caps.get(s) or 0) for s in series.shard_ids]
     return np.array([*below, 0.0], dtype=np.float64)
 
 
-def minute_samples(series: SecondSeries, caps: Mapping[str, int | None]) -> MinuteSamples:
-    """In-flight and queue depth mean/max of every window minute, and per shard the
-    seconds with a queue and those that sagged below 0.9 × ``caps`` (unknown cap: none)."""
-    flight_sum, flight_max, depth_sum, depth_max, queued, sag = run_minutes(
-        series.offsets,
-        series.run_start,
-        series.run_in_flight,
-        series.run_queue_depth,
-        series.last_second,
-        series.window_first_second,
-        series.window_minutes,
-        _sag_below(series, caps),
-    )
-    queued[-1] = 0
-    minutes = np.arange(series.window_minutes, dtype=np.int64)
-    return MinuteSamples(
-        minute_ns=(series.window_first_second + 60 * minutes) * SECOND_NS,
-        in_flight_mean=flight_sum / 60,
-        in_flight_max=flight_max,
-        queue_depth_mean=depth_sum / 60,
-        queue_depth_max=depth_max,
-        queue_seconds=queued,
-        sag_seconds=sag,
-    )
-
-
 @dataclass(frozen=True)
 class MinuteCells:
-    """:class:`MinuteSamples` of the (row, minute) cells where something was in flight or
-    queued at some second: every other cell of the window has all four figures 0 (and
-    no queued or sagging seconds). Rows are the shards in code order, then ``'*'``."""
+    """In-flight and queue depth mean/max of the (row, minute) cells where something was in
+    flight or queued at some second: every other cell of the window has all four figures 0
+    (and no queued or sagging seconds). Rows are the shards in code order, then ``'*'``."""
 
     row: Ints  # per cell, in row then minute order
     minute_ns: Ints
@@ -203,9 +161,11 @@ class MinuteCells:
 
 
 def minute_cells(series: SecondSeries, caps: Mapping[str, int | None]) -> MinuteCells:
-    """:func:`minute_samples` without the cells where nothing is in flight or queued:
+    """In-flight and queue depth mean/max of every window minute, and per shard the seconds
+    with a queue and those that sagged below 0.9 × ``caps`` (unknown cap: none), for the cells
+    where something is in flight or queued only:
     the work and memory follow the busy seconds' minutes, not rows × window minutes."""
-    low = _sag_below(series, caps)
+    low = sag_below(series, caps)
     cells = run_minute_cells(
         series.offsets,
         series.run_start,
@@ -247,7 +207,7 @@ def seconds_before(
         series.run_queue_depth,
         series.last_second,
         until_second,
-        _sag_below(series, caps),
+        sag_below(series, caps),
     )
     queued[-1] = 0
     return queued, sag

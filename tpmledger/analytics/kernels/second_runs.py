@@ -156,53 +156,6 @@ def sparse_runs(
 
 
 @_kernel
-def run_minutes(
-    offsets: Ints,
-    run_start: Ints,
-    run_flight: Ints,
-    run_depth: Ints,
-    last: int,
-    window_first: int,
-    minutes: int,
-    low: Floats,
-) -> tuple[Ints, Ints, Ints, Ints, Ints, Ints]:
-    """Per row and minute of the window (``minutes`` from epoch second ``window_first``,
-    inside the grid): in-flight sum and max (at least 0), queue depth sum and max, seconds
-    with a queue, and seconds with a queue while in-flight < ``low[row]``.
-
-    Sums are exact integers (a minute's mean is the sum / 60). The cost is one step per
-    run plus one per (run, window minute) it overlaps.
-    """
-    rows = offsets.size - 1
-    flight_sum = np.zeros((rows, minutes), np.int64)
-    flight_max = np.zeros((rows, minutes), np.int64)
-    depth_sum = np.zeros((rows, minutes), np.int64)
-    depth_max = np.zeros((rows, minutes), np.int64)
-    queued = np.zeros((rows, minutes), np.int64)
-    sag = np.zeros((rows, minutes), np.int64)
-    window_end = window_first + 60 * minutes
-    for row in range(rows):
-        for k in range(offsets[row], offsets[row + 1]):
-            lo = max(run_start[k], window_first)
-            hi = min(run_start[k + 1] if k + 1 < offsets[row + 1] else last, window_end)
-            if lo >= hi:
-                continue
-            flight, depth = run_flight[k], run_depth[k]
-            for minute in range((lo - window_first) // 60, (hi - 1 - window_first) // 60 + 1):
-                begin = window_first + 60 * minute
-                seconds = min(hi, begin + 60) - max(lo, begin)
-                flight_sum[row, minute] += flight * seconds
-                flight_max[row, minute] = max(flight_max[row, minute], flight)
-                depth_sum[row, minute] += depth * seconds
-                depth_max[row, minute] = max(depth_max[row, minute], depth)
-                if depth > 0:
-                    queued[row, minute] += seconds
-                    if flight < low[row]:
-                        sag[row, minute] += seconds
-    return flight_sum, flight_max, depth_sum, depth_max, queued, sag
-
-
-@_kernel
 def _cell_walk(
     offsets: Ints,
     run_start: Ints,
@@ -262,8 +215,9 @@ def run_minute_cells(
     minutes: int,
     low: Floats,
 ) -> Ints:
-    """What :func:`run_minutes` computes, for the (row, window minute) cells where some
-    second has something in flight or queued only (every other cell's figures are all 0).
+    """Per (row, window minute) cell where some second has something in flight or queued:
+    in-flight sum and max, queue depth sum and max, seconds with a queue, and those with
+    in-flight < ``low[row]`` as well; only such cells (every other cell's figures are all 0).
 
     Returns an ``(8, cells)`` array: row, minute (index in the window), in-flight sum and
     max, queue depth sum and max, seconds with a queue, and of those the seconds with
@@ -293,7 +247,7 @@ def run_totals_before(
     low: Floats,
 ) -> tuple[Ints, Ints]:
     """Per row, over the grid's seconds before epoch second ``until``: seconds with a queue,
-    and those with in-flight < ``low[row]`` as well (what :func:`run_minutes` counts, without
+    and those with in-flight < ``low[row]`` as well (what the minute cells count, without
     a per-minute array: the seconds before a run's first minute can span years)."""
     rows = offsets.size - 1
     queued = np.zeros(rows, np.int64)

@@ -40,7 +40,6 @@ import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
-from tpmledger.analytics.live.minute_extras import TOKEN_TYPES
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -60,6 +59,13 @@ _EMPTY_FLOATS = np.zeros(0, dtype=np.float64)
 _EMPTY_INTS = np.zeros(0, dtype=np.int64)
 # A queue wait this long reaches before any grid (as the concurrency kernels clip it).
 _LONGEST_WAIT_NS = 2.0**62
+
+#: Column of an attempt -> token type of ``tpmledger_run_tokens_total`` (the minute extras).
+TOKEN_TYPES = {
+    "cache_read_tokens": "cache_read",
+    "cache_write_tokens": "cache_write",
+    "reasoning_tokens": "reasoning",
+}
 
 
 def _merged(old: npt.NDArray[Any], new: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -1,7 +1,7 @@
 """What a minute's state gives: its live rows, run facts, target sums and extras.
 
 A minute's rows are computed from its state (:mod:`analytics.live.minute_state`) with the
-same arithmetic as :func:`analytics.live.live_minutes.live_minute_rows` (the same
+same arithmetic as the window recomputation (tests/analytics/oracle/live_window.py) (the same
 percentile and moment kernels over the same sorted values), so they are the same figures.
 """
 
@@ -20,7 +20,7 @@ from tpmledger.analytics.kernels.event_plans import SECOND_NS
 from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
-from tpmledger.analytics.live.live_minutes import _SCHEMA, _finish
+from tpmledger.analytics.live.live_row_schema import LIVE_ROW_SCHEMA, finished_rows
 from tpmledger.analytics.live.minute_state import (
     _EMPTY_FLOATS,
     _EMPTY_INTS,
@@ -70,7 +70,7 @@ def _concurrency(flight: Ints, depth: Ints, cap: int | None, whole: bool) -> dic
 
 def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.DataFrame:
     """The live rows of ``states``' minutes (one contiguous range), as
-    :func:`analytics.live.live_minutes.live_minute_rows` gives them."""
+    the window recomputation (tests/analytics/oracle/live_window.py) gives them."""
     known = dict(caps)
     for state in states:
         for shard, cap in state.caps.items():
@@ -123,9 +123,9 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
         )
     names = records[0].keys() if records else ()
     schema = {"shard_id": pl.String(), "minute_ns": pl.Int64()}
-    schema |= {name: dtype for name, dtype in _SCHEMA.items() if name in names}
+    schema |= {name: dtype for name, dtype in LIVE_ROW_SCHEMA.items() if name in names}
     table = pl.DataFrame(records, schema=schema)
-    return _finish(table)
+    return finished_rows(table)
 
 
 def _counts(sums: Ints) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def _counts(sums: Ints) -> dict[str, Any]:
 
 def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any]:
     """The minute's run facts (storage.models.LiveRunMinute), as
-    :func:`analytics.live.live_minutes.run_minute_facts` gives them."""
+    the window recomputation gives them."""
     attempts = sum(int(s[0]) for s in state.sums.values())
     ttft, latency = state.whole_values()
     if not state.own_checked:  # no attempt has a deadline of its own: every slot counts
@@ -215,7 +215,7 @@ _SUMMARY_CHUNK = 65_536
 
 
 def _sorted_summary(values: npt.NDArray[Any], scale: float | None = None) -> dict[str, Any] | None:
-    """:func:`analytics.live.live_minutes._value_summary` of sorted ``values`` (times
+    """the window recomputation's value summary of sorted ``values`` (times
     ``scale``), a chunk at a time: the same bins (each value maps alone), and the same sums
     up to the order of float additions, without whole-minute temporaries."""
     if values.size == 0:
@@ -247,7 +247,7 @@ def _sorted_summary(values: npt.NDArray[Any], scale: float | None = None) -> dic
 
 
 def minute_extras(state: MinuteState) -> list[tuple[int, str, str, int]]:
-    """(minute_ns, kind, key, value) as :func:`analytics.live.minute_extras.minute_extras`."""
+    """(minute_ns, kind, key, value) as the window recomputation."""
     rows = [
         (state.minute_ns, "tokens", token_type, total)
         for token_type, (count, total) in state.tokens.items()

@@ -1,11 +1,8 @@
-"""Live minute rows: the minute table of a few touched minutes, from their attempts alone.
-
-The analytics worker recomputes only the minutes new attempts touched
-(docs/metrics.md#live-figures), from per-minute state
-(:mod:`analytics.live.minute_state`); the functions here compute the same rows, facts
-and extras from a window of attempts, the reference that state is tested against
-(tests/analytics/live/test_minute_state.py). Each minute's figures depend on two sets of attempts,
-both read through the (run_id, end_ns) index:
+"""The live minute rows, facts and extras recomputed from a whole window of attempts: what
+the analytics worker did before each live minute kept mergeable state
+(:mod:`tpmledger.analytics.live.minute_state`), kept here as the reference that state is
+tested against (tests/analytics/live/test_minute_state.py). Each minute's figures depend on
+two sets of attempts:
 
 - the attempts *ending* in the minute (counts, tokens, TTFT and latency percentiles);
 - the attempts whose queued-to-released interval *overlaps* it (in-flight, queue depth).
@@ -14,12 +11,6 @@ Rollups and the retry position of attempts without a resend count depend on othe
 attempts of the run; the storage probes settle them per attempt (``rollup``,
 ``later_in_call``), so the figures here are the batch table's exactly
 (tests/analytics/live/test_live_minutes.py checks this against the seal's table).
-
-Rows keep raw values where the batch table applies run-level rules, which the read side
-applies over the whole run: ``retries`` is a count (null when no attempt of the run
-supports a retry figure), queue depth is a number for every shard (null for shards that
-never reported a queue wait), and ``concurrency_cap`` is the largest cap declared by the
-shard's attempts ending in the minute (the run's cap per shard is the largest of all).
 """
 
 from __future__ import annotations
@@ -30,32 +21,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tests.analytics.oracle.minute_samples import minute_samples
 from tpmledger.analytics.kernels.cell_figures import cell_figures, event_value_groups
-from tpmledger.analytics.kernels.concurrency import SecondSeries, minute_samples, second_series
+from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series
 from tpmledger.analytics.kernels.event_arrays import event_arrays
 from tpmledger.analytics.kernels.event_grid import event_grid
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, rate_columns
-from tpmledger.analytics.kernels.minute_schema import (
-    MINUTE_FIGURE_SCHEMA,
-    ROUNDED_FIGURES,
-    SIGNIFICANT_DIGITS,
-    ZERO_WHEN_EMPTY,
-)
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
+from tpmledger.analytics.live.live_row_schema import finished_rows
+from tpmledger.analytics.live.minute_state import TOKEN_TYPES
 from tpmledger.provenance.event_file import EVENT_SCHEMA
-from tpmledger.storage.minute_columns import MINUTE_COLUMNS
 from tpmledger.storage.minute_keys import WHOLE_RUN
-
-# Columns of a live row beyond the minute table's (storage.models.LiveMinute).
-EXTRA_COLUMNS = (
-    "queue_reports",
-    "retry_evidence",
-    "queue_seconds",
-    "sag_seconds",
-    "sag_cap",
-)
-# The extra columns that count (0 when nothing was counted).
-_EXTRA_COUNTS = ("queue_reports", "queue_seconds", "sag_seconds")
 
 
 def _canonical(events: pl.DataFrame) -> pl.DataFrame:
@@ -174,7 +150,7 @@ def live_minute_rows(
     if concurrency is not None:
         table = table.join(concurrency, on=["shard_id", "minute_ns"], how="left")
     table = table.join(declared, on=["shard_id", "minute_ns"], how="left")
-    return _finish(table)
+    return finished_rows(table)
 
 
 def _value_summary(values: np.ndarray) -> dict[str, Any] | None:
@@ -282,30 +258,32 @@ def run_minute_facts(
     return out
 
 
-_SCHEMA: dict[str, pl.DataType] = {
-    **MINUTE_FIGURE_SCHEMA,
-    "queue_reports": pl.Int64(),
-    "retry_evidence": pl.Boolean(),
-    "queue_seconds": pl.Int64(),
-    "sag_seconds": pl.Int64(),
-    "sag_cap": pl.Int32(),
-}
-_ZERO_FILLED = (*ZERO_WHEN_EMPTY, *_EXTRA_COUNTS)
-
-
-def _finish(table: pl.DataFrame) -> pl.DataFrame:
-    """Missing columns added, absent counts and samples as 0, rates, rounding, order."""
-    for name, dtype in _SCHEMA.items():
-        if name not in table.columns:
-            table = table.with_columns(pl.lit(None, dtype=dtype).alias(name))
-    table = table.with_columns(
-        *(pl.col(n).cast(_SCHEMA[n]).fill_null(0) for n in _ZERO_FILLED),
-        pl.col("retry_evidence").fill_null(False),
-    ).with_columns(
-        tpm_total=pl.col("prompt_tpm_in") + pl.col("completion_tpm_out"),
-        failures=pl.col("calls_in_minute") - pl.col("successes"),
+def minute_extras(
+    window: pl.DataFrame, minutes_ns: Sequence[int]
+) -> list[tuple[int, str, str, int]]:
+    """(minute_ns, kind, key, value) of the attempts ending in ``minutes_ns``."""
+    # Only the columns read here are filtered (a busy minute's window is ~1 M rows).
+    needed = ["rollup", "end_ns", "status", "error_type", *TOKEN_TYPES]
+    events = (
+        window.select(needed)
+        .filter(pl.col("rollup") == 0)
+        .with_columns(minute_ns=(pl.col("end_ns") // MINUTE_NS) * MINUTE_NS)
     )
-    table = table.with_columns(rate_columns())
-    table = table.with_columns(pl.col(ROUNDED_FIGURES).round_sig_figs(SIGNIFICANT_DIGITS))
-    columns = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]
-    return table.select(*columns, *EXTRA_COLUMNS).sort("shard_id", "minute_ns")
+    events = events.filter(
+        pl.col("minute_ns").is_in(pl.Series(list(minutes_ns), dtype=pl.Int64).implode())
+    )
+    rows: list[tuple[int, str, str, int]] = []
+    for column, token_type in TOKEN_TYPES.items():
+        reported = events.filter(pl.col(column).is_not_null())
+        for minute_ns, value in (
+            reported.group_by("minute_ns").agg(pl.col(column).sum()).sort("minute_ns").rows()
+        ):
+            rows.append((int(minute_ns), "tokens", token_type, int(value)))
+    failed = events.filter(pl.col("status") == "error").with_columns(
+        pl.col("error_type").fill_null("error")
+    )
+    for minute_ns, error_type, count in (
+        failed.group_by("minute_ns", "error_type").len().sort("minute_ns", "error_type").rows()
+    ):
+        rows.append((int(minute_ns), "errors", str(error_type), int(count)))
+    return rows
