@@ -88,9 +88,7 @@ def run_extras(
 LIVE_DIAGNOSTICS = DIAGNOSTIC_KEYS
 
 
-def live_run_diagnostics(
-    session: Session, run_id: str, live: dict[str, Any], version: int | None
-) -> dict[str, Any]:
+def live_run_diagnostics(live: dict[str, Any], version: int | None) -> dict[str, Any]:
     """A live run's ``diagnostics``: every one over its closed minutes (``live``, marked
     ``"live": true``), with the parameters they were computed with."""
     out = {key: live.get(key) for key in LIVE_DIAGNOSTICS}

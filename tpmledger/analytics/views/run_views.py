@@ -61,8 +61,8 @@ def run_object(
     """The run object (plus extra keys); raises :class:`UnknownRun` for an unknown run.
 
     ``diagnostics`` and goodput under ``slo_text`` come from the rows sealed with the
-    version shown (analytics/views/run_extras.py); a live run's diagnostics are its live
-    ones over closed minutes, with the newest sealed version's attempt-level ones.
+    version shown (analytics/views/run_extras.py); a live run's diagnostics are all
+    live, over its closed minutes (docs/metrics.md#diagnostics).
     """
     view = run_view(session, run_id, close_after_s=close_after_s)
     if view is None:
@@ -70,7 +70,7 @@ def run_object(
     extras = run_extras(session, run_id, view.get("snapshot_version"), slo_text)
     if isinstance(view.get("diagnostics"), dict):  # a live run's, over its closed minutes
         version = view.get("latest_sealed_version")
-        extras["diagnostics"] = live_run_diagnostics(session, run_id, view["diagnostics"], version)
+        extras["diagnostics"] = live_run_diagnostics(view["diagnostics"], version)
     return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
 
 

@@ -166,9 +166,7 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
     version = run.snapshot.version if run.snapshot is not None else None
     extras = run_extras(session, run.run_id, version, config.slo_text)
     if table is not None and isinstance(run.metrics.get("diagnostics"), dict):
-        extras["diagnostics"] = live_run_diagnostics(
-            session, run.run_id, run.metrics["diagnostics"], version
-        )
+        extras["diagnostics"] = live_run_diagnostics(run.metrics["diagnostics"], version)
     targets = target_minutes(session, [run.run_id])  # docs/metrics.md#quota-headroom
     verdict = run.metrics.get("bottleneck") or current_bottleneck(
         session, run.run_id, close_after_s=config.close_after_s, table=table, targets=targets
