@@ -43,7 +43,7 @@ from typing import Any
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
+from tpmledger.analytics.live.attempt_reader import KEYS, AttemptReader
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.analytics.live.minute_state_figures import (
     minute_extras,
@@ -53,7 +53,6 @@ from tpmledger.analytics.live.minute_state_figures import (
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.live_store import (
     MINUTE_NS,
-    LiveRunFacts,
     Mark,
     dirty_run_ids,
     known_caps,
@@ -71,18 +70,11 @@ from tpmledger.storage.live_window import (
     Dependent,
     dependents,
     dependents_in_range,
-    fetch_attempts,
-    fetch_window,
-    fetch_window_page,
-    probe_flags,
 )
 from tpmledger.storage.minute_extras_store import replace_extras
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.tool_span_store import (
-    count_tools_by_start_minute,
     fetch_new_tools,
-    fetch_trace_tools,
-    run_has_tool_spans,
     tool_dependents,
 )
 
@@ -158,9 +150,6 @@ def _minute_utc(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // SECOND_NS, tz=UTC)
 
 
-_KEYS = ["trace_id", "span_id"]
-# A minute read whole from the table is folded this many attempts at a time.
-PAGE_ROWS = 50_000
 # States kept after an update: the newest minute's and this many minutes before it.
 KEPT_MINUTES = 1
 
@@ -244,7 +233,7 @@ class LiveUpdater:
                     rebuild.update(span)
             clock = time.perf_counter()
             update = LiveUpdate(run_id)
-            reader = _WindowReader(conn, facts)
+            reader = AttemptReader(conn, facts)
             batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
             new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
             clock = update.stage("new rows", clock)
@@ -383,7 +372,7 @@ def _new_among(changed: list[Dependent], new: pl.DataFrame | None) -> set[tuple[
         {"trace_id": [d.trace_id for d in changed], "span_id": [d.span_id for d in changed]},
         schema={"trace_id": pl.String, "span_id": pl.String},
     )
-    return set(keys.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
+    return set(keys.join(new.select(KEYS), on=KEYS, how="semi").iter_rows())
 
 
 def _keys_among(keys: list[tuple[str, str]], new: pl.DataFrame | None) -> set[tuple[str, str]]:
@@ -391,7 +380,7 @@ def _keys_among(keys: list[tuple[str, str]], new: pl.DataFrame | None) -> set[tu
     if not keys or new is None:
         return set()
     frame = pl.DataFrame(keys, schema={"trace_id": pl.String, "span_id": pl.String}, orient="row")
-    return set(frame.join(new.select(_KEYS), on=_KEYS, how="semi").iter_rows())
+    return set(frame.join(new.select(KEYS), on=KEYS, how="semi").iter_rows())
 
 
 def _rows_in(rows: pl.DataFrame, states: dict[int, MinuteState]) -> int:
@@ -401,7 +390,7 @@ def _rows_in(rows: pl.DataFrame, states: dict[int, MinuteState]) -> int:
     return rows.filter(minute.is_in(keys)).height
 
 
-def _ranges_bounds(reader: _WindowReader, minutes: set[int]) -> list[tuple[int, int]]:
+def _ranges_bounds(reader: AttemptReader, minutes: set[int]) -> list[tuple[int, int]]:
     return [reader.bounds(m) for m in contiguous_ranges(minutes)]
 
 
@@ -417,116 +406,3 @@ def _add_work_seconds(facts_rows: list[dict[str, Any]], rows: pl.DataFrame | Non
             work.setdefault(minute, {})[shard] = [queued, sag, cap]
     for fact in facts_rows:
         fact["work_seconds"] = work.get(fact["minute_ns"], {})
-
-
-class _WindowReader:
-    """Reads attempts for the minute states: the rows of new ingest commits, or a range
-    of minutes (and the attempts overlapping it) page by page, each with its flags."""
-
-    def __init__(self, conn: psycopg.Connection, facts: LiveRunFacts) -> None:
-        self.conn, self.facts = conn, facts
-        # Runs without tool spans (most) skip the per-trace tool lookups.
-        self.has_tools = run_has_tool_spans(conn, facts.run_id)
-
-    def with_tool_held(
-        self, rows: pl.DataFrame, without_batches: list[int] | None = None
-    ) -> pl.DataFrame:
-        """``rows`` with ``tool_held_ns`` (docs/metrics.md#diagnostics) from the tool spans
-        of their traces stored now, or before the ingest commits ``without_batches``."""
-        if not self.has_tools or rows.height == 0:
-            return rows
-        tools = fetch_trace_tools(self.conn, self.facts.run_id, rows["trace_id"].to_list())
-        if without_batches is not None:
-            skip = set(without_batches)
-            tools = [t for t in tools if t[3] is None or t[3] not in skip]
-        frame = pl.DataFrame(
-            {
-                "trace_id": [t[0] for t in tools],
-                "tool_start": [t[1] for t in tools],
-                "tool_end": [t[2] for t in tools],
-            },
-            schema={"trace_id": pl.String, "tool_start": pl.Int64, "tool_end": pl.Int64},
-        )
-        held = tool_held_ns(rows, frame)
-        return rows.with_columns(tool_held_ns=pl.Series(held, dtype=pl.Int64))
-
-    def bounds(self, minutes: list[int]) -> tuple[int, int]:
-        # Every attempt overlapping the range ends before its end + the longest interval.
-        return minutes[0], minutes[-1] + MINUTE_NS + self.facts.max_slot_ns + SECOND_NS
-
-    def new_rows(self, batches: list[int], first: int, last: int) -> pl.DataFrame:
-        """The rows of these ingest commits overlapping minutes ``first``..``last``."""
-        low, high = self.bounds([first, last])
-        rows = fetch_window(self.conn, self.facts.run_id, low, high, batches)
-        return self.with_tool_held(self._flagged(rows, None))
-
-    def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
-        """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""
-        probed = probe_flags(
-            self.conn,
-            self.facts.run_id,
-            rows["trace_id"].to_list(),
-            rows["span_id"].to_list(),
-            end_range,
-        )
-        return rows.join(probed.unique(_KEYS), on=_KEYS, how="left")
-
-    def refold(
-        self, states: dict[int, MinuteState], keys: list[tuple[str, str]], batches: list[int]
-    ) -> int:
-        """Take the given attempts out of ``states`` with the flags they had before these
-        ingest commits, and put them back with their flags now; returns how many changed."""
-        trace_ids, span_ids = [k[0] for k in keys], [k[1] for k in keys]
-        rows = fetch_attempts(self.conn, self.facts.run_id, trace_ids, span_ids)
-        if rows.height == 0:
-            return 0
-        before = probe_flags(
-            self.conn,
-            self.facts.run_id,
-            rows["trace_id"].to_list(),
-            rows["span_id"].to_list(),
-            before_batches=batches,
-        )
-        old = self.with_tool_held(rows.join(before.unique(_KEYS), on=_KEYS, how="left"), batches)
-        now = self.with_tool_held(self._flagged(rows, None))
-        flags = ["rollup", "later_in_call", "has_later"]
-        if "tool_held_ns" in now.columns:
-            flags.append("tool_held_ns")  # a new tool span changed the time held
-        same = old.select(*_KEYS, *flags).join(
-            now.select(*_KEYS, *flags), on=[*_KEYS, *flags], how="semi", nulls_equal=True
-        )
-        old = old.join(same, on=_KEYS, how="anti")
-        now = now.join(same, on=_KEYS, how="anti")
-        fold_ending(states, old, -1)
-        fold_overlap(states, old, -1)
-        fold_ending(states, now)
-        fold_overlap(states, now)
-        return now.height
-
-    def build(self, states: dict[int, MinuteState]) -> int:
-        """Fold every attempt ending in or overlapping the (contiguous) minutes of
-        ``states`` into them, :data:`PAGE_ROWS` at a time; returns how many were read."""
-        low, high = self.bounds(sorted(states))
-        if self.has_tools:
-            first, last = min(states), max(states) + MINUTE_NS
-            counts = count_tools_by_start_minute(self.conn, self.facts.run_id, first, last)
-            for minute, state in states.items():
-                state.tool_spans = counts.get(minute, 0)
-        read = 0
-        while low < high:
-            page = fetch_window_page(self.conn, self.facts.run_id, low, high, PAGE_ROWS)
-            upto = high
-            if page.height >= PAGE_ROWS:  # the page's last end time may continue: next page
-                upto = int(page.get_column("end_ns").to_numpy().max())
-                page = page.filter(pl.col("end_ns") < upto)
-                if page.height == 0:  # a page of one end time: that end time whole
-                    page = fetch_window(self.conn, self.facts.run_id, upto, upto + 1)
-                    upto += 1
-            rows = self.with_tool_held(self._flagged(page, (low, upto)))
-            del page
-            fold_ending(states, rows)
-            fold_overlap(states, rows)
-            read += rows.height
-            del rows
-            low = upto
-        return read
