@@ -57,12 +57,19 @@ SPEC_TABLE = {
         "gen_ai.usage.reasoning_tokens",
         "llm.token_count.completion_details.reasoning",
     ),
-    "model": ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name"),
-    "provider": ("gen_ai.provider.name", "gen_ai.system", "llm.provider"),
+    # The target's model is the request's (docs/conventions.md#targets): then
+    # OpenInference's invocation parameters, then the response's model.
+    "model": ("gen_ai.request.model",),
+    "response_model": ("gen_ai.response.model", "llm.model_name"),
+    "invocation_model": ("llm.invocation_parameters",),
+    "provider": ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"),
     "operation_name": ("gen_ai.operation.name",),
     "finish_reasons": ("gen_ai.response.finish_reasons",),
-    "http_status": ("http.response.status_code",),
+    "http_status": ("http.response.status_code", "http.status_code"),
+    "http_method": ("http.request.method", "http.method"),
+    "url": ("url.full", "http.url", "url.path", "http.target"),
     "error_type": ("error.type",),
+    "error_code": ("error.code",),
     "llm_span_kind": ("openinference.span.kind",),
 }
 

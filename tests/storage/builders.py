@@ -38,6 +38,7 @@ def attempt_row(**fields: Any) -> tuple[Any, ...]:
         "cache_write_tokens": None,
         "reasoning_tokens": None,
         "model": "gpt-test",
+        "response_model": None,
         "provider": "openai",
         "operation_name": "chat",
         "finish_reasons": ["stop"],

@@ -54,6 +54,7 @@ def rows(draw: st.DrawFn) -> tuple[Any, ...]:
         prompt_tokens=draw(_INT),
         cache_read_tokens=draw(_INT),
         model=draw(st.none() | _TEXT),
+        response_model=draw(st.none() | _TEXT),
         finish_reasons=draw(st.none() | st.lists(_TEXT, max_size=3)),
         error_type=draw(st.none() | _TEXT),
         http_status=draw(_INT),

@@ -36,6 +36,7 @@ OPERATION_NAME_KEY: Final = "gen_ai.operation.name"
 LLM_OPERATION_NAMES: Final = frozenset({"chat", "text_completion", "generate_content"})
 OPENINFERENCE_KIND_KEY: Final = "openinference.span.kind"
 OPENINFERENCE_LLM_KIND: Final = "LLM"
+OPENINFERENCE_INVOCATION_KEY: Final = "llm.invocation_parameters"
 VLLM_SPAN_NAME: Final = "llm_request"
 # OpenLLMetry records time to first token only as span events with this name (docs/conventions.md).
 COMPLETION_CHUNK_EVENT: Final = "gen_ai.content.completion.chunk"
@@ -101,12 +102,17 @@ SEMCONV = ConventionFamily(
         "resend_count": ("http.request.resend_count",),
         "ttft_s": ("gen_ai.response.time_to_first_chunk",),
         **_SEMCONV_TOKENS,
-        "model": ("gen_ai.response.model", "gen_ai.request.model"),
+        "model": ("gen_ai.request.model",),
+        "response_model": ("gen_ai.response.model",),
         "provider": ("gen_ai.provider.name",),
         "operation_name": (OPERATION_NAME_KEY,),
         "finish_reasons": ("gen_ai.response.finish_reasons",),
-        "http_status": ("http.response.status_code",),
+        # HTTP semantic conventions, current and before 1.23 (HTTP client spans).
+        "http_status": ("http.response.status_code", "http.status_code"),
+        "http_method": ("http.request.method", "http.method"),
+        "url": ("url.full", "http.url", "url.path", "http.target"),
         "error_type": ("error.type",),
+        "error_code": ("error.code",),
     },
 )
 
@@ -128,7 +134,7 @@ VLLM = ConventionFamily(
         "ttft_s": ("gen_ai.latency.time_to_first_token",),
         "prompt_tokens": ("gen_ai.usage.prompt_tokens",),
         "completion_tokens": ("gen_ai.usage.completion_tokens",),
-        "model": ("gen_ai.response.model",),
+        "response_model": ("gen_ai.response.model",),
         "finish_reasons": ("gen_ai.response.finish_reasons",),
     },
     markers=frozenset(
@@ -160,7 +166,8 @@ OPENLLMETRY = ConventionFamily(
             "gen_ai.usage.cache_creation_input_tokens",
         ),
         "reasoning_tokens": ("gen_ai.usage.reasoning_tokens",),
-        "model": ("gen_ai.response.model", "gen_ai.request.model"),
+        "model": ("gen_ai.request.model",),
+        "response_model": ("gen_ai.response.model",),
         "provider": ("gen_ai.provider.name", "gen_ai.system"),
         "operation_name": (OPERATION_NAME_KEY,),
         "finish_reasons": ("gen_ai.response.finish_reasons",),
@@ -193,7 +200,8 @@ OPENLIT = ConventionFamily(
         "completion_tokens": ("gen_ai.usage.output_tokens",),
         "reported_total_tokens": ("gen_ai.usage.total_tokens",),
         "reasoning_tokens": ("gen_ai.usage.reasoning_tokens",),
-        "model": ("gen_ai.response.model", "gen_ai.request.model"),
+        "model": ("gen_ai.request.model",),
+        "response_model": ("gen_ai.response.model",),
         "provider": ("gen_ai.system",),
         "operation_name": (OPERATION_NAME_KEY,),
         "finish_reasons": ("gen_ai.response.finish_reasons",),
@@ -222,12 +230,15 @@ OPENINFERENCE = ConventionFamily(
         "cache_read_tokens": ("llm.token_count.prompt_details.cache_read",),
         "cache_write_tokens": ("llm.token_count.prompt_details.cache_write",),
         "reasoning_tokens": ("llm.token_count.completion_details.reasoning",),
-        "model": ("llm.model_name",),
-        "provider": ("llm.provider",),
+        # The request's model is in the invocation parameters (a JSON object's "model");
+        # llm.model_name is the model the response named.
+        "invocation_model": (OPENINFERENCE_INVOCATION_KEY,),
+        "response_model": ("llm.model_name",),
+        "provider": ("llm.provider", "llm.system"),
         "llm_span_kind": (OPENINFERENCE_KIND_KEY,),
     },
     markers=frozenset(
-        {OPENINFERENCE_KIND_KEY, "llm.model_name", "llm.provider", "llm.invocation_parameters"}
+        {OPENINFERENCE_KIND_KEY, "llm.model_name", "llm.provider", OPENINFERENCE_INVOCATION_KEY}
     ),
     ttft_events=frozenset({OPENINFERENCE_FIRST_TOKEN_EVENT}),
 )

@@ -22,11 +22,13 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest import span_validation as check
 from tpmledger.ingest.attribute_values import strip_nul
+from tpmledger.ingest.failure_kinds import failure
+from tpmledger.ingest.http_attempts import HTTP_CONVENTION, is_http_attempt
 from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
 from tpmledger.ingest.span_plan import ResourceContext, plan_for
 from tpmledger.ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
@@ -40,7 +42,6 @@ from tpmledger.storage.attempt_row import (
 from tpmledger.storage.minute_keys import WHOLE_RUN
 
 MAX_REASONS: Final = 5
-_STATUS_ERROR: Final = Status.STATUS_CODE_ERROR
 _ZERO_SPAN_ID: Final = bytes(8)
 _REASON_ATTRIBUTES: Final = "span attributes are not valid OTLP KeyValues"
 _REASON_NAME: Final = "span name is not valid UTF-8"
@@ -150,7 +151,8 @@ def normalize_span(
 
     # LLM-call detection (docs/conventions.md): a token key, an LLM operation name, an OpenInference
     # LLM span, or vLLM's llm_request span; the detecting family is credited when no
-    # token key says otherwise.
+    # token key says otherwise. An HTTP client span of an inference request is an attempt
+    # of its parent LLM call (ingest/http_attempts.py).
     convention = plan.token_convention
     if convention is None:
         if name == conv.VLLM_SPAN_NAME:
@@ -159,6 +161,8 @@ def normalize_span(
             convention = conv.OPENINFERENCE.name
         elif fields.get("operation_name") in conv.LLM_OPERATION_NAMES:
             convention = plan.operation_convention
+        elif is_http_attempt(span.kind, fields, plan.reads_quota):
+            convention = HTTP_CONVENTION
         elif is_tool_span(fields):
             if resource.invalid is not None:
                 return resource.invalid
@@ -205,30 +209,24 @@ def normalize_span(
 
     get = fields.get
     call_id = get("call_id")
+    own_parent = parent if parent and parent != _ZERO_SPAN_ID else None
+    if not call_id and convention == HTTP_CONVENTION and own_parent is not None:
+        # The requests of one LLM call: one logical call, named by the LLM span.
+        call_id = own_parent.hex()
     ttft_s = get("ttft_s")
     if ttft_s is None and span.events:
         ttft_s = _first_chunk_ttft(span, start_ns)
-    http_status = get("http_status")
-    error_type = get("error_type") or None
-    if (
-        span.status.code == _STATUS_ERROR
-        or error_type is not None
-        or (http_status is not None and http_status >= 400)
-    ):
-        status = "error"
-        if error_type is None:
-            error_type = (
-                f"http_{http_status}" if http_status is not None and http_status >= 400 else "error"
-            )
-    else:
-        status = "ok"
+    status, error_type, http_status = failure(
+        span, get("error_type") or None, get("error_code") or None, get("http_status")
+    )
+    response_model = get("response_model")
 
     # Every column by name (storage/attempt_row.py puts them in COPY order).
     return attempt_row(
         identity=identity_part(
             trace_id=trace_id,
             span_id=span_id,
-            parent_span_id=parent if parent and parent != _ZERO_SPAN_ID else None,
+            parent_span_id=own_parent,
             run_id=run_id,
             shard_id=shard_id,
             declared_shard_count=get("declared_shard_count"),
@@ -251,7 +249,9 @@ def normalize_span(
             reasoning_tokens=get("reasoning_tokens"),
         ),
         description=description_part(
-            model=get("model"),
+            # The request's model (docs/conventions.md#targets), else the response's.
+            model=get("model") or get("invocation_model") or response_model,
+            response_model=response_model,
             provider=get("provider"),
             operation_name=get("operation_name"),
             finish_reasons=get("finish_reasons"),

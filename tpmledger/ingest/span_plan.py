@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
+import orjson
+
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest.attribute_values import as_int, as_seconds, as_string_list, as_text
-from tpmledger.ingest.quota_headers import QUOTA_KEYS
+from tpmledger.ingest.quota_headers import reads_quota
 from tpmledger.ingest.span_validation import token_count, token_reason
 
 _INT32_MAX: Final = 2**31 - 1
@@ -36,6 +38,18 @@ def _http_status(value: Any) -> int | None:
     return as_int(value, 100, 599)
 
 
+def _invocation_model(value: Any) -> str | None:
+    # OpenInference's llm.invocation_parameters: a JSON object as a string; its "model".
+    if type(value) is not str or '"model"' not in value:
+        return None
+    try:
+        parameters = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    model = parameters.get("model") if type(parameters) is dict else None
+    return model if type(model) is str and model else None
+
+
 #: field → reader turning an attribute value into the column's type (None = unreadable).
 FIELD_READERS: Final[dict[str, Callable[[Any], Any]]] = {
     "run_id": as_text,
@@ -51,11 +65,16 @@ FIELD_READERS: Final[dict[str, Callable[[Any], Any]]] = {
     "ttft_s": as_seconds,
     **dict.fromkeys(conv.TOKEN_FIELDS, token_count),
     "model": as_text,
+    "response_model": as_text,
+    "invocation_model": _invocation_model,
     "provider": as_text,
     "operation_name": as_text,
     "finish_reasons": as_string_list,
     "http_status": _http_status,
     "error_type": as_text,
+    "error_code": as_text,
+    "http_method": as_text,
+    "url": as_text,
     "llm_span_kind": as_text,
 }
 assert set(FIELD_READERS) == set(conv.FIELD_KEYS), "every registry field needs a reader"
@@ -132,9 +151,7 @@ def plan_for(
         resource_shadowed_tokens=tuple(k for k, s in tokens.items() if not s and k not in winners),
         token_convention=token_convention,
         operation_convention=conv.convention_for(conv.OPERATION_NAME_KEY, span_key_set, name),
-        reads_quota=not (
-            QUOTA_KEYS.isdisjoint(span_key_set) and QUOTA_KEYS.isdisjoint(resource_keys)
-        ),
+        reads_quota=reads_quota(span_keys) or reads_quota(resource_keys),
     )
 
 

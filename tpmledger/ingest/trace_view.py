@@ -31,7 +31,8 @@ _ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 # message → [(field, number, type, label, message type)]; numbers as in trace.proto.
 _FieldSpec = tuple[str, int, int, int, str | None]
 _SCHEMA: Final[dict[str, list[_FieldSpec]]] = {
-    "Status": [("code", 3, _F.TYPE_INT32, _ONE, None)],
+    # Bytes: a description that is not UTF-8 is read leniently (ingest/failure_kinds.py).
+    "Status": [("message", 2, _F.TYPE_BYTES, _ONE, None), ("code", 3, _F.TYPE_INT32, _ONE, None)],
     "Span": [
         ("trace_id", 1, _F.TYPE_BYTES, _ONE, None),
         ("span_id", 2, _F.TYPE_BYTES, _ONE, None),

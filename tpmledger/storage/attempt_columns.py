@@ -77,7 +77,9 @@ _MEASURES: Final = (
     AttemptColumn("reasoning_tokens", "bigint"),
 )
 _DESCRIPTION: Final = (
+    # The request's model (docs/conventions.md#targets); the response's in its own column.
     AttemptColumn("model", "text", read="text"),
+    AttemptColumn("response_model", "text"),
     AttemptColumn("provider", "text"),
     AttemptColumn("operation_name", "text"),
     AttemptColumn("finish_reasons", "text[]"),

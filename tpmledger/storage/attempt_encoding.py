@@ -213,8 +213,8 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
     for row in rows:
         (trace_id, span_id, parent, run_id, shard_id, declared, cap, sweep, call_id,
          explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt, completion,
-         reported, cache_read, cache_write, reasoning, model, provider, operation,
-         finish, status, error_type, http_status, convention, span_name, span_kind,
+         reported, cache_read, cache_write, reasoning, model, response_model, provider,
+         operation, finish, status, error_type, http_status, convention, span_name, span_kind,
          span_json, resource_json, *quota) = row  # fmt: skip
         # orjson would print NaN or infinity as null: refuse instead of storing NULL.
         if (queue_wait is not None and not isfinite(queue_wait)) or (
@@ -235,7 +235,7 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
         # One scan of all text columns together; values with a backslash, tab, newline
         # or carriage return (rare) are escaped one by one.
         probe = (
-            f"{run_id}{shard_id}{sweep}{call_id}{model}{provider}{operation}{status}"
+            f"{run_id}{shard_id}{sweep}{call_id}{model}{response_model}{provider}{operation}{status}"
             f"{error_type}{convention}{span_name}{span_json}"
         )
         if "\\" in probe or "\t" in probe or "\n" in probe or "\r" in probe:
@@ -245,14 +245,16 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
                 _text(call_id),
                 _text(status),
             )
-            sweep, model, provider, operation, error_type, convention = map(
-                _text_or_null, (sweep, model, provider, operation, error_type, convention)
+            sweep, model, response_model, provider, operation, error_type, convention = map(
+                _text_or_null,
+                (sweep, model, response_model, provider, operation, error_type, convention),
             )
             span_name, span_json = _text(span_name), _text(span_json)
         else:
             run_id_text, shard_text = run_id, shard_id
             sweep = n if sweep is None else sweep
             model = n if model is None else model
+            response_model = n if response_model is None else response_model
             provider = n if provider is None else provider
             operation = n if operation is None else operation
             error_type = n if error_type is None else error_type
@@ -266,7 +268,8 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
             finish_text = arrays.get(key) or arrays.setdefault(key, _array(finish))
         texts.append(
             f"{b}{trace_id.hex()}\t{b}{span_id.hex()}\t{n if parent is None else b + parent.hex()}"
-            f"\t{run_id_text}\t{shard_text}\t{sweep}\t{call_id}\t{model}\t{provider}\t"
+            f"\t{run_id_text}\t{shard_text}\t{sweep}\t{call_id}\t{model}\t{response_model}"
+            f"\t{provider}\t"
             f"{operation}\t{finish_text}\t{status}\t{error_type}\t{convention}\t{span_name}\t"
             f"{span_json}\t{resource_text}\n"
         )

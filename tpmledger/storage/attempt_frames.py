@@ -21,6 +21,7 @@ from psycopg import pq, sql
 
 from tpmledger.storage.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from tpmledger.storage.binary_copy import Kind, parse_binary_copy
+from tpmledger.storage.call_attempts import resolved_columns, resolved_join
 from tpmledger.storage.database import raw_transaction
 
 _POLARS_TYPES: dict[ReadAs, pl.DataType] = {
@@ -111,11 +112,20 @@ def _copy_out(conn: psycopg.Connection, query: bytes) -> io.BytesIO:
 SPLIT_FETCH_MIN_ATTEMPTS = 100_000
 
 
-def _copy_query(run_id: str, condition: sql.Composable) -> sql.Composed:
-    select_list = ", ".join(ATTEMPT_COPY_KINDS)
+def _copy_query(
+    run_id: str, condition: sql.Composable, received_by: datetime | None = None
+) -> sql.Composed:
+    # HTTP attempts read their call's target and tokens (storage/call_attempts.py); the
+    # condition names columns of ``attempts`` alone (end_ns, received_at).
+    select_list = resolved_columns(ATTEMPT_COPY_KINDS, "x")
     return sql.SQL(
-        "COPY (SELECT {} FROM attempts WHERE run_id = {} AND {}) TO STDOUT (FORMAT binary)"
-    ).format(sql.SQL(select_list), sql.Literal(run_id), condition)
+        "COPY (SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}) TO STDOUT (FORMAT binary)"
+    ).format(
+        sql.SQL(select_list),
+        sql.SQL(resolved_join("x", received_by)),
+        sql.Literal(run_id),
+        condition,
+    )
 
 
 def _parse(buffer: io.BytesIO) -> pl.DataFrame:
@@ -136,7 +146,11 @@ def copy_select(
 
 
 def _split_halves(
-    conn: psycopg.Connection, url: str, run_id: str, within: sql.Composable
+    conn: psycopg.Connection,
+    url: str,
+    run_id: str,
+    within: sql.Composable,
+    received_by: datetime | None = None,
 ) -> list[pl.DataFrame]:
     """The run's rows (those ``within`` holds for) in two halves of its end-time range,
     read by two backends at once.
@@ -153,15 +167,15 @@ def _split_halves(
         (run_id,),
     ).fetchone() or (None, None)
     if snapshot is None or mid is None:
-        everything = _copy_query(run_id, within).as_bytes(conn)
+        everything = _copy_query(run_id, within, received_by).as_bytes(conn)
         return [_copy_and_parse(conn, everything)]
     with raw_transaction(url) as helper, ThreadPoolExecutor(max_workers=1) as pool:
         helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         half = sql.Literal(int(mid))
-        late = _copy_query(run_id, sql.SQL("{} AND end_ns >= {}").format(within, half))
+        late = _copy_query(run_id, sql.SQL("{} AND x.end_ns >= {}").format(within, half), received_by)
         second = pool.submit(_copy_and_parse, helper, late.as_bytes(helper))
-        early = _copy_query(run_id, sql.SQL("{} AND end_ns < {}").format(within, half))
+        early = _copy_query(run_id, sql.SQL("{} AND x.end_ns < {}").format(within, half), received_by)
         return [_copy_and_parse(conn, early.as_bytes(conn)), second.result()]
 
 
@@ -186,15 +200,15 @@ def fetch_run_attempts(
     """
     within: sql.Composable = sql.SQL("TRUE")
     if end_before_ns is not None:
-        within = sql.SQL("end_ns < {}").format(sql.Literal(int(end_before_ns)))
+        within = sql.SQL("x.end_ns < {}").format(sql.Literal(int(end_before_ns)))
     if received_by is not None:
-        stored = sql.SQL("received_at <= {}").format(sql.Literal(received_by))
+        stored = sql.SQL("x.received_at <= {}").format(sql.Literal(received_by))
         within = sql.SQL("{} AND {}").format(within, stored)
     if split_url is None:
-        query = _copy_query(run_id, within).as_bytes(conn)
+        query = _copy_query(run_id, within, received_by).as_bytes(conn)
         frames = [_copy_and_parse(conn, query)]
     else:
-        frames = _split_halves(conn, split_url, run_id, within)
+        frames = _split_halves(conn, split_url, run_id, within, received_by)
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
         list(ATTEMPT_FRAME_SCHEMA)

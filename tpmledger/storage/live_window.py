@@ -22,6 +22,7 @@ from psycopg import sql
 
 from tpmledger.storage.attempt_frames import copy_select
 from tpmledger.storage.binary_copy import Kind
+from tpmledger.storage.call_attempts import resolved_column, resolved_join
 
 #: Columns of a live window frame: what the minute figures need (ids in hex for the
 #: flag cache), nothing more: a busy minute is re-read on every update.
@@ -52,26 +53,36 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
     "reasoning_tokens": "integer",
 }
 
-_COLUMNS = """trace_id, span_id, shard_id, status, start_ns, end_ns, queue_wait_s, ttft_s,
-       prompt_tokens, completion_tokens, resend_count, concurrency_cap, call_id_explicit::int,
-       error_type, span_attributes ->> 'tpmledger.deadline_s',
-       coalesce(span_attributes ->> 'tpmledger.request.timeout_s',
-                resource_attributes ->> 'tpmledger.request.timeout_s'),
-       provider, model,
-       coalesce(span_attributes ->> 'tpmledger.target.concurrency.cap',
-                resource_attributes ->> 'tpmledger.target.concurrency.cap'),
-       cache_read_tokens, cache_write_tokens, reasoning_tokens"""
+
+
+def _columns(alias: str) -> str:
+    # HTTP attempts read their call's target and tokens (storage/call_attempts.py).
+    def c(name: str) -> str:
+        return resolved_column(name, alias)
+
+    a = alias
+    return f"""{a}.trace_id, {a}.span_id, {a}.shard_id, {a}.status, {a}.start_ns, {a}.end_ns,
+       {a}.queue_wait_s, {c("ttft_s")}, {c("prompt_tokens")}, {c("completion_tokens")},
+       {a}.resend_count, {a}.concurrency_cap, {a}.call_id_explicit::int,
+       {a}.error_type, {a}.span_attributes ->> 'tpmledger.deadline_s',
+       coalesce({a}.span_attributes ->> 'tpmledger.request.timeout_s',
+                {a}.resource_attributes ->> 'tpmledger.request.timeout_s'),
+       {c("provider")}, {c("model")},
+       coalesce({a}.span_attributes ->> 'tpmledger.target.concurrency.cap',
+                {a}.resource_attributes ->> 'tpmledger.target.concurrency.cap'),
+       {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}
+FROM {{table}} {a} {resolved_join(a).replace("{", "{{").replace("}", "}}")}"""
+
+
 _WINDOW_SQL = f"""
-SELECT {_COLUMNS}
-FROM attempts
-WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
+SELECT {_columns("w").replace("{table}", "attempts")}
+WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 """
 # One page of a range, in end-time order (a busy minute is read a page at a time).
 _PAGE_SQL = f"""
-SELECT {_COLUMNS}
-FROM attempts
-WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
-ORDER BY end_ns
+SELECT {_columns("w").replace("{table}", "attempts")}
+WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
+ORDER BY w.end_ns
 LIMIT {{limit}}
 """
 # New commits' rows: found through the block-range index on ingest_batch alone (the
@@ -82,9 +93,8 @@ WITH new AS MATERIALIZED (
     WHERE ingest_batch BETWEEN {{first}} AND {{last}}
       AND ingest_batch = ANY({{batches}}::bigint[])
 )
-SELECT {_COLUMNS}
-FROM new
-WHERE run_id = {{run_id}} AND end_ns >= {{low}} AND end_ns < {{high}}
+SELECT {_columns("w").replace("{table}", "new")}
+WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 """
 
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
@@ -133,7 +143,7 @@ CROSS JOIN LATERAL (
 ) u
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.parent_span_id, x.run_id, x.call_id, x.call_id_explicit,
-           x.resend_count, x.start_ns, x.end_ns
+           x.resend_count, x.start_ns, x.end_ns, x.convention
     FROM attempts x
     WHERE x.trace_id = u.trace_id AND x.span_id = u.span_id AND x.run_id = %(run_id)s
     LIMIT 1
@@ -145,11 +155,14 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # and later attempts of the same explicit call without a resend count move in the call
 # (kind 2); a parent that is itself an explicit call's attempt moves its call's others
 # (kind 3: the order among non-rollups changed, and which attempt is the call's last);
-# earlier attempts of the same explicit call are no longer its last (kind 4).
+# earlier attempts of the same explicit call are no longer its last (kind 4). An LLM span
+# gives its HTTP attempts their target and tokens (kind 5), and a new HTTP attempt may take
+# the call's tokens from a sibling (kind 6): their values changed, not their flags
+# (storage/call_attempts.py).
 _DEPENDENTS_SQL = """
 WITH given AS (
     SELECT a.trace_id, a.span_id, a.parent_span_id, a.run_id, a.call_id, a.call_id_explicit,
-           a.start_ns, a.end_ns
+           a.start_ns, a.end_ns, a.convention
     {source}
 ), parents AS (
     SELECT DISTINCT p.trace_id, p.span_id, p.run_id, p.call_id, p.call_id_explicit,
@@ -196,6 +209,26 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) o
 WHERE g.call_id_explicit
+UNION ALL
+SELECT 5, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM given g
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+    WHERE x.trace_id = g.trace_id AND x.parent_span_id = g.span_id AND x.run_id = g.run_id
+      AND x.convention = 'http'
+    OFFSET 0
+) o
+WHERE g.convention IS DISTINCT FROM 'http'
+UNION ALL
+SELECT 6, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM given g
+CROSS JOIN LATERAL (
+    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+    WHERE x.trace_id = g.trace_id AND x.parent_span_id = g.parent_span_id
+      AND x.run_id = g.run_id AND x.convention = 'http' AND x.span_id <> g.span_id
+    OFFSET 0
+) o
+WHERE g.convention = 'http' AND g.parent_span_id IS NOT NULL
 """
 
 
@@ -208,6 +241,8 @@ class Dependent:
     began_ns: int  # queued (or admitted) time: the interval whose minutes to recompute
     end_ns: int
     becomes_rollup: bool
+    # Its read values changed (an HTTP attempt's call arrived): its minutes are read whole.
+    values_changed: bool = False
 
 
 def fetch_window(
@@ -310,15 +345,17 @@ def probe_flags(
 
 # One primary-key lookup per id (LIMIT 1 in a LATERAL: never a scan of the run's rows).
 _BY_ID_ROWS_SQL = f"""
-SELECT {_COLUMNS}
-FROM generate_series(0, {{count}} - 1) AS g(i)
-CROSS JOIN LATERAL (
-    SELECT x.* FROM attempts x
-    WHERE x.trace_id = substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16)
-      AND x.span_id = substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
-      AND x.run_id = {{run_id}}
-    LIMIT 1
-) a
+WITH given AS MATERIALIZED (
+    SELECT x.* FROM generate_series(0, {{count}} - 1) AS g(i)
+    CROSS JOIN LATERAL (
+        SELECT x.* FROM attempts x
+        WHERE x.trace_id = substring({{ids}}::bytea FROM g.i * 24 + 1 FOR 16)
+          AND x.span_id = substring({{ids}}::bytea FROM g.i * 24 + 17 FOR 8)
+          AND x.run_id = {{run_id}}
+        LIMIT 1
+    ) x
+)
+SELECT {_columns("w").replace("{table}", "given")}
 """
 
 
@@ -365,5 +402,9 @@ def _dependents(rows: list[Any]) -> list[Dependent]:
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0
-        out.append(Dependent(trace_id, span_id, int(start_ns) - waited, int(end_ns), kind == 1))
+        out.append(
+            Dependent(
+                trace_id, span_id, int(start_ns) - waited, int(end_ns), kind == 1, kind >= 5
+            )
+        )
     return out

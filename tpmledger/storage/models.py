@@ -115,6 +115,12 @@ attempts_table = Table(
         "parent_span_id",
         postgresql_where=text("parent_span_id IS NOT NULL"),
     ),
+    # A run's HTTP client attempts (docs/conventions.md#attempts; usually none).
+    Index(
+        "ix_attempts_run_id_http",
+        "run_id",
+        postgresql_where=text("convention = 'http'"),
+    ),
     Index(
         "ix_attempts_run_id_call_id",
         "run_id",

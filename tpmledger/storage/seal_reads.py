@@ -21,6 +21,7 @@ from psycopg import sql
 
 from tpmledger.storage.attempt_frames import ATTEMPT_COPY_KINDS, copy_select
 from tpmledger.storage.binary_copy import Kind
+from tpmledger.storage.call_attempts import resolved_columns, resolved_join
 from tpmledger.storage.database import raw_transaction
 from tpmledger.storage.seal_scope import SealScope
 
@@ -162,18 +163,20 @@ def fetch_attempts_ending(
     (run_id, end_ns) index; with ``began_before_ns``, only those whose queued-to-released
     interval began before it (the attempts still holding a slot or queued at a chunk's end).
     """
-    condition = sql.SQL("{} AND end_ns >= {} AND end_ns < {}").format(
-        scope.on(), sql.Literal(int(low_ns)), sql.Literal(int(high_ns))
+    condition = sql.SQL("{} AND x.end_ns >= {} AND x.end_ns < {}").format(
+        scope.on("x"), sql.Literal(int(low_ns)), sql.Literal(int(high_ns))
     )
     if began_before_ns is not None:
         began = sql.SQL(
-            "start_ns - coalesce(round(least(greatest(queue_wait_s, 0), 3e9) * 1e9)::bigint, 0)"
+            "x.start_ns - coalesce(round(least(greatest(x.queue_wait_s, 0), 3e9) * 1e9)::bigint, 0)"
         )
         condition = sql.SQL("{} AND {} < {}").format(
             condition, began, sql.Literal(int(began_before_ns))
         )
-    query = sql.SQL("SELECT {} FROM attempts WHERE run_id = {} AND {}").format(
-        sql.SQL(", ").join(sql.Identifier(n) for n in _ATTEMPT_KINDS),
+    # HTTP attempts read their call's target and tokens (storage/call_attempts.py).
+    query = sql.SQL("SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}").format(
+        sql.SQL(resolved_columns(_ATTEMPT_KINDS, "x")),
+        sql.SQL(resolved_join("x", scope.received_by)),
         sql.Literal(run_id),
         condition,
     )

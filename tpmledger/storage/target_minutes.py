@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.call_attempts import resolved_column, resolved_join
 from tpmledger.storage.live_read import run_state
 from tpmledger.storage.seal_scope import SealScope
 from tpmledger.storage.sealed_figures_store import read_diagnostics
@@ -40,7 +41,8 @@ SEALED_TARGETS_KEY: Final = "quota_targets"
 #: Error types (lower-cased) of failures on the serving side, besides 5xx statuses.
 SERVING_MARKERS: Final = (
     "timeout", "timed_out", "timedout", "deadline", "cancel", "server_error", "overloaded",
-    "unavailable", "http_408", "http_499",
+    "unavailable", "http_408", "http_499", "internalserver", "connection", "connecterror",
+    "badgateway", "gatewaytimeout", "remoteprotocol",
 )  # fmt: skip
 
 _LIMITED: Final = """(x.http_status = 429 OR x.error_type IN ('429', 'http_429')
@@ -59,9 +61,14 @@ def _newest(column: str) -> str:
     )
 
 
-_COUNTS: Final = f"""count(*), sum(coalesce(x.prompt_tokens, 0) + coalesce(x.completion_tokens, 0)),
+# HTTP attempts read their call's target and tokens (storage/call_attempts.py).
+_PROMPT: Final = resolved_column("prompt_tokens", "x")
+_COMPLETION: Final = resolved_column("completion_tokens", "x")
+_PROVIDER: Final = resolved_column("provider", "x")
+_MODEL: Final = resolved_column("model", "x")
+_COUNTS: Final = f"""count(*), sum(coalesce({_PROMPT}, 0) + coalesce({_COMPLETION}, 0)),
        count(*) FILTER (WHERE {_LIMITED}), count(*) FILTER (WHERE {_SERVING} AND NOT {_LIMITED})"""
-_GROUP: Final = f"x.run_id, x.provider, x.model, x.end_ns / {MINUTE_NS}"
+_GROUP: Final = f"x.run_id, {_PROVIDER}, {_MODEL}, x.end_ns / {MINUTE_NS}"
 _WHERE: Final = "x.run_id = ANY(%(run_ids)s) AND {scope} AND x.end_ns >= %(since_ns)s"
 
 # Every attempt's figures, rollups included: one hash aggregate, which PostgreSQL plans
@@ -72,7 +79,7 @@ SELECT {_GROUP}, {_COUNTS},
        coalesce({_newest("x.quota_rpm_declared")}, {_newest("x.ratelimit_limit_requests")}),
        min(x.ratelimit_remaining_tokens), min(x.ratelimit_remaining_requests),
        coalesce(sum(x.quota_values_ignored), 0)
-FROM attempts x
+FROM attempts x {{resolved}}
 WHERE {_WHERE}
 GROUP BY {_GROUP}
 """
@@ -80,7 +87,7 @@ GROUP BY {_GROUP}
 # attempt of the run, in the same scope, names as its parent (docs/conventions.md#rollups).
 _ROLLUPS: Final = f"""
 SELECT {_GROUP}, {_COUNTS}
-FROM attempts x
+FROM attempts x {{resolved}}
 WHERE {_WHERE} AND EXISTS (
     SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id AND c.parent_span_id = x.span_id
     AND c.run_id = x.run_id AND c.parent_span_id IS NOT NULL AND {{child_scope}})
@@ -135,8 +142,11 @@ def fetch_target_minutes(
         "run_ids": list(run_ids),
         "serving": [f"%{marker}%" for marker in SERVING_MARKERS],
     }
-    query = sql.SQL(_QUERY).format(scope=scope.on("x"))
-    rollups = sql.SQL(_ROLLUPS).format(scope=scope.on("x"), child_scope=scope.on("c"))
+    resolved = sql.SQL(resolved_join("x", scope.received_by))
+    query = sql.SQL(_QUERY).format(scope=scope.on("x"), resolved=resolved)
+    rollups = sql.SQL(_ROLLUPS).format(
+        scope=scope.on("x"), child_scope=scope.on("c"), resolved=resolved
+    )
     minus = {tuple(r[:4]): r[4:] for r in conn.execute(rollups, params).fetchall()}
     found = []
     for r in conn.execute(query, params).fetchall():

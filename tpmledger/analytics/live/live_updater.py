@@ -257,7 +257,9 @@ class LiveUpdater:
                 key = (dependent.trace_id, dependent.span_id)
                 if key in new_keys:
                     continue  # folded with the flags probed now
-                if rebuild:  # a mark without its commit: the old flags are not known
+                if rebuild or dependent.values_changed:
+                    # A mark without its commit (the old flags are not known), or an
+                    # HTTP attempt whose call's values arrived: read the minutes whole.
                     rebuild.update(span)
                 else:
                     adjust[key] = None

@@ -20,6 +20,7 @@ from tpmledger.analytics.views.run_extras import (
     reconciliation,
     run_extras,
 )
+from tpmledger.storage.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
 from tpmledger.storage.live_read import run_states
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
@@ -71,7 +72,16 @@ def run_object(
     if isinstance(view.get("diagnostics"), dict):  # a live run's, over its closed minutes
         version = view.get("latest_sealed_version")
         extras["diagnostics"] = live_run_diagnostics(view["diagnostics"], version)
-    return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
+    source = attempts_source(session, run_id)
+    counted: dict[str, Any] = {"attempts_source": source}
+    if view.get("retry_rate") is None and source == "llm_spans":
+        counted["retry_rate_not_measured_because"] = LLM_SPANS_RETRY_REASON
+    return {
+        **view,
+        **extras,
+        **counted,
+        "reconciliation": reconciliation(session, run_id, view.get("tokens")),
+    }
 
 
 def minute_series(
