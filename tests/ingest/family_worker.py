@@ -1,6 +1,7 @@
 """One shard worker minute, as a user runs it: the official ``openai`` SDK (default
 ``max_retries=2``) under one instrumentation family plus the httpx instrumentation with
-response-header capture, exporting over the real OTLP/HTTP exporter.
+response-header capture, exporting over the real OTLP/HTTP exporter (with ``dump``: the
+finished spans written to that file as one ExportTraceServiceRequest instead).
 
 Run as ``python -m tests.ingest.family_worker '<json>'`` in its own process (instrumentors
 are global). The JSON gives ``family``, ``base_url``, ``endpoint`` (OTLP/HTTP traces URL),
@@ -56,7 +57,17 @@ def main(spec: dict) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=Resource.create(spec["resource"]))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=spec["endpoint"])))
+    if "dump" in spec:  # the spans kept, for a test to deliver in any order
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+    else:
+        exporter = OTLPSpanExporter(endpoint=spec["endpoint"])
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     _instrument(spec["family"], provider)
     if spec.get("http", True):
         HTTPX2ClientInstrumentor().instrument(tracer_provider=provider)
@@ -80,6 +91,11 @@ def main(spec: dict) -> None:
             pass
     provider.force_flush()
     provider.shutdown()
+    if "dump" in spec:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        with open(spec["dump"], "wb") as file:
+            file.write(encode_spans(memory.get_finished_spans()).SerializeToString())
 
 
 if __name__ == "__main__":

@@ -131,6 +131,7 @@ def check_against_log(ingest: RunningIngest, quota: QuotaProvider, run_id: str) 
     assert run["bottleneck"]["verdict"] == "provider_quota", run["bottleneck"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["openai-v2", "openllmetry", "openinference"])
 def test_each_family_equals_the_providers_log(
     family: str, running_ingest: RunningIngest, provider: tuple[QuotaProvider, str]
