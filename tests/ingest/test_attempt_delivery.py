@@ -149,9 +149,7 @@ def test_any_delivery_order_counts_each_attempt_once(
 
     # A parent that never arrives: its requests are the attempts of a call of their own.
     retried = {s.parent_span_id for s in children}
-    lost = next(
-        p for p in parents if sum(c.parent_span_id == p.span_id for c in children) > 1
-    )
+    lost = next(p for p in parents if sum(c.parent_span_id == p.span_id for c in children) > 1)
     _send(a, request, "orphans", [s for s in spans if s is not lost])
     orphaned = _events(a, "orphans")
     assert orphaned.count("\n") == len(quota.log)

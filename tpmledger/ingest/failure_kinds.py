@@ -1,6 +1,6 @@
-"""What a failed span says about its failure, in every family's spelling (docs/conventions.md#failures).
+"""What a failed span says about its failure, in every family's spelling.
 
-The outcome columns of an attempt: ``status`` (``ok`` / ``error``), ``error_type`` and
+(docs/conventions.md#failures) The outcome columns of an attempt: ``status`` (``ok`` / ``error``), ``error_type`` and
 ``http_status``. Families report a failure differently:
 
 - OTel contrib ``openai-v2`` and OpenLLMetry set ``error.type`` to the exception's class

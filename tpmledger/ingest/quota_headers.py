@@ -5,8 +5,8 @@ captures the provider's response headers as ``http.response.header.<name>`` attr
 (OpenTelemetry HTTP semantic conventions: a string array, first element used; a plain string
 is accepted too; ``<name>`` in any case, with hyphens or underscores). OpenAI's
 ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*`` and the IETF ``RateLimit-Policy`` /
-``RateLimit`` structured fields are read. Each field below is read from its keys, first readable value wins, span
-attributes over resource attributes of the same key.
+``RateLimit`` structured fields are read. Each field below is read from its keys, first
+readable value wins, span attributes over resource attributes of the same key.
 
 A value that is not a non-negative finite number (``"soon"``, ``"-3"``, ``"NaN"``, an HTTP
 date in ``retry-after``, an empty array) is ignored — the next key of the field may still
@@ -34,8 +34,9 @@ _IETF_REMAINING_TOKENS: Final = "(ietf) remaining tokens"
 _IETF_REMAINING_REQUESTS: Final = "(ietf) remaining requests"
 
 #: Column → its sources, first readable value wins (the attempt row's quota part): the
-#: declared keys, then header *names* (lower case, hyphens: ``http.response.header.X_RateLimit_Limit_Tokens``
-#: is ``x-ratelimit-limit-tokens``), then the IETF fields.
+#: declared keys, then header *names* (lower case, hyphens:
+#: ``http.response.header.X_RateLimit_Limit_Tokens`` is ``x-ratelimit-limit-tokens``), then
+#: the IETF fields.
 QUOTA_FIELDS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("quota_tpm_declared", (_DECLARED_TPM,)),
     ("quota_rpm_declared", (_DECLARED_RPM,)),

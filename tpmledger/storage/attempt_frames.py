@@ -173,9 +173,13 @@ def _split_halves(
         helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         half = sql.Literal(int(mid))
-        late = _copy_query(run_id, sql.SQL("{} AND x.end_ns >= {}").format(within, half), received_by)
+        late = _copy_query(
+            run_id, sql.SQL("{} AND x.end_ns >= {}").format(within, half), received_by
+        )
         second = pool.submit(_copy_and_parse, helper, late.as_bytes(helper))
-        early = _copy_query(run_id, sql.SQL("{} AND x.end_ns < {}").format(within, half), received_by)
+        early = _copy_query(
+            run_id, sql.SQL("{} AND x.end_ns < {}").format(within, half), received_by
+        )
         return [_copy_and_parse(conn, early.as_bytes(conn)), second.result()]
 
 

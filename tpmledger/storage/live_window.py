@@ -54,7 +54,6 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
 }
 
 
-
 def _columns(alias: str) -> str:
     # HTTP attempts read their call's target and tokens (storage/call_attempts.py).
     def c(name: str) -> str:
@@ -403,8 +402,6 @@ def _dependents(rows: list[Any]) -> list[Dependent]:
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0
         out.append(
-            Dependent(
-                trace_id, span_id, int(start_ns) - waited, int(end_ns), kind == 1, kind >= 5
-            )
+            Dependent(trace_id, span_id, int(start_ns) - waited, int(end_ns), kind == 1, kind >= 5)
         )
     return out
