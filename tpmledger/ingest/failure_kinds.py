@@ -1,7 +1,7 @@
 """What a failed span says about its failure, in every family's spelling.
 
-(docs/conventions.md#failures) The outcome columns of an attempt: ``status`` (``ok`` / ``error``), ``error_type`` and
-``http_status``. Families report a failure differently:
+The outcome columns of an attempt (docs/conventions.md#failures): ``status`` (``ok`` /
+``error``), ``error_type`` and ``http_status``. Families report a failure differently:
 
 - OTel contrib ``openai-v2`` and OpenLLMetry set ``error.type`` to the exception's class
   (``RateLimitError``); HTTP client spans set it to the status code (``429``) and
