@@ -123,3 +123,45 @@ def test_garbage_is_ignored_and_counted_and_never_rejects_the_span() -> None:
 def test_a_span_without_rate_limit_state_stores_nulls() -> None:
     got = quota_of({})
     assert got == {**dict.fromkeys(QUOTA_COLUMNS), "quota_values_ignored": 0}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "x-ratelimit-remaining-tokens",
+        "x_ratelimit_remaining_tokens",  # Python's HTTP instrumentations
+        "X-RateLimit-Remaining-Tokens",
+        "X_RATELIMIT_REMAINING_TOKENS",
+    ],
+)
+def test_header_names_in_any_spelling(key: str) -> None:
+    assert quota_of({H + key: ["42"]})["ratelimit_remaining_tokens"] == 42.0
+
+
+def test_ietf_ratelimit_policy_and_ratelimit_fields() -> None:
+    got = quota_of(
+        {
+            H + "ratelimit_policy": ['"default";q=100;w=60, "tok";q=30000;w=30;qu="tokens"'],
+            H + "ratelimit": '"default";r=50;t=30, "tok";r=1200;t=10',
+        }
+    )
+    assert got["ratelimit_limit_requests"] == 100.0
+    assert got["ratelimit_limit_tokens"] == 60000.0  # 30,000 per 30 s
+    assert got["ratelimit_remaining_requests"] == 50.0
+    assert got["ratelimit_remaining_tokens"] == 1200.0
+
+
+def test_openai_headers_win_over_ietf_fields() -> None:
+    got = quota_of(
+        {
+            H + "x-ratelimit-limit-requests": "500",
+            H + "ratelimit-policy": '"default";q=100;w=60',
+        }
+    )
+    assert got["ratelimit_limit_requests"] == 500.0
+
+
+def test_unreadable_ietf_fields_are_ignored_not_rejected() -> None:
+    got = quota_of({H + "ratelimit-policy": '"default";q=lots;w=60', H + "ratelimit": "garbage"})
+    assert got["ratelimit_limit_requests"] is None
+    assert got["ratelimit_remaining_requests"] is None
