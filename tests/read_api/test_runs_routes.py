@@ -28,7 +28,7 @@ RUN_KEYS = {
 EXTRA_KEYS = {
     "declared_shard_count", "concurrency_cap", "sweep_id", "work_conserving", "tokens",
     "latency_s", "live", "data_as_of", "diagnostics", "goodput_tpm_total", "good_call_share",
-    "goodput", "reconciliation",
+    "goodput", "reconciliation", "attempts_source", "retry_rate_not_measured_because",
 }  # fmt: skip
 MINUTE_KEYS = [
     "minute_utc", "state", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",

@@ -21,7 +21,7 @@ from psycopg import pq, sql
 
 from tpmledger.storage.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from tpmledger.storage.binary_copy import Kind, parse_binary_copy
-from tpmledger.storage.call_attempts import resolved_columns, resolved_join
+from tpmledger.storage.call_attempts import resolved_columns, resolved_join, run_has_http
 from tpmledger.storage.database import raw_transaction
 
 _POLARS_TYPES: dict[ReadAs, pl.DataType] = {
@@ -113,16 +113,19 @@ SPLIT_FETCH_MIN_ATTEMPTS = 100_000
 
 
 def _copy_query(
-    run_id: str, condition: sql.Composable, received_by: datetime | None = None
+    run_id: str,
+    condition: sql.Composable,
+    received_by: datetime | None = None,
+    joined: bool = True,
 ) -> sql.Composed:
-    # HTTP attempts read their call's target and tokens (storage/call_attempts.py); the
-    # condition names columns of ``attempts`` alone (end_ns, received_at).
-    select_list = resolved_columns(ATTEMPT_COPY_KINDS, "x")
+    # HTTP attempts read their call's target and tokens (storage/call_attempts.py; not
+    # ``joined``: the run has none); the condition names columns of ``attempts`` alone.
+    select_list = resolved_columns(ATTEMPT_COPY_KINDS, "x", joined=joined)
     return sql.SQL(
         "COPY (SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}) TO STDOUT (FORMAT binary)"
     ).format(
         sql.SQL(select_list),
-        sql.SQL(resolved_join("x", received_by)),
+        sql.SQL(resolved_join("x", received_by) if joined else ""),
         sql.Literal(run_id),
         condition,
     )
@@ -151,6 +154,7 @@ def _split_halves(
     run_id: str,
     within: sql.Composable,
     received_by: datetime | None = None,
+    joined: bool = True,
 ) -> list[pl.DataFrame]:
     """The run's rows (those ``within`` holds for) in two halves of its end-time range,
     read by two backends at once.
@@ -167,18 +171,18 @@ def _split_halves(
         (run_id,),
     ).fetchone() or (None, None)
     if snapshot is None or mid is None:
-        everything = _copy_query(run_id, within, received_by).as_bytes(conn)
+        everything = _copy_query(run_id, within, received_by, joined).as_bytes(conn)
         return [_copy_and_parse(conn, everything)]
     with raw_transaction(url) as helper, ThreadPoolExecutor(max_workers=1) as pool:
         helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         half = sql.Literal(int(mid))
         late = _copy_query(
-            run_id, sql.SQL("{} AND x.end_ns >= {}").format(within, half), received_by
+            run_id, sql.SQL("{} AND x.end_ns >= {}").format(within, half), received_by, joined
         )
         second = pool.submit(_copy_and_parse, helper, late.as_bytes(helper))
         early = _copy_query(
-            run_id, sql.SQL("{} AND x.end_ns < {}").format(within, half), received_by
+            run_id, sql.SQL("{} AND x.end_ns < {}").format(within, half), received_by, joined
         )
         return [_copy_and_parse(conn, early.as_bytes(conn)), second.result()]
 
@@ -208,11 +212,12 @@ def fetch_run_attempts(
     if received_by is not None:
         stored = sql.SQL("x.received_at <= {}").format(sql.Literal(received_by))
         within = sql.SQL("{} AND {}").format(within, stored)
+    joined = run_has_http(conn, run_id)
     if split_url is None:
-        query = _copy_query(run_id, within, received_by).as_bytes(conn)
+        query = _copy_query(run_id, within, received_by, joined).as_bytes(conn)
         frames = [_copy_and_parse(conn, query)]
     else:
-        frames = _split_halves(conn, split_url, run_id, within, received_by)
+        frames = _split_halves(conn, split_url, run_id, within, received_by, joined)
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
         list(ATTEMPT_FRAME_SCHEMA)

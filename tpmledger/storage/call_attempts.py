@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
 
+import psycopg
+
 HTTP_CONVENTION: Final = "http"
 #: Token columns that follow the call to its carrying attempt.
 CARRIED_TOKENS: Final = (
@@ -74,7 +76,21 @@ LEFT JOIN LATERAL (
       AND p.span_id = {a}.parent_span_id AND p.run_id = {a}.run_id
       AND p.convention IS DISTINCT FROM '{HTTP_CONVENTION}'
       AND {_received_by("p", received_by)}
+    OFFSET 0  -- never flattened into a join over the run: one gated lookup per row
 ) {_ALIAS} ON TRUE"""
+
+
+#: Whether a run has HTTP attempts at all (the partial index of migration 0013): a read
+#: of a run without them skips the join and reads the table as it did before.
+HAS_HTTP_SQL: Final = (
+    f"SELECT EXISTS (SELECT 1 FROM attempts WHERE run_id = %s AND convention = '{HTTP_CONVENTION}')"
+)
+
+
+def run_has_http(conn: psycopg.Connection, run_id: str) -> bool:
+    """True when ``run_id`` has a stored HTTP attempt (one index probe)."""
+    row = conn.execute(HAS_HTTP_SQL, (run_id,)).fetchone()
+    return bool(row and row[0])
 
 
 def resolved_column(name: str, alias: str) -> str:
@@ -93,6 +109,9 @@ def resolved_column(name: str, alias: str) -> str:
     return f"{alias}.{name}"
 
 
-def resolved_columns(names: Iterable[str], alias: str) -> str:
-    """A select list of ``names`` over ``alias`` joined by :func:`resolved_join`."""
+def resolved_columns(names: Iterable[str], alias: str, *, joined: bool = True) -> str:
+    """A select list of ``names`` over ``alias`` joined by :func:`resolved_join` (with
+    ``joined`` False: the stored columns, for a run without HTTP attempts)."""
+    if not joined:
+        return ", ".join(f"{alias}.{name}" for name in names)
     return ", ".join(resolved_column(name, alias) for name in names)

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from tpmledger.storage.attempt_frames import ATTEMPT_COPY_KINDS, copy_select
 from tpmledger.storage.binary_copy import Kind
-from tpmledger.storage.call_attempts import resolved_columns, resolved_join
+from tpmledger.storage.call_attempts import resolved_columns, resolved_join, run_has_http
 from tpmledger.storage.database import raw_transaction
 from tpmledger.storage.seal_scope import SealScope
 
@@ -174,9 +174,10 @@ def fetch_attempts_ending(
             condition, began, sql.Literal(int(began_before_ns))
         )
     # HTTP attempts read their call's target and tokens (storage/call_attempts.py).
+    joined = run_has_http(conn, run_id)
     query = sql.SQL("SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}").format(
-        sql.SQL(resolved_columns(_ATTEMPT_KINDS, "x")),
-        sql.SQL(resolved_join("x", scope.received_by)),
+        sql.SQL(resolved_columns(_ATTEMPT_KINDS, "x", joined=joined)),
+        sql.SQL(resolved_join("x", scope.received_by) if joined else ""),
         sql.Literal(run_id),
         condition,
     )

@@ -73,9 +73,13 @@ def run_object(
         version = view.get("latest_sealed_version")
         extras["diagnostics"] = live_run_diagnostics(view["diagnostics"], version)
     source = attempts_source(session, run_id)
-    counted: dict[str, Any] = {"attempts_source": source}
-    if view.get("retry_rate") is None and source == "llm_spans":
-        counted["retry_rate_not_measured_because"] = LLM_SPANS_RETRY_REASON
+    # How attempts were counted (docs/metrics.md#attempts-source); the reason is null
+    # unless retries are not measured because only LLM spans were seen.
+    hidden = view.get("retry_rate") is None and source == "llm_spans"
+    counted = {
+        "attempts_source": source,
+        "retry_rate_not_measured_because": LLM_SPANS_RETRY_REASON if hidden else None,
+    }
     return {
         **view,
         **extras,
