@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
 def _shift_clock(start_ns: int) -> None:
@@ -39,6 +40,14 @@ def _instrument(family: str, provider: object) -> None:
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as V2
 
         V2().instrument(tracer_provider=provider)
+    elif family == "litellm":
+        from opentelemetry import trace
+
+        trace.set_tracer_provider(provider)  # type: ignore[arg-type]
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network
+        import litellm
+
+        litellm.callbacks = ["otel"]
     elif family != "none":
         raise ValueError(family)
 
@@ -74,6 +83,12 @@ def main(spec: dict) -> None:
         HTTPXClientInstrumentor().instrument(tracer_provider=provider)
     client = openai.OpenAI(base_url=spec["base_url"], api_key="test-key")  # max_retries=2
     messages = [{"role": "user", "content": "Say hello."}]
+    if spec["family"] == "litellm":
+        _litellm_calls(spec, messages)
+        time.sleep(0.5)  # LiteLLM logs its spans from a background worker
+        provider.force_flush()
+        _finish(spec, provider, memory if "dump" in spec else None)
+        return
     for index in range(int(spec["calls"])):
         try:
             if index % 3 == 2:
@@ -89,13 +104,38 @@ def main(spec: dict) -> None:
                 client.chat.completions.create(model="gpt-4o-mini", messages=messages)  # type: ignore[arg-type]
         except openai.RateLimitError:
             pass
+    _finish(spec, provider, memory if "dump" in spec else None)
+
+
+def _finish(spec: dict, provider: Any, memory: Any) -> None:
     provider.force_flush()
     provider.shutdown()
-    if "dump" in spec:
+    if memory is not None:
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
         with open(spec["dump"], "wb") as file:
             file.write(encode_spans(memory.get_finished_spans()).SerializeToString())
+
+
+def _litellm_calls(spec: dict, messages: list[dict[str, str]]) -> None:
+    import litellm
+
+    for index in range(int(spec["calls"])):
+        stream = index % 3 == 2
+        extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        try:
+            answer = litellm.completion(
+                model="openai/gpt-4o-mini",
+                api_base=spec["base_url"],
+                api_key="test-key",
+                messages=messages,
+                **extra,
+            )
+            if stream:
+                for _ in answer:
+                    pass
+        except litellm.RateLimitError:
+            pass
 
 
 if __name__ == "__main__":

@@ -158,3 +158,11 @@ def test_a_request_with_captured_quota_headers_is_an_attempt_whatever_its_url() 
         parent_span_id=PARENT,
     )
     assert (row["convention"], row["ratelimit_remaining_tokens"]) == ("http", 120.0)
+
+
+def test_a_root_http_request_is_not_an_attempt() -> None:
+    # LiteLLM's callback reports its LLM span after the call: the requests are roots.
+    batch = normalize(
+        span({"http.method": "POST", "http.url": "http://127.0.0.1/v1/chat/completions"})
+    )
+    assert (len(batch.rows), batch.ignored) == (0, 1)

@@ -140,3 +140,32 @@ def test_each_family_equals_the_providers_log(
     run_id = f"family-{family}"
     run_family(family, running_ingest, quota, base_url, run_id)
     check_against_log(running_ingest, quota, run_id)
+
+
+@pytest.mark.slow
+def test_litellm_counts_its_calls_and_says_how_retries_could_be_seen(
+    running_ingest: RunningIngest, provider: tuple[QuotaProvider, str]
+) -> None:
+    # LiteLLM's OTel callback reports each call after it ended, unlinked from the HTTP
+    # requests the SDK made: attempts are its LLM spans, the SDK's retries are not seen.
+    # (LiteLLM is not in the test extra: it brings ~30 packages; tested with 1.110.2.)
+    pytest.importorskip("litellm")
+    quota, base_url = provider
+    run_family("litellm", running_ingest, quota, base_url, "family-litellm")
+    seal_run(running_ingest.database_url, "family-litellm")
+    run = read(running_ingest, "/v1/runs/family-litellm")
+    calls = MINUTES * CALLS_PER_MINUTE
+    ok = [a for a in quota.log if a.status == 200]
+    assert len(quota.log) > calls
+    assert (run["attempts"], run["logical_calls"]) == (calls, calls)
+    assert run["attempts_source"] == "llm_spans"
+    assert run["retry_rate"] is None
+    assert "httpx" in run["retry_rate_not_measured_because"]
+    assert run["tokens"]["prompt"] == len(ok) * PROMPT_TOKENS
+    assert run["tokens"]["completion"] == len(ok) * COMPLETION_TOKENS
+    targets = read(running_ingest, "/v1/runs/family-litellm/targets")["targets"]
+    assert [(t["provider"], t["model"]) for t in targets] == [("openai", "gpt-4o-mini")]
+    failed_calls = calls - len(ok)  # every failed call ended in a 429
+    assert sum(m["rate_limited"] for m in targets[0]["minutes"]) == failed_calls
+    # Rate limited, but no quota telemetry on these spans: never "demand".
+    assert run["bottleneck"]["verdict"] is None

@@ -9,9 +9,11 @@ one call form one logical call); which LLM span they belong to, and which of the
 the call's tokens, is resolved where figures are made (storage/call_attempts.py), since
 a trace's spans arrive in any order and batching.
 
-Only requests that look like inference are kept: the URL path ends in a known inference
-endpoint, or the span captured a provider rate-limit header. Other HTTP calls of a worker
-(downloads, a vector store) are not attempts and are ignored as before.
+Only requests that look like inference and ran under a span are kept: the URL path ends
+in a known inference endpoint, or the span captured a provider rate-limit header, and the
+span has a parent (a root request belongs to no LLM call: LiteLLM's callback, for one,
+reports its LLM span after the call without linking the requests). Other HTTP calls of a
+worker (downloads, a vector store) are not attempts and are ignored as before.
 """
 
 from __future__ import annotations

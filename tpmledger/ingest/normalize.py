@@ -161,7 +161,7 @@ def normalize_span(
             convention = conv.OPENINFERENCE.name
         elif fields.get("operation_name") in conv.LLM_OPERATION_NAMES:
             convention = plan.operation_convention
-        elif is_http_attempt(span.kind, fields, plan.reads_quota):
+        elif is_http_attempt(span.kind, fields, plan.reads_quota) and _has_parent(span):
             convention = HTTP_CONVENTION
         elif is_tool_span(fields):
             if resource.invalid is not None:
@@ -284,6 +284,13 @@ def _shard_id(fields: dict[str, Any]) -> str:
         pid = fields.get("process_pid")
         return f"{host}:{pid}" if pid else str(host)
     return "unknown"
+
+
+def _has_parent(span: Any) -> bool:
+    # An HTTP request is an attempt of the span it ran under; a root request (LiteLLM's
+    # callback reports its LLM span after the call, unlinked) is not an LLM call.
+    parent = span.parent_span_id
+    return bool(parent) and parent != _ZERO_SPAN_ID
 
 
 def _first_chunk_ttft(span: Any, start_ns: int) -> float | None:
