@@ -20,6 +20,7 @@ from tpmledger.analytics.views.run_extras import (
     reconciliation,
     run_extras,
 )
+from tpmledger.analytics.views.token_parts import run_token_parts, with_minute_token_parts
 from tpmledger.storage.live_read import run_states
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
@@ -45,7 +46,9 @@ API_MINUTE_KEYS: tuple[str, ...] = (
     "in_flight_max",
     "queue_depth_mean",
     "queue_depth_max",
+    "concurrency_cap",
     "shards_active",
+    "tokens",
 )
 
 
@@ -71,7 +74,10 @@ def run_object(
     if isinstance(view.get("diagnostics"), dict):  # a live run's, over its closed minutes
         version = view.get("latest_sealed_version")
         extras["diagnostics"] = live_run_diagnostics(view["diagnostics"], version)
-    return {**view, **extras, "reconciliation": reconciliation(session, run_id, view.get("tokens"))}
+    reconciled = reconciliation(session, run_id, view.get("tokens"))
+    if isinstance(view.get("tokens"), dict):  # cache and reasoning tokens beside prompt/completion
+        view = {**view, "tokens": {**view["tokens"], **run_token_parts(session, run_id)}}
+    return {**view, **extras, "reconciliation": reconciled}
 
 
 def minute_series(
@@ -92,7 +98,7 @@ def minute_series(
         raise UnknownRun(run_id)
     if not rows and window is None:
         return None
-    return [_api_minute(r) for r in rows]
+    return [_api_minute(r) for r in with_minute_token_parts(session, run_id, shard_id, rows)]
 
 
 def run_list(session: Session) -> list[dict[str, Any]]:
