@@ -11,6 +11,7 @@ marker and the server's completion text are readable in no column of any table. 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from tests.fixtures.servers import RunningIngest, free_port, start_ingest
 from tests.ingest.openai_compatible_server import COMPLETION_WORDS, serve_openai_compatible
+from tests.ingest.otlp_builders import json_request, json_span
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.storage.database import libpq_url
 
@@ -128,6 +130,18 @@ def _sdk_span_with_every_key(ingest: RunningIngest) -> None:
     provider.shutdown()
 
 
+def _otlp_json_span(ingest: RunningIngest) -> None:
+    """The OTLP/JSON path: a hand-written document with a content attribute (kvlist value)."""
+    span = json_span(
+        trace_id="5" * 32, span_id="6" * 16, prompt=3, completion=1, start_ns=time.time_ns()
+    )
+    messages = {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": MARKER}}]}}
+    span["attributes"].append({"key": "gen_ai.input.messages", "value": messages})
+    document = json_request([span], run_id="content-json", shard_id="0")
+    answer = httpx.post(f"{ingest.http_url}/v1/traces", json=document, timeout=10)
+    assert answer.status_code == 200, answer.text
+
+
 def _genai_events_as_logs(ingest: RunningIngest) -> None:
     provider = LoggerProvider(resource=Resource.create({"tpmledger.run.id": "content-logs"}))
     provider.add_log_record_processor(
@@ -201,19 +215,20 @@ def test_no_content_is_readable_anywhere_in_the_database(
             openai_base_url,
         )
         _sdk_span_with_every_key(ingest)
+        _otlp_json_span(ingest)
         _genai_events_as_logs(ingest)
         LiveUpdater(database_url).update_once()  # the derived tables too
 
         stored = _stored_attempts(database_url)
-        assert stored == 5  # two calls per family, one SDK span: all measured
+        assert stored == 6  # two calls per family, the SDK span, the JSON span: all measured
         assert _tables_holding(database_url, MARKER) == {}
         assert _tables_holding(database_url, COMPLETION) == {}
         dropped = _dropped(ingest)
-        assert dropped["resource_attribute"] == stored
+        assert dropped["resource_attribute"] == stored - 1  # the JSON span's resource has none
         assert dropped["span_event"] == 3  # the SDK span's two content events' attributes
         assert dropped["log_record"] == 2
         # At least every key of the SDK span, and the families' message lists.
-        assert dropped["span_attribute"] >= len(CONTENT_ATTRIBUTES) + 1 + 2 * 2
+        assert dropped["span_attribute"] >= len(CONTENT_ATTRIBUTES) + 1 + 2 * 2 + 1
     finally:
         ingest.stop()
 
