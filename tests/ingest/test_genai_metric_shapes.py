@@ -5,10 +5,14 @@ exporter against a running ingest."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import httpx
+import openai
 import psycopg
 import pytest
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.common.v1.common_pb2 import (
     AnyValue,
     ArrayValue,
@@ -18,8 +22,12 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from tests.fixtures.servers import RunningIngest, start_ingest
+from tests.fixtures.servers import RunningIngest, free_port, start_ingest
+from tests.ingest.openai_compatible_server import serve_openai_compatible, usage_for
+from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.ingest.genai_metrics import attribute_identity
 from tpmledger.storage.database import in_one_snapshot, libpq_url
 from tpmledger.storage.genai_metric_store import metric_tokens
@@ -39,6 +47,12 @@ def ingest(pg_server_url: str, template_database: str) -> Iterator[RunningIngest
     finally:
         server.stop()
         drop_test_database(pg_server_url, url)
+
+
+@pytest.fixture
+def openai_base_url() -> Iterator[str]:
+    with serve_openai_compatible(free_port()) as base_url:
+        yield base_url
 
 
 def _export(
@@ -132,6 +146,50 @@ def test_an_sdk_sending_both_shapes_is_counted_once(ingest: RunningIngest) -> No
         "input": 60.0,
         "output": 24.0,
         "cache_write": 6.0,
+    }
+
+
+def test_openllmetry_spans_and_metrics_reconcile_without_a_gap(
+    ingest: RunningIngest, openai_base_url: str
+) -> None:
+    # The real OpenLLMetry instrumentation: its token-usage points of plain and streamed
+    # calls differ only by `stream`; each cumulative export is counted once.
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    resource = Resource.create(
+        {"tpmledger.run.id": "openllmetry-metrics", "tpmledger.shard.id": "0"}
+    )
+    exporter = OTLPMetricExporter(endpoint=f"{ingest.http_url}/v1/metrics")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+    meters = MeterProvider(resource=resource, metric_readers=[reader])
+    tracers = TracerProvider(resource=resource)
+    tracers.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{ingest.http_url}/v1/traces"))
+    )
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=tracers, meter_provider=meters)
+    try:
+        client = openai.OpenAI(base_url=openai_base_url, api_key="test-key", max_retries=0)
+        messages: Any = [{"role": "user", "content": "Say hello."}]
+        for _ in range(3):
+            client.chat.completions.create(model="m", messages=messages)
+            stream = client.chat.completions.create(
+                model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+            )
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            assert meters.force_flush() and meters.force_flush()  # re-sent: adds nothing
+    finally:
+        instrumentor.uninstrument()
+        tracers.shutdown()
+        meters.shutdown()
+    LiveUpdater(ingest.database_url).update_once()
+    run = httpx.get(f"{ingest.http_url}/v1/runs/openllmetry-metrics", timeout=30).json()
+    usage = usage_for(messages)
+    expected = 6 * (usage["prompt_tokens"] + usage["completion_tokens"])
+    assert run["reconciliation"] == {
+        "tokens_by_spans": expected,
+        "tokens_by_metrics": expected,
+        "gap": 0,
     }
 
 
