@@ -87,6 +87,13 @@ class Settings(BaseSettings):
             "0 = in the listener's process)."
         ),
     )
+    store_content: bool = Field(
+        default=False,
+        description="Keep message content (prompts, completions, tool arguments) in the stored "
+        "span attributes. Off by default: ingest drops it before anything is written. A "
+        "debugging aid only: everything the fleet sends its model becomes readable by anyone "
+        "who can read the database (docs/configuration.md#message-content).",
+    )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
     body_budget_bytes: int = Field(
         default=16 * 1024 * 1024,

@@ -73,7 +73,7 @@ def test_run_series_escape_run_ids_and_leave_unmeasured_out(database_url: str) -
         assert samples[("tpmledger_run_tokens_total", (*run, ("token_type", "output")))] == 1200
         assert samples[("tpmledger_run_attempts_total", (("outcome", "success"), *run))] == 24
         assert samples[("tpmledger_run_attempts_total", (("outcome", "error"), *run))] == 1
-        errors = (("error_type", "http_429"), *run)
+        errors = (("error_class", "rate_limited"), ("error_type", "http_429"), *run)
         assert samples[("tpmledger_run_errors_total", errors)] == 1
         assert samples[("tpmledger_run_tokens_total", (*run, ("token_type", "cache_read")))] == 60
         # No attempt reported reasoning or cache-write tokens: not measured, absent.

@@ -34,7 +34,7 @@ MINUTE_KEYS = [
     "minute_utc", "state", "calls_in_minute", "prompt_tpm_in", "completion_tpm_out", "tpm_total",
     "successes", "failures", "retries", "retry_rate", "success_rate", "ttft_p50_s",
     "ttft_p95_s", "ttft_p99_s", "in_flight_mean", "in_flight_max", "queue_depth_mean",
-    "queue_depth_max", "shards_active",
+    "queue_depth_max", "concurrency_cap", "shards_active", "tokens",
 ]  # fmt: skip
 PEAK_KEYS = {
     "minute_utc", "shard_count", "calls_in_minute", "completion_tpm_out", "prompt_tpm_in",
@@ -68,7 +68,15 @@ def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     assert body["live"] is True and UTC_Z.match(body["data_as_of"])
     assert body["seal"] is None and body["snapshot_version"] is None
     assert body["attempts"] == 20
-    assert body["tokens"] == {"prompt": 2000, "completion": 1000, "total": 3000}
+    # No attempt reported cache or reasoning tokens: not measured, never 0.
+    assert body["tokens"] == {
+        "prompt": 2000,
+        "completion": 1000,
+        "total": 3000,
+        "cache_read": None,
+        "cache_write": None,
+        "reasoning": None,
+    }
     # Every figure is live: calls exact, percentiles sketched and saying so.
     assert body["logical_calls"] == 20 and body["call_success_rate"] == 1.0
     ttft = body["ttft_s"]
@@ -122,9 +130,54 @@ def test_minutes_whole_run_and_per_shard(client: TestClient, database_url: str) 
     assert [list(m) for m in minutes] == [MINUTE_KEYS] * len(minutes)
     assert sum(m["calls_in_minute"] for m in minutes) == 20
     assert all(UTC_Z.match(m["minute_utc"]) for m in minutes)
+    assert {m["concurrency_cap"] for m in minutes} == {32}  # two shards declaring 16
+    none = {"cache_read": None, "cache_write": None, "reasoning": None}
+    assert all(m["tokens"] == none for m in minutes)
     shard = client.get("/v1/runs/api-run/minutes", params={"shard_id": "1"}).json()["minutes"]
     assert sum(m["calls_in_minute"] for m in shard) == 10
     assert all(m["shards_active"] in (0, 1) for m in shard)
+    assert {m["concurrency_cap"] for m in shard} == {16}
+    assert all(m["tokens"] is None for m in shard)  # kept for the whole run only
+
+
+def test_cache_and_reasoning_tokens_per_minute_and_run_live_and_sealed(
+    database_url: str,
+) -> None:
+    # Minute 0: two attempts report cache reads (30 + 0) and one reasoning (7); minute 1:
+    # one attempt reports a cache write (5); rollups are left out (the parent of minute 1).
+    parent = bytes.fromhex("00000000000000aa")
+    trace = bytes(15) + b"\x01"
+    rows = [
+        attempt_row(run_id="cached", end_ns=BASE_NS + 10 * SECOND, cache_read_tokens=30,
+                    reasoning_tokens=7),
+        attempt_row(run_id="cached", end_ns=BASE_NS + 20 * SECOND, cache_read_tokens=0),
+        attempt_row(run_id="cached", end_ns=BASE_NS + 70 * SECOND, cache_write_tokens=5,
+                    trace_id=trace, parent_span_id=parent),
+        attempt_row(run_id="cached", end_ns=BASE_NS + 71 * SECOND, cache_write_tokens=5,
+                    trace_id=trace, span_id=parent, call_id=parent.hex()),
+        attempt_row(run_id="cached", end_ns=BASE_NS + 130 * SECOND),
+    ]  # fmt: skip
+    store(database_url, rows)
+    LiveUpdater(database_url).update_once()
+    app = FastAPI()
+    app.include_router(read_api.build_router(database_url))
+    client = TestClient(app)
+    run_tokens = {"cache_read": 30, "cache_write": 5, "reasoning": 7}
+    minute_tokens = [
+        {"cache_read": 30, "cache_write": None, "reasoning": 7},
+        {"cache_read": None, "cache_write": 5, "reasoning": None},
+        {"cache_read": None, "cache_write": None, "reasoning": None},
+    ]
+    for state in ("live", "sealed"):
+        body = client.get("/v1/runs/cached").json()
+        assert body["live"] is (state == "live")
+        assert {k: body["tokens"][k] for k in run_tokens} == run_tokens, state
+        minutes = client.get("/v1/runs/cached/minutes").json()["minutes"]
+        assert [m["tokens"] for m in minutes] == minute_tokens, state
+        # The run's figure is the sum of its minutes' (one formula, live and sealed).
+        for key, total in run_tokens.items():
+            assert sum(m["tokens"][key] or 0 for m in minutes) == total
+        seal_run(database_url, "cached")
 
 
 def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url: str) -> None:

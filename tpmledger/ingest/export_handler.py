@@ -84,6 +84,8 @@ class TraceExportHandler:
         self._metrics.spans_received.inc(received)
         self._metrics.spans_ignored.inc(encoded.ignored)
         self._metrics.spans_rejected.inc(encoded.rejected)
+        for source, count in encoded.content_dropped.items():
+            self._metrics.content_dropped.labels(source).inc(count)
         await self._writer.submit(encoded.block)
         response = ExportTraceServiceResponse()
         refused = encoded.block.refused  # spans of archived runs (docs/operations.md)

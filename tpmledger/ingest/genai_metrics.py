@@ -2,17 +2,27 @@
 
 Instrumentations configured with ``OTEL_EXPORTER_OTLP_ENDPOINT`` send metrics as well as
 spans. tpmledger keeps one kind: token usage, so a run's tokens can be counted a second
-way and set against its spans (docs/metrics.md#reconciliation). A point counts when its
-metric is
+way and set against its spans (docs/metrics.md#reconciliation). The OTel GenAI
+conventions have two shapes of it, and both are read:
 
-- ``gen_ai.client.token.usage`` (a histogram; its ``sum``), or
-- a ``gen_ai.client.inference.usage.*`` counter (a sum; its value),
+- the histogram ``gen_ai.client.token.usage`` (its ``sum``), token type from the
+  ``gen_ai.token.type`` attribute (``input`` / ``output``);
+- the newer counters ``gen_ai.client.inference.usage.input_tokens`` / ``output_tokens`` /
+  ``cache_read.input_tokens`` / ``cache_write.input_tokens`` (or ``cache_creation.…``) /
+  ``reasoning.output_tokens`` (their value), token type from the name; and the per-call
+  histograms ``gen_ai.client.inference.operation.input_tokens`` / ``output_tokens``.
 
-and its token type is ``input`` or ``output``: the ``gen_ai.token.type`` attribute, else
-the metric name's ``input``/``output`` part. The run and shard come from the resource
-attributes as for spans (``tpmledger.run.id`` / ``service.name``; ``tpmledger.shard.id`` /
-``service.instance.id`` / ``host.name:process.pid``), the minute from the point's time.
-Every other metric is counted and dropped.
+The shapes count the same tokens, and an SDK moving between convention versions sends
+both: per resource of an export, input and output come from the first shape present in
+the order above, the others' points are counted as dropped. Cache and reasoning tokens
+are subsets of input and output, stored under their own token type. The run and shard
+come from the resource attributes as for spans (``tpmledger.run.id`` / ``service.name``;
+``tpmledger.shard.id`` / ``service.instance.id`` / ``host.name:process.pid``), the minute
+from the point's time. Every other metric is counted and dropped.
+
+A cumulative point belongs to a stream: its run, shard, metric name and point
+attributes of every type (strings, numbers, booleans, bytes, arrays, maps). Two points
+that differ only by ``stream = true`` / ``false`` (OpenLLMetry) are two streams.
 
 A bad point is rejected alone and reported through OTLP partial success
 (``rejected_data_points``): a value that is not a finite number, is negative or is larger
@@ -25,18 +35,40 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+from tpmledger.ingest.attribute_values import any_value_to_python
 
 TOKEN_USAGE = "gen_ai.client.token.usage"
 INFERENCE_USAGE_PREFIX = "gen_ai.client.inference.usage."
+INFERENCE_OPERATION_PREFIX = "gen_ai.client.inference.operation."
 TOKEN_TYPE_KEY = "gen_ai.token.type"
+#: Token types stored; ``input`` + ``output`` are what the reconciliation adds up.
+TOKEN_TYPES: Final = ("input", "output", "cache_read", "cache_write", "reasoning")
+#: ``gen_ai.client.inference.usage.<suffix>`` counter → token type.
+_USAGE_COUNTERS: Final = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_read.input_tokens": "cache_read",
+    "cache_write.input_tokens": "cache_write",
+    "cache_creation.input_tokens": "cache_write",
+    "reasoning.output_tokens": "reasoning",
+}
+#: ``gen_ai.client.inference.operation.<suffix>`` histogram → token type.
+_OPERATION_HISTOGRAMS: Final = {"input_tokens": "input", "output_tokens": "output"}
+#: ``gen_ai.token.type`` values of the ``gen_ai.client.token.usage`` histogram.
+_DECLARED_TYPES: Final = {"input": "input", "output": "output", "completion": "output"}
+# Shapes in the order they are preferred for input and output tokens.
+_HISTOGRAM, _COUNTER, _OPERATION = 0, 1, 2
 _CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
 _MINUTE_NS = 60_000_000_000
 #: The largest token count one point may carry: beyond it a double no longer counts
@@ -60,7 +92,7 @@ class TokenPoint:
     run_id: str
     shard_id: str
     minute_ns: int
-    token_type: str  # "input" | "output"
+    token_type: str  # one of TOKEN_TYPES
     value: float
     cumulative: bool
     stream: str  # SHA-256 of the stream's identity (resource, metric, point attributes)
@@ -101,20 +133,42 @@ def _identity(resource: dict[str, Any]) -> tuple[str, str]:
     return str(run), str(shard)
 
 
-def _token_type(name: str, attributes: dict[str, Any]) -> str | None:
-    declared = attributes.get(TOKEN_TYPE_KEY)
-    if declared in ("input", "output"):
-        return str(declared)
-    if name.startswith(INFERENCE_USAGE_PREFIX):
-        rest = name[len(INFERENCE_USAGE_PREFIX) :]
-        for kind in ("input", "output"):
-            if kind in rest:
-                return kind
+def _shape(metric: Any) -> tuple[int, str | None] | None:
+    """(shape, token type from the name) of a token-usage metric, or None for others."""
+    name = metric.name
+    kind = metric.WhichOneof("data")
+    if name == TOKEN_USAGE and kind == "histogram":
+        return _HISTOGRAM, None  # the type is a point attribute
+    if name.startswith(INFERENCE_USAGE_PREFIX) and kind == "sum":
+        token_type = _USAGE_COUNTERS.get(name[len(INFERENCE_USAGE_PREFIX) :])
+        return None if token_type is None else (_COUNTER, token_type)
+    if name.startswith(INFERENCE_OPERATION_PREFIX) and kind == "histogram":
+        token_type = _OPERATION_HISTOGRAMS.get(name[len(INFERENCE_OPERATION_PREFIX) :])
+        return None if token_type is None else (_OPERATION, token_type)
     return None
 
 
+def attribute_identity(items: Iterable[KeyValue]) -> list[str]:
+    """Each attribute as ``key=value`` text, sorted, distinct for every OTLP value type.
+
+    Strings and numbers keep the spelling streams were identified by before booleans,
+    bytes, arrays and maps were told apart (so their stored streams continue); every other
+    type is tagged with its kind and written as canonical JSON.
+    """
+    parts = []
+    for kv in items:
+        value = kv.value
+        kind = value.WhichOneof("value")
+        if kind in ("string_value", "int_value", "double_value"):
+            parts.append(f"{kv.key}={getattr(value, kind)}")
+        else:
+            typed = orjson.dumps(any_value_to_python(value), option=orjson.OPT_SORT_KEYS)
+            parts.append(f"{kv.key}=\x1e{kind}:{typed.decode()}")
+    return sorted(parts)
+
+
 def _stream(run: str, shard: str, name: str, items: Any) -> str:
-    key = "\x1f".join([run, shard, name, *sorted(f"{kv.key}={_value(kv.value)}" for kv in items)])
+    key = "\x1f".join([run, shard, name, *attribute_identity(items)])
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -123,9 +177,15 @@ def token_points(request: ExportMetricsServiceRequest) -> MetricsBatch:
     batch = MetricsBatch(points=[])
     for resource_metrics in request.resource_metrics:
         run, shard = _identity(_attributes(resource_metrics.resource.attributes))
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                _add_metric(batch, run, shard, metric)
+        metrics = [m for scope in resource_metrics.scope_metrics for m in scope.metrics]
+        shapes = [_shape(metric) for metric in metrics]
+        # Input and output from the preferred shape this resource sends (see above).
+        preferred = min((shape[0] for shape in shapes if shape is not None), default=None)
+        for metric, shape in zip(metrics, shapes, strict=True):
+            if shape is None:
+                batch.other_points += _count_points(metric, metric.WhichOneof("data"))
+            else:
+                _add_metric(batch, run, shard, metric, shape, preferred)
     return batch
 
 
@@ -146,23 +206,28 @@ def _point_reason(value: float, point: Any) -> str | None:
     return None
 
 
-def _add_metric(batch: MetricsBatch, run: str, shard: str, metric: Any) -> None:
+def _add_metric(
+    batch: MetricsBatch,
+    run: str,
+    shard: str,
+    metric: Any,
+    shape: tuple[int, str | None],
+    preferred: int | None,
+) -> None:
     name = metric.name
+    rank, named_type = shape
     kind = metric.WhichOneof("data")
-    if name == TOKEN_USAGE and kind == "histogram":
-        data, reading = metric.histogram, "sum"
-    elif name.startswith(INFERENCE_USAGE_PREFIX) and kind == "sum":
-        data, reading = metric.sum, "value"
-    else:
-        batch.other_points += _count_points(metric, kind)
-        return
+    data = getattr(metric, kind)
     cumulative = data.aggregation_temporality == _CUMULATIVE
     for point in data.data_points:
-        token_type = _token_type(name, _attributes(point.attributes))
+        token_type = named_type
         if token_type is None:
-            batch.other_points += 1
+            declared = _attributes(point.attributes).get(TOKEN_TYPE_KEY)
+            token_type = _DECLARED_TYPES.get(declared) if isinstance(declared, str) else None
+        if token_type is None or (token_type in ("input", "output") and rank != preferred):
+            batch.other_points += 1  # not a token type, or counted from another shape
             continue
-        value = float(point.sum) if reading == "sum" else _number(point)
+        value = float(point.sum) if kind == "histogram" else _number(point)
         reason = REASON_ID if _bad_id(run, shard) else _point_reason(value, point)
         if reason is not None:
             batch.reject(reason)

@@ -43,6 +43,14 @@ class IngestMetrics:
             "Invalid spans reported back through OTLP partial success",
             registry=r,
         )
+        self.content_dropped = Counter(
+            "tpmledger_ingest_content_attributes_dropped",
+            "Message-content values left out of storage (prompts, completions, tool "
+            "arguments; docs/configuration.md#message-content), by source: span_attribute, "
+            "resource_attribute, span_event, log_record",
+            ["source"],
+            registry=r,
+        )
         self.requests = Counter(
             "tpmledger_ingest_requests",
             "Export requests by transport and answer",

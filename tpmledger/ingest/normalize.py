@@ -27,6 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest import span_validation as check
 from tpmledger.ingest.attribute_values import strip_nul
+from tpmledger.ingest.content_filter import ContentDrops, content_keys_of, without
 from tpmledger.ingest.failure_kinds import failure
 from tpmledger.ingest.http_attempts import HTTP_CONVENTION, is_http_attempt
 from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
@@ -60,13 +61,15 @@ class NormalizedBatch:
     reject_reasons: list[str]  # distinct human-readable reasons, at most MAX_REASONS
     # execute_tool spans, stored in their own table (ingest/tool_spans.py)
     tool_rows: list[ToolSpanRow] = dataclasses.field(default_factory=list)
+    # message content left out of the stored rows (ingest/content_filter.py)
+    content: ContentDrops = dataclasses.field(default_factory=ContentDrops)
 
 
 def _dumps(values: dict[str, Any]) -> str:
     return orjson.dumps(values).decode()
 
 
-def _resource_context(encoded_attributes: Any) -> ResourceContext:
+def _resource_context(encoded_attributes: Any, keep_content: bool = False) -> ResourceContext:
     try:
         values = _DECODER.decode(encoded_attributes)
     except DecodeError:
@@ -74,22 +77,32 @@ def _resource_context(encoded_attributes: Any) -> ResourceContext:
         # LLM spans are rejected with this reason rather than stored under "unassigned".
         return ResourceContext({}, "{}", _REASON_RESOURCE)
     encoded = _dumps(values)
+    invalid = None
     if "\\u0000" in encoded:
         # A NUL in a run or shard id is refused (its spans are rejected); elsewhere stripped.
         invalid = check.REASON_ID_LENGTH if check.nul_in_ids(values) else None
         values = strip_nul(values)
-        return ResourceContext(values, _dumps(values), invalid)
-    return ResourceContext(values, encoded)
+        encoded = _dumps(values)
+    content = frozenset() if keep_content else content_keys_of(tuple(values))
+    context = ResourceContext(values, without(values, content) if content else encoded, invalid)
+    context.content_dropped = len(content)
+    return context
 
 
 def normalize_request(
-    request: ExportTraceServiceRequest, *, now_ns: int | None = None
+    request: ExportTraceServiceRequest, *, now_ns: int | None = None, keep_content: bool = False
 ) -> NormalizedBatch:
-    """Turn every LLM-call span of ``request`` into an attempt row; count the rest."""
-    return normalize_payload(request.SerializeToString(), now_ns=now_ns)
+    """Turn every LLM-call span of ``request`` into an attempt row; count the rest.
+
+    Message content is left out of the stored attributes unless ``keep_content``
+    (``TPMLEDGER_STORE_CONTENT``; ingest/content_filter.py).
+    """
+    return normalize_payload(request.SerializeToString(), now_ns=now_ns, keep_content=keep_content)
 
 
-def normalize_payload(payload: bytes | bytearray, *, now_ns: int | None = None) -> NormalizedBatch:
+def normalize_payload(
+    payload: bytes | bytearray, *, now_ns: int | None = None, keep_content: bool = False
+) -> NormalizedBatch:
     """Like :func:`normalize_request`, from the serialized (binary protobuf) request.
 
     Cheaper when the caller holds the bytes anyway (OTLP/HTTP protobuf, gRPC). Raises
@@ -101,11 +114,12 @@ def normalize_payload(payload: bytes | bytearray, *, now_ns: int | None = None) 
     tools: list[ToolSpanRow] = []
     ignored = rejected = 0
     reasons: dict[str, None] = {}
+    content = ContentDrops(keep=keep_content)
     for resource_spans in view.resource_spans:
-        resource = _resource_context(resource_spans.resource.attributes)
+        resource = _resource_context(resource_spans.resource.attributes, keep_content)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                outcome = normalize_span(span, resource, latest_ns)
+                outcome = normalize_span(span, resource, latest_ns, content)
                 if outcome is None:
                     ignored += 1
                 elif type(outcome) is str:
@@ -116,17 +130,18 @@ def normalize_payload(payload: bytes | bytearray, *, now_ns: int | None = None) 
                     tools.append(outcome)
                 else:
                     rows.append(outcome)  # type: ignore[arg-type]
-    return NormalizedBatch(rows, ignored, rejected, list(reasons), tools)
+    return NormalizedBatch(rows, ignored, rejected, list(reasons), tools, content)
 
 
 def normalize_span(
-    span: Any, resource: ResourceContext, latest_ns: int
+    span: Any, resource: ResourceContext, latest_ns: int, content: ContentDrops | None = None
 ) -> tuple[Any, ...] | ToolSpanRow | str | None:
     """One span → its attempt row, a tool span row (``execute_tool``), a rejection reason
     (``str``), or ``None`` if neither.
 
     ``span`` is a span of the :mod:`ingest.trace_view` view; ``latest_ns`` is the newest
-    acceptable timestamp (now + 1 day).
+    acceptable timestamp (now + 1 day); ``content`` drops and counts message content
+    (dropped uncounted when ``None``).
     """
     try:
         span_values = _DECODER.decode(span.attributes)
@@ -220,6 +235,14 @@ def normalize_span(
         span, get("error_type") or None, get("error_code") or None, get("http_status")
     )
     response_model = get("response_model")
+    # Message content is left out of what is stored, after every field is read
+    # (ingest/content_filter.py).
+    content = content or ContentDrops()
+    span_json = content.stored_json(span_values, span_json, plan.content_keys)
+    if not content.keep:
+        content.resource_attribute += resource.content_dropped
+        if span.events:
+            content.count_events(span.events)
 
     # Every column by name (storage/attempt_row.py puts them in COPY order).
     return attempt_row(

@@ -41,10 +41,14 @@ def default_workers() -> int:
 
 
 class NormalizePool:
-    """``encode_request`` in ``workers`` processes (or inline when ``workers`` is 0)."""
+    """``encode_request`` in ``workers`` processes (or inline when ``workers`` is 0).
 
-    def __init__(self, workers: int) -> None:
+    ``keep_content`` is ``TPMLEDGER_STORE_CONTENT`` (docs/configuration.md#message-content).
+    """
+
+    def __init__(self, workers: int, keep_content: bool = False) -> None:
         self.workers = max(0, workers)
+        self.keep_content = keep_content
         self._executor: ProcessPoolExecutor | None = None
 
     def start(self) -> None:
@@ -66,14 +70,14 @@ class NormalizePool:
         :class:`NormalizerLost` when the worker died.
         """
         if not self.workers:
-            return encode_request(payload)
+            return encode_request(payload, self.keep_content)
         if self._executor is None:
             self.start()
         executor = self._executor
         assert executor is not None
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                executor, normalize_worker.encode_request, payload
+                executor, normalize_worker.encode_request, payload, self.keep_content
             )
         except BrokenProcessPool as exc:
             self._replace(executor)

@@ -3,14 +3,17 @@ signal to ``OTEL_EXPORTER_OTLP_ENDPOINT`` do not log failures (docs/ingest.md#ot
 
 Metrics: the GenAI token-usage points are stored per run, shard and minute
 (:mod:`ingest.genai_metrics`, :mod:`storage.genai_metric_store`); other points are counted
-and dropped. Logs are counted and dropped. Both go through the same auth, size limits and
-body budget as traces (the callers apply them).
+and dropped. Logs are counted and dropped: none is stored, so the message content that
+GenAI events sent as log records carry (``gen_ai.user.message`` … bodies) never reaches the
+database; those records are counted as content dropped too. Both go through the same auth,
+size limits and body budget as traces (the callers apply them).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 from google.protobuf import json_format
@@ -25,6 +28,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from sqlalchemy.exc import DBAPIError
 
+from tpmledger.ingest.content_filter import log_record_content
 from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, UndecodableBody, is_unavailable
 from tpmledger.ingest.genai_metrics import token_points
 from tpmledger.ingest.metrics import IngestMetrics
@@ -86,11 +90,32 @@ class OtherSignals:
         return response
 
     def export_logs(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
-        """Count the log records; tpmledger keeps none of them."""
-        records = sum(
-            len(scope.log_records)
-            for resource in request.resource_logs
-            for scope in resource.scope_logs
-        )
+        """Count the log records; tpmledger keeps none of them (message content included)."""
+        records = content = 0
+        for resource in request.resource_logs:
+            for scope in resource.scope_logs:
+                for record in scope.log_records:
+                    records += 1
+                    content += log_record_content(
+                        _event_name(record),
+                        (kv.key for kv in record.attributes),
+                        record.HasField("body"),
+                    )
         self._metrics.signal_items.labels("logs", "dropped").inc(records)
+        if content:
+            self._metrics.content_dropped.labels("log_record").inc(content)
         return ExportLogsServiceResponse()
+
+
+def _event_name(record: Any) -> str:
+    # The LogRecord's own event_name (OTLP 1.5+), else the attribute older SDKs and
+    # LiteLLM set.
+    if record.event_name:
+        return str(record.event_name)
+    for kv in record.attributes:
+        if kv.key in _EVENT_NAME_KEYS and kv.value.HasField("string_value"):
+            return str(kv.value.string_value)
+    return ""
+
+
+_EVENT_NAME_KEYS = frozenset({"event.name", "event_name"})

@@ -8,7 +8,7 @@ one ``bytes`` block plus a few counters, both cheap to pass between processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpmledger.ingest.normalize import normalize_payload
 from tpmledger.storage.attempt_encoding import AttemptBlock, encode_attempts
@@ -23,15 +23,20 @@ class EncodedRequest:
     ignored: int  # spans that are not LLM calls (counted, not stored)
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most a few
+    # message content left out of the stored rows, by source (ingest/content_filter.py)
+    content_dropped: dict[str, int] = field(default_factory=dict)
 
 
-def encode_request(payload: bytes | bytearray) -> EncodedRequest:
-    """Normalize serialized ``ExportTraceServiceRequest`` bytes and encode the rows.
+def encode_request(payload: bytes | bytearray, keep_content: bool = False) -> EncodedRequest:
+    """Normalize serialized ``ExportTraceServiceRequest`` bytes and encode the rows
+    (message content left out unless ``keep_content``).
 
     Raises ``google.protobuf.message.DecodeError`` when ``payload`` is not a request.
     """
-    batch = normalize_payload(payload)
+    batch = normalize_payload(payload, keep_content=keep_content)
     block = encode_attempts(batch.rows)
     if batch.tool_rows:  # execute_tool spans travel in the same block, stored in the same commit
         block.tools, block.tool_rows = encode_tool_spans(batch.tool_rows)
-    return EncodedRequest(block, batch.ignored, batch.rejected, batch.reject_reasons)
+    return EncodedRequest(
+        block, batch.ignored, batch.rejected, batch.reject_reasons, batch.content.as_counts()
+    )

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.error_classes import error_class
 
 if TYPE_CHECKING:
     from tpmledger.analytics.views.run_series import RunSeries, SealedCache
@@ -83,8 +84,9 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
     )
     errors = CounterMetricFamily(
         "tpmledger_run_errors",
-        "Failed attempts of the run by error type (error.type, else http_<status>)",
-        labels=["run_id", "error_type"],
+        "Failed attempts of the run by error type (error.type, else http_<status>) and its "
+        "class: rate_limited, serving, client or other (docs/metrics.md#error-classes)",
+        labels=["run_id", "error_type", "error_class"],
     )
     retries = CounterMetricFamily(
         "tpmledger_run_retries", "Attempts that were retries (resend count > 0)", labels=_RUN
@@ -158,7 +160,7 @@ def _families(runs: list[RunSeries]) -> Iterator[Metric]:
         for token_type, value in sorted(run.other_tokens.items()):
             tokens.add_metric([run.run_id, token_type], value)
         for error_type, count in sorted(run.errors.items()):
-            errors.add_metric([run.run_id, error_type], count)
+            errors.add_metric([run.run_id, error_type, error_class(error_type)], count)
         if run.successes is not None:
             attempts.add_metric([run.run_id, "success"], run.successes)
         if run.failures is not None:

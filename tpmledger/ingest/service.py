@@ -85,7 +85,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     writer.start()
     workers = settings.normalize_workers
-    pool = NormalizePool(default_workers() if workers is None else workers)
+    pool = NormalizePool(
+        default_workers() if workers is None else workers, keep_content=settings.store_content
+    )
     pool.start()
     handler = TraceExportHandler(writer, metrics, pool.encode)
     # Both transports draw on it.

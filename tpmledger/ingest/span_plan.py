@@ -20,6 +20,7 @@ import orjson
 
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest.attribute_values import as_int, as_seconds, as_string_list, as_text
+from tpmledger.ingest.content_filter import content_keys_of
 from tpmledger.ingest.quota_headers import reads_quota
 from tpmledger.ingest.span_validation import token_count, token_reason
 
@@ -101,6 +102,9 @@ class SpanPlan:
     operation_convention: str
     # Some key of the provider's rate-limit state is present (ingest/quota_headers.py).
     reads_quota: bool = False
+    # Span keys that carry message content: left out of the stored attributes
+    # (ingest/content_filter.py).
+    content_keys: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=4096)
@@ -152,13 +156,14 @@ def plan_for(
         token_convention=token_convention,
         operation_convention=conv.convention_for(conv.OPERATION_NAME_KEY, span_key_set, name),
         reads_quota=reads_quota(span_keys) or reads_quota(resource_keys),
+        content_keys=content_keys_of(span_keys),
     )
 
 
 class ResourceContext:
     """One resource's attributes, their JSON, and its typed fields per plan."""
 
-    __slots__ = ("_typed", "encoded", "invalid", "keys", "values")
+    __slots__ = ("_typed", "content_dropped", "encoded", "invalid", "keys", "values")
 
     def __init__(self, values: dict[str, Any], encoded: str, invalid: str | None = None) -> None:
         self.values = values
@@ -166,6 +171,8 @@ class ResourceContext:
         self.encoded = encoded
         # Why the resource's attributes could not be read (its LLM spans are rejected).
         self.invalid = invalid
+        # Content attributes left out of ``encoded`` (ingest/content_filter.py).
+        self.content_dropped = 0
         self._typed: dict[SpanPlan, tuple[dict[str, Any], str | None]] = {}
 
     def typed_fields(self, plan: SpanPlan) -> tuple[dict[str, Any], str | None]:

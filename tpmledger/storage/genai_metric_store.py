@@ -87,7 +87,8 @@ def add_token_points(url: str, points: Sequence[TokenPointLike]) -> int:
 
 
 def metric_tokens(session: Session, run_id: str) -> float | None:
-    """All tokens the run's GenAI metrics counted, or ``None`` when none were received.
+    """All tokens the run's GenAI metrics counted (input + output: cache and reasoning
+    tokens are parts of those), or ``None`` when none were received.
 
     Ingest refuses non-finite and negative points; rows stored before it did (or written
     by other means) are left out here rather than breaking the run's pages: a NaN or an
@@ -96,7 +97,8 @@ def metric_tokens(session: Session, run_id: str) -> float | None:
     found = session.execute(
         text(
             "SELECT sum(tokens) FROM genai_metric_tokens "
-            "WHERE run_id = :run AND tokens >= 0 AND tokens < 'Infinity'::float8"
+            "WHERE run_id = :run AND token_type IN ('input', 'output') "
+            "AND tokens >= 0 AND tokens < 'Infinity'::float8"
         ),
         {"run": run_id},
     ).scalar_one()

@@ -455,7 +455,8 @@ class SnapshotGoodput(Base):
 
 class GenAiMetricTokens(Base):
     """Tokens that GenAI token-usage *metrics* counted, per run, shard, minute and token type
-    (``input`` / ``output``): the second count the reconciliation sets against the spans'
+    (``input`` / ``output``, and ``cache_read`` / ``cache_write`` / ``reasoning``, parts of
+    those): input + output is the second count the reconciliation sets against the spans'
     (docs/metrics.md#reconciliation). Each export adds its deltas."""
 
     __tablename__ = "genai_metric_tokens"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -253,6 +253,28 @@ FROM rows GROUP BY run_id, shard_id"""
         entry.caps[shard] = int(cap)
         if sealed_cap is not None:
             entry.sealed_caps[shard] = int(sealed_cap)
+    return found
+
+
+#: Token types the per-minute extras keep (kind ``tokens``), parts of prompt / completion.
+EXTRA_TOKEN_TYPES: Final = ("cache_read", "cache_write", "reasoning")
+
+
+def minute_extra_tokens(
+    session: Session, run_id: str, first: datetime, last: datetime
+) -> dict[datetime, dict[str, int]]:
+    """The run's cache and reasoning token sums per minute from ``first`` to ``last``
+    (inclusive): minute → {token type: sum}, only the types some attempt reported."""
+    rows = session.execute(
+        text(
+            "SELECT minute_utc, key, value FROM minute_extras WHERE run_id = :run "
+            "AND kind = 'tokens' AND minute_utc BETWEEN :first AND :last"
+        ),
+        {"run": run_id, "first": first, "last": last},
+    )
+    found: dict[datetime, dict[str, int]] = {}
+    for minute, key, value in rows:
+        found.setdefault(minute, {})[key] = int(value)
     return found
 
 

@@ -11,7 +11,8 @@ UTC minute of the attempts' end times:
 - ``min_remaining_*`` = the lowest ``remaining`` header seen in the minute;
 - ``rate_limited`` = attempts answered 429 (HTTP status, ``error.type`` 429, ``rate_limit…``
   or a ``RateLimitError``), and ``serving_failures`` = other failures that were 5xx,
-  timeouts or cancellations (what the bottleneck verdict weighs).
+  timeouts or cancellations (what the bottleneck verdict weighs): the classes of
+  :mod:`storage.error_classes`.
 
 Also the count of rate-limit values that could not be read, per run.
 
@@ -31,6 +32,7 @@ from psycopg import sql
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.call_attempts import resolved_column, resolved_join
+from tpmledger.storage.error_classes import RATE_LIMITED_SQL, SERVING_PATTERNS, SERVING_SQL
 from tpmledger.storage.live_read import run_state
 from tpmledger.storage.seal_scope import SealScope
 from tpmledger.storage.sealed_figures_store import read_diagnostics
@@ -38,17 +40,9 @@ from tpmledger.storage.sealed_figures_store import read_diagnostics
 MINUTE_NS: Final = 60_000_000_000
 #: Where a sealed version's target-minutes are stored in its diagnostics row.
 SEALED_TARGETS_KEY: Final = "quota_targets"
-#: Error types (lower-cased) of failures on the serving side, besides 5xx statuses.
-SERVING_MARKERS: Final = (
-    "timeout", "timed_out", "timedout", "deadline", "cancel", "server_error", "overloaded",
-    "unavailable", "http_408", "http_499", "internalserver", "connection", "connecterror",
-    "badgateway", "gatewaytimeout", "remoteprotocol",
-)  # fmt: skip
-
-_LIMITED: Final = """(x.http_status = 429 OR x.error_type IN ('429', 'http_429')
-    OR lower(x.error_type) LIKE 'rate\\_limit%%' OR lower(x.error_type) LIKE '%%ratelimit%%')"""
-_SERVING: Final = """(x.status = 'error' AND (x.http_status >= 500
-    OR x.error_type ~ '^(http_)?5[0-9][0-9]$' OR lower(x.error_type) LIKE ANY(%(serving)s)))"""
+# Rate limited and serving failures as storage/error_classes.py classifies them.
+_LIMITED: Final = RATE_LIMITED_SQL
+_SERVING: Final = SERVING_SQL
 
 
 def _newest(column: str) -> str:
@@ -140,7 +134,7 @@ def fetch_target_minutes(
     params: dict[str, Any] = {
         "since_ns": since_ns,
         "run_ids": list(run_ids),
-        "serving": [f"%{marker}%" for marker in SERVING_MARKERS],
+        "serving": SERVING_PATTERNS,
     }
     resolved = sql.SQL(resolved_join("x", scope.received_by))
     query = sql.SQL(_QUERY).format(scope=scope.on("x"), resolved=resolved)

@@ -20,6 +20,7 @@ from tpmledger.analytics.views.run_extras import (
     reconciliation,
     run_extras,
 )
+from tpmledger.analytics.views.token_parts import run_token_parts, with_minute_token_parts
 from tpmledger.storage.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
 from tpmledger.storage.live_read import run_states
 from tpmledger.storage.minute_keys import WHOLE_RUN
@@ -46,7 +47,9 @@ API_MINUTE_KEYS: tuple[str, ...] = (
     "in_flight_max",
     "queue_depth_mean",
     "queue_depth_max",
+    "concurrency_cap",
     "shards_active",
+    "tokens",
 )
 
 
@@ -80,12 +83,10 @@ def run_object(
         "attempts_source": source,
         "retry_rate_not_measured_because": LLM_SPANS_RETRY_REASON if hidden else None,
     }
-    return {
-        **view,
-        **extras,
-        **counted,
-        "reconciliation": reconciliation(session, run_id, view.get("tokens")),
-    }
+    reconciled = reconciliation(session, run_id, view.get("tokens"))
+    if isinstance(view.get("tokens"), dict):  # cache and reasoning tokens beside prompt/completion
+        view = {**view, "tokens": {**view["tokens"], **run_token_parts(session, run_id)}}
+    return {**view, **extras, **counted, "reconciliation": reconciled}
 
 
 def minute_series(
@@ -106,7 +107,7 @@ def minute_series(
         raise UnknownRun(run_id)
     if not rows and window is None:
         return None
-    return [_api_minute(r) for r in rows]
+    return [_api_minute(r) for r in with_minute_token_parts(session, run_id, shard_id, rows)]
 
 
 def run_list(session: Session) -> list[dict[str, Any]]:

@@ -71,8 +71,33 @@ def _retry_detail(metrics: Mapping[str, Any]) -> str | None:
     return "causes: " + ", ".join(f"{name} {count:,}" for name, count in top)
 
 
-def run_kpi_cards(run: RunRecord) -> dbc.Row:
-    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards.
+TOKEN_PART_LABELS = {"cache_read": "cache read", "cache_write": "cache write",
+                     "reasoning": "reasoning"}  # fmt: skip
+
+
+def token_tooltip_text(
+    tokens: Mapping[str, Any] | None, parts: Mapping[str, int | None] | None
+) -> str:
+    """The run's tokens by type for the peak-TPM card's tooltip: prompt and completion, and
+    the cache and reasoning tokens within them ("not measured" where no attempt reported
+    them; docs/metrics.md#token-parts)."""
+    tokens = tokens or {}
+    text = (
+        f"Run tokens: prompt {fmt_int(tokens.get('prompt'))} · "
+        f"completion {fmt_int(tokens.get('completion'))}"
+    )
+    if parts is not None:
+        inside = ", ".join(
+            f"{label} {fmt_int(parts.get(key))}" for key, label in TOKEN_PART_LABELS.items()
+        )
+        text += f" · of which {inside}"
+    return text
+
+
+def run_kpi_cards(run: RunRecord, token_parts: Mapping[str, int | None] | None = None) -> dbc.Row:
+    """Peak TPM (total and completion), sustained, success, retry, TTFT p95, shards; the
+    peak-TPM card's tooltip gives the run's tokens by type, ``token_parts`` (cache and
+    reasoning tokens) included.
 
     For a live run every figure is live: peak and sustained TPM over its closed minutes
     (open minutes are still filling), call success exact over the data so far, TTFT
@@ -135,4 +160,10 @@ def run_kpi_cards(run: RunRecord) -> dbc.Row:
             f"{declared} declared" if declared is not None else "none declared",
         ),
     ]
-    return dbc.Row(cards, className="g-3")
+    tooltip = dbc.Tooltip(
+        token_tooltip_text(m.get("tokens"), token_parts),
+        target="run-kpi-peak-total",
+        id="run-kpi-tokens-tooltip",
+        placement="bottom",
+    )
+    return dbc.Row([*cards, tooltip], className="g-3")

@@ -23,6 +23,7 @@ from tpmledger.analytics.views.run_extras import (
     reconciliation,
     run_extras,
 )
+from tpmledger.analytics.views.token_parts import run_token_parts
 from tpmledger.dashboard.components.bottleneck_panel import bottleneck_panel
 from tpmledger.dashboard.components.diagnostics_panel import diagnostics_panel
 from tpmledger.dashboard.components.empty_states import (
@@ -187,7 +188,7 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
                 diagnostics_panel({**run.metrics, **extras}),
             ]
         ),
-        kpis=run_kpi_cards(run),
+        kpis=run_kpi_cards(run, run_token_parts(session, run.run_id)),
         concurrency=concurrency_figure(minutes),
         work_conserving=work_conserving_text(
             run.metrics, live_since_seal=run.is_live and run.snapshot is not None
