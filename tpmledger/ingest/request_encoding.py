@@ -8,9 +8,10 @@ one ``bytes`` block plus a few counters, both cheap to pass between processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
-from tpmledger.ingest.normalize import normalize_payload
+from tpmledger.ingest.normalize import cache_bytes, normalize_payload
 from tpmledger.storage.attempt_encoding import AttemptBlock, encode_attempts
 from tpmledger.storage.tool_span_encoding import encode_tool_spans
 
@@ -23,6 +24,9 @@ class EncodedRequest:
     ignored: int  # spans that are not LLM calls (counted, not stored)
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most a few
+    # The normalizing process and the bytes its caches held after this request.
+    pid: int = field(default=0, compare=False)
+    cache_bytes: dict[str, int] = field(default_factory=dict, compare=False)
 
 
 def encode_request(payload: bytes | bytearray) -> EncodedRequest:
@@ -34,4 +38,6 @@ def encode_request(payload: bytes | bytearray) -> EncodedRequest:
     block = encode_attempts(batch.rows)
     if batch.tool_rows:  # execute_tool spans travel in the same block, stored in the same commit
         block.tools, block.tool_rows = encode_tool_spans(batch.tool_rows)
-    return EncodedRequest(block, batch.ignored, batch.rejected, batch.reject_reasons)
+    return EncodedRequest(
+        block, batch.ignored, batch.rejected, batch.reject_reasons, os.getpid(), cache_bytes()
+    )

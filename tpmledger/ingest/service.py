@@ -87,6 +87,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     workers = settings.normalize_workers
     pool = NormalizePool(default_workers() if workers is None else workers)
     pool.start()
+    for cache in ("attributes", "plans"):
+        metrics.cache_bytes.labels(cache).set_function(lambda c=cache: pool.cache_bytes(c))
     handler = TraceExportHandler(writer, metrics, pool.encode)
     # Both transports draw on it.
     bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
