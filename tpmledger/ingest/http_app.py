@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect
 import tpmledger.read_api as read_api
 from tpmledger.ingest.auth import TokenVerifier, bearer_token
 from tpmledger.ingest.body_budget import BodyBudget
-from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge
+from tpmledger.ingest.error_taxonomy import BodyTimeout, IngestError, PayloadTooLarge
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
@@ -74,6 +74,8 @@ def build_app(
         bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
     budget = bodies
     metrics.body_bytes_in_flight.set_function(lambda: budget.in_use)
+    resolved = settings or Settings()
+    stall_s, read_s = resolved.body_stall_s, resolved.body_read_s
 
     async def require_read(request: Request) -> None:
         """The one read-scope check: the read API, ``/metrics`` (and whatever else reads)
@@ -110,8 +112,7 @@ def build_app(
                     request.headers.get("content-encoding"), on_growth=charge.grow_to
                 )
                 try:
-                    async for chunk in request.stream():
-                        reader.feed(chunk)
+                    await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
                 except ClientDisconnect:
                     # The sender went away mid-body; nothing was stored, nobody reads it.
                     return Response(status_code=400)
@@ -137,8 +138,7 @@ def build_app(
         _check_declared_length(request.headers.get("content-length"))
         with bodies.hold(request.headers.get("content-length")) as charge:
             reader = BodyReader(request.headers.get("content-encoding"), on_growth=charge.grow_to)
-            async for chunk in request.stream():
-                reader.feed(chunk)
+            await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
             return media, bytes(reader.finish())
 
     def _media_of(request: Request) -> str | None:
@@ -193,7 +193,6 @@ def build_app(
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    resolved = settings or Settings()
     metrics.add_collector(
         RunSeriesCollector(
             database_url,
@@ -233,6 +232,31 @@ def error_response(err: IngestError, media: str | None) -> Response:
         media_type=media,
         headers=headers,
     )
+
+
+async def read_body(
+    request: Request, feed: Callable[[bytes], None], *, stall_s: float, total_s: float
+) -> None:
+    """Feed the body's chunks to ``feed`` as they arrive; :class:`BodyTimeout` (408) when
+    the next chunk takes longer than ``stall_s`` or the whole body longer than
+    ``total_s``. A stalled upload then costs only its own connection: the caller's
+    budget charge is released when the error leaves its ``hold`` block."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total_s
+    chunks = request.stream().__aiter__()
+    while True:
+        wait = min(stall_s, deadline - loop.time())
+        if wait <= 0:
+            raise BodyTimeout(f"request body not received within {total_s:g} s")
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), wait)
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise BodyTimeout(
+                f"no body bytes for {wait:g} s (TPMLEDGER_BODY_STALL_S / TPMLEDGER_BODY_READ_S)"
+            ) from exc
+        feed(chunk)
 
 
 def _check_declared_length(content_length: str | None) -> None:
