@@ -29,6 +29,8 @@ the wire format directly, so the full message is never built just to be re-encod
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
@@ -41,6 +43,7 @@ from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
 from tpmledger.ingest.otlp_http_codec import MAX_COMPRESSED_BYTES, PROTOBUF, BodyReader
+from tpmledger.ingest.request_limits import counted
 
 # "opentelemetry.proto.collector.trace.v1.TraceService", as in the generated stubs.
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
@@ -104,6 +107,7 @@ class TraceService:
             with self._bodies.hold(str(len(payload))) as charge:
                 body = read_message(payload, charge)
                 del payload
+                await counted(body, "traces", False, charge)  # 413 past a count limit
                 encoded = await self._handler.encode(body)
                 del body  # waiting for the commit needs the COPY block, not the body
                 response = await self._handler.store(encoded)
@@ -151,7 +155,10 @@ class SignalServices:
             await self._check(payload, context)
             with self._bodies.hold(str(len(payload))) as charge:
                 request = metrics_service_pb2.ExportMetricsServiceRequest()
-                parse(request, read_message(payload, charge), PROTOBUF)
+                body = read_message(payload, charge)
+                await counted(body, "metrics", False, charge)
+                await asyncio.to_thread(parse, request, body, PROTOBUF)
+                del body
                 response = await self._signals.export_metrics(request)
         except IngestError as err:
             await self._abort(err, context)
@@ -166,7 +173,10 @@ class SignalServices:
             await self._check(payload, context)
             with self._bodies.hold(str(len(payload))) as charge:
                 request = logs_service_pb2.ExportLogsServiceRequest()
-                parse(request, read_message(payload, charge), PROTOBUF)
+                body = read_message(payload, charge)
+                await counted(body, "logs", False, charge)
+                await asyncio.to_thread(parse, request, body, PROTOBUF)
+                del body
                 response = self._signals.export_logs(request)
         except IngestError as err:
             await self._abort(err, context)

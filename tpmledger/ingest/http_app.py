@@ -42,6 +42,7 @@ from tpmledger.ingest.otlp_http_codec import (
     encode_message,
     media_type,
 )
+from tpmledger.ingest.request_limits import counted
 from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
@@ -118,8 +119,11 @@ def build_app(
                     return Response(status_code=400)
                 payload: bytes | bytearray = reader.finish()  # no copy: it can be 64 MiB
                 del reader
+                # Counted (413 past a limit) and charged what decoding builds, then
+                # decoded off the event loop: a worker process, or a thread for JSON.
+                await counted(payload, "traces", media == JSON, charge)
                 if media != PROTOBUF:
-                    payload = decode_request(payload, media).SerializeToString()
+                    payload = await asyncio.to_thread(_json_to_protobuf, payload)
                 encoded = await handler.encode(payload)
                 del payload  # waiting for the commit needs the COPY block, not the body
                 response = await handler.store(encoded)
@@ -131,30 +135,34 @@ def build_app(
 
     signals = OtherSignals(database_url, metrics)
 
-    async def read_signal(request: Request) -> tuple[str, bytes]:
-        """Auth, type, limits and budget as for traces; the decoded body and its type."""
-        verifier.check_authorization(request.headers.get("authorization"), INGEST)
-        media = media_type(request.headers.get("content-type"))
-        _check_declared_length(request.headers.get("content-length"))
-        with bodies.hold(request.headers.get("content-length")) as charge:
-            reader = BodyReader(request.headers.get("content-encoding"), on_growth=charge.grow_to)
-            await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
-            return media, bytes(reader.finish())
-
     def _media_of(request: Request) -> str | None:
         declared = (request.headers.get("content-type") or "").lower()
         return JSON if declared.startswith(JSON) else None
 
     async def answer_signal(
-        request: Request, message: Message, handle: Callable[[Any], Awaitable[Message]]
+        request: Request,
+        message: Message,
+        signal: str,
+        handle: Callable[[Any], Awaitable[Message]],
     ) -> Response:
-        """Read, parse and hand ``message`` to ``handle``; the answer in the request's type."""
+        """Auth, type, limits and budget as for traces; read, count, parse (off the event
+        loop) and hand ``message`` to ``handle``; the answer in the request's type."""
         error_media = _media_of(request)
         try:
-            media, payload = await read_signal(request)
+            verifier.check_authorization(request.headers.get("authorization"), INGEST)
+            media = media_type(request.headers.get("content-type"))
             error_media = media
-            parse(message, payload, media)
-            answer = await handle(message)
+            _check_declared_length(request.headers.get("content-length"))
+            with bodies.hold(request.headers.get("content-length")) as charge:
+                encoding = request.headers.get("content-encoding")
+                reader = BodyReader(encoding, on_growth=charge.grow_to)
+                await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
+                payload = reader.finish()
+                del reader
+                await counted(payload, signal, media == JSON, charge)
+                await asyncio.to_thread(parse, message, payload, media)
+                del payload
+                answer = await handle(message)
         except ClientDisconnect:
             return Response(status_code=400)
         except IngestError as err:
@@ -172,7 +180,9 @@ def build_app(
         response_class=Response,
     )
     async def export_metrics(request: Request) -> Response:
-        return await answer_signal(request, ExportMetricsServiceRequest(), signals.export_metrics)
+        return await answer_signal(
+            request, ExportMetricsServiceRequest(), "metrics", signals.export_metrics
+        )
 
     @app.post(
         "/v1/logs",
@@ -180,7 +190,7 @@ def build_app(
         response_class=Response,
     )
     async def export_logs(request: Request) -> Response:
-        return await answer_signal(request, ExportLogsServiceRequest(), logs_answer)
+        return await answer_signal(request, ExportLogsServiceRequest(), "logs", logs_answer)
 
     @app.get("/healthz", summary="The process is up")
     async def healthz() -> dict[str, str]:
@@ -232,6 +242,10 @@ def error_response(err: IngestError, media: str | None) -> Response:
         media_type=media,
         headers=headers,
     )
+
+
+def _json_to_protobuf(payload: bytes | bytearray) -> bytes:
+    return decode_request(payload, JSON).SerializeToString()
 
 
 async def read_body(
