@@ -21,7 +21,12 @@ from tpmledger.ingest.auth import TokenVerifier
 from tpmledger.ingest.body_budget import BodyBudget
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.group_commit import GroupCommitWriter
-from tpmledger.ingest.grpc_server import SignalServices, TraceService, build_grpc_server
+from tpmledger.ingest.grpc_server import (
+    CallQueue,
+    SignalServices,
+    TraceService,
+    build_grpc_server,
+)
 from tpmledger.ingest.http_app import build_app
 from tpmledger.ingest.http_protocol import bounded_read_protocol
 from tpmledger.ingest.metrics import IngestMetrics
@@ -112,9 +117,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             timeout_graceful_shutdown=int(_GRACE_S),
         )
     )
-    signals = SignalServices(OtherSignals(url, metrics), verifier, metrics, bodies)
+    # One queue of turns for the three gRPC services (ingest/grpc_server.py).
+    calls = CallQueue(retry_after_s=settings.retry_after_s)
+    signals = SignalServices(OtherSignals(url, metrics), verifier, metrics, bodies, calls)
     grpc_server = build_grpc_server(
-        TraceService(handler, verifier, metrics, bodies),
+        TraceService(handler, verifier, metrics, bodies, calls),
         settings.host,
         settings.grpc_port,
         signals,
