@@ -34,6 +34,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
+from tpmledger.ingest.attribute_values import as_text, key_values_to_dict
+from tpmledger.ingest.conventions import FIELD_KEYS
+
 TOKEN_USAGE = "gen_ai.client.token.usage"
 INFERENCE_USAGE_PREFIX = "gen_ai.client.inference.usage."
 TOKEN_TYPE_KEY = "gen_ai.token.type"
@@ -92,13 +95,24 @@ def _attributes(items: Any) -> dict[str, Any]:
     return {kv.key: _value(kv.value) for kv in items}
 
 
+def _first_present(resource: dict[str, Any], field: str) -> str | None:
+    """The field's value from the first of its keys present, as spans read it (the
+    present key wins even when its value is 0 or false)."""
+    for key in FIELD_KEYS[field]:
+        if key in resource:
+            return as_text(resource[key])
+    return None
+
+
 def _identity(resource: dict[str, Any]) -> tuple[str, str]:
-    run = resource.get("tpmledger.run.id") or resource.get("service.name") or "unassigned"
-    shard = resource.get("tpmledger.shard.id") or resource.get("service.instance.id")
+    """Run and shard exactly as a span of the same resource gets them
+    (ingest/normalize.py): an integer 0 run id is run "0" for both."""
+    run = _first_present(resource, "run_id") or "unassigned"
+    shard = _first_present(resource, "shard_id")
     if not shard:
-        host, pid = resource.get("host.name"), resource.get("process.pid")
-        shard = (f"{host}:{pid}" if pid else str(host)) if host else "unknown"
-    return str(run), str(shard)
+        host, pid = _first_present(resource, "host_name"), _first_present(resource, "process_pid")
+        shard = (f"{host}:{pid}" if pid else host) if host else "unknown"
+    return run, shard
 
 
 def _token_type(name: str, attributes: dict[str, Any]) -> str | None:
@@ -122,7 +136,7 @@ def token_points(request: ExportMetricsServiceRequest) -> MetricsBatch:
     """The token-usage points of ``request`` (and how many other points it held)."""
     batch = MetricsBatch(points=[])
     for resource_metrics in request.resource_metrics:
-        run, shard = _identity(_attributes(resource_metrics.resource.attributes))
+        run, shard = _identity(key_values_to_dict(resource_metrics.resource.attributes))
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 _add_metric(batch, run, shard, metric)
