@@ -54,11 +54,11 @@ class HealthWatch(threading.Thread):
         self.url = url
         self.slowest = 0.0
         self.asked = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         with httpx.Client(timeout=5) as client:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 started = time.monotonic()
                 try:
                     ok = client.get(f"{self.url}/healthz").status_code == 200
@@ -66,10 +66,10 @@ class HealthWatch(threading.Thread):
                     ok = False
                 self.slowest = max(self.slowest, time.monotonic() - started if ok else 5.0)
                 self.asked += 1
-                self._stop.wait(0.05)
+                self._halt.wait(0.05)
 
     def stop(self) -> float:
-        self._stop.set()
+        self._halt.set()
         self.join()
         return self.slowest
 

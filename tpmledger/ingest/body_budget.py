@@ -48,17 +48,17 @@ class BodyCharge:
         self._budget = budget
         self.charged = 0
 
-    def grow_to(self, held_bytes: int) -> None:
+    def grow_to(self, held_bytes: int, what: str = "decompressed body") -> None:
         """Charge ``held_bytes`` in all, or refuse: 413 when one body alone is larger than
         the whole budget (it could never be held), 503 when the bodies in flight would
-        pass the budget (retry later)."""
+        pass the budget (retry later). ``what`` names the charge in the 413 message."""
         extra = held_bytes - self.charged
         if extra <= 0:
             return
         budget = self._budget
         if held_bytes > budget.max_bytes:
             raise PayloadTooLarge(
-                f"decompressed body over {budget.max_bytes} bytes, the in-flight body "
+                f"{what} over {budget.max_bytes} bytes, the in-flight body "
                 "budget (TPMLEDGER_BODY_BUDGET_BYTES): send smaller batches"
             )
         if budget.in_use + extra > budget.max_bytes:

@@ -136,7 +136,9 @@ async def counted(
     """:func:`count_request` off the event loop, then the request charged what decoding
     it builds (its estimate, when that is more than the body already charged)."""
     counts = await asyncio.to_thread(count_request, payload, signal, json)
-    charge.grow_to(max(charge.charged, counts.decoded_bytes()))
+    charge.grow_to(
+        max(charge.charged, counts.decoded_bytes()), "what decoding this request builds (estimated)"
+    )
     return counts
 
 
