@@ -101,6 +101,18 @@ class Settings(BaseSettings):
         description="Decompressed bytes of request bodies ingest holds at once (503 past it); "
         "one body larger than this is refused with 413 (docs/ingest.md#limits).",
     )
+    body_stall_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait for the next piece of a request body before ingest "
+        "answers 408 and releases its share of the body budget (docs/ingest.md#limits).",
+    )
+    body_read_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest time to receive a whole request body (408 past it; "
+        "docs/ingest.md#limits).",
+    )
     heavy_requests: int = Field(
         default=2,
         ge=1,

@@ -290,7 +290,8 @@ def test_non_utf8_in_otlp_json(client: httpx.Client, garbage: bytes, position: i
 @pytest.mark.parametrize("depth", [200, 5_000, 200_000])
 def test_deeply_nested_json(client: httpx.Client, depth: int) -> None:
     arrays = b"[" * depth + b"]" * depth
-    assert post(client, arrays, JSON).status_code == 400
+    # 400, or 413 when what parsing it would build passes the count limit or the budget.
+    assert post(client, arrays, JSON).status_code in {400, 413}
     # An attribute value nested that deep, written by hand (json.dumps would recurse).
     nesting = min(depth, 5_000)
     value = '{"arrayValue":{"values":[' * nesting + '{"stringValue":"leaf"}' + "]}}" * nesting

@@ -42,6 +42,18 @@ def test_a_body_larger_than_the_whole_budget_is_too_large() -> None:
     assert budget.in_use == 0
 
 
+def test_a_declared_length_is_not_charged_ahead_of_the_bytes() -> None:
+    """Issue 41: a client declaring 16 MiB and sending nothing took the whole budget."""
+    budget = BodyBudget(16 * MIB)
+    with budget.hold(str(16 * MIB)) as charge:
+        assert budget.in_use == FIRST_CHARGE
+        with budget.hold(str(8 * MIB)):  # another sender is admitted meanwhile
+            assert budget.in_use == 2 * FIRST_CHARGE
+        charge.grow_to(MIB)
+        assert budget.in_use == MIB
+    assert budget.in_use == 0
+
+
 def test_released_when_the_request_fails() -> None:
     budget = BodyBudget(1000)
     with pytest.raises(RuntimeError), budget.hold("500"):
@@ -81,7 +93,8 @@ def test_a_compressed_body_is_charged_what_it_inflates_to() -> None:
 def test_a_growing_body_is_refused_once_the_bodies_in_flight_pass_the_budget() -> None:
     budget = BodyBudget(16 * MIB, retry_after_s=3)
     bomb = _gzip_bomb(8 * MIB)
-    with budget.hold(str(12 * MIB)), budget.hold(str(len(bomb))) as charge:
+    with budget.hold(str(12 * MIB)) as held, budget.hold(str(len(bomb))) as charge:
+        held.grow_to(12 * MIB)  # 12 MiB of another body, received
         reader = BodyReader("gzip", on_growth=charge.grow_to)
         with pytest.raises(Overloaded) as refused:
             reader.feed(bomb)

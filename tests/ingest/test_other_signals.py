@@ -126,3 +126,52 @@ def test_logs_are_accepted_counted_and_dropped(ingest: RunningIngest) -> None:
         timeout=10,
     )
     assert bad.status_code == 400
+
+
+def _cumulative_export(run_id: str, start_ns: int, value: int) -> bytes:
+    """One export of a cumulative token-usage counter: ``value`` since ``start_ns``."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+    point = metrics_pb2.NumberDataPoint(
+        start_time_unix_nano=start_ns, time_unix_nano=start_ns + 30_000_000_000, as_int=value
+    )
+    point.attributes.append(KeyValue(key="gen_ai.token.type", value=AnyValue(string_value="input")))
+    metric = metrics_pb2.Metric(
+        name="gen_ai.client.inference.usage.input_tokens",
+        sum=metrics_pb2.Sum(
+            data_points=[point],
+            aggregation_temporality=metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE,
+            is_monotonic=True,
+        ),
+    )
+    request = ExportMetricsServiceRequest()
+    resource = request.resource_metrics.add()
+    resource.resource.attributes.append(
+        KeyValue(key="tpmledger.run.id", value=AnyValue(string_value=run_id))
+    )
+    resource.scope_metrics.add().metrics.append(metric)
+    return request.SerializeToString()
+
+
+def test_a_late_resend_from_before_a_stream_restart_adds_nothing(
+    ingest: RunningIngest, database_url: str
+) -> None:
+    """Issue 41: 100 (start s1), 10 (start s2), a delayed retry of the first, 20 (s2)
+    stored 230 tokens; the stream's tokens are 100 + 20 = 120."""
+    import time
+
+    s1 = time.time_ns() - 600_000_000_000
+    s2 = s1 + 120_000_000_000
+    for start, value in ((s1, 100), (s2, 10), (s1, 100), (s2, 20)):
+        answer = httpx.post(
+            f"{ingest.http_url}/v1/metrics",
+            content=_cumulative_export("restart-run", start, value),
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+    assert in_one_snapshot(database_url, metric_tokens, "restart-run") == 120

@@ -201,3 +201,28 @@ def test_tokens_from_before_scopes_keep_both(database_url: str) -> None:
     verifier.check_token("old-token", "read")
     with pytest.raises(Unauthenticated):
         verifier.check_token(None, "read")
+
+
+def test_the_documented_prometheus_token_can_scrape_metrics(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41: the docs' Prometheus example made an ingest token, which gets 403."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from tpmledger.cli.main import main
+
+    docs = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    [command] = re.findall(r"`tpmledger (tokens create prometheus[^`]*)`", docs)
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", database_url)
+    assert main(shlex.split(command)) == 0
+    token = capsys.readouterr().out.strip().splitlines()[0]
+    server = start_ingest(database_url)
+    try:
+        answer = httpx.get(
+            f"{server.http_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.stop()

@@ -47,11 +47,11 @@ def test_view_reads_the_same_fields_as_the_real_message() -> None:
 
 
 def test_decoder_last_duplicate_wins_and_cache_stays_bounded() -> None:
-    decoder = AttributeDecoder(max_entries=4)
+    decoder = AttributeDecoder(max_bytes=1_000)
     encodings = [kv.SerializeToString() for kv in key_values({f"k{i}": i for i in range(10)})]
     duplicate = KeyValue(key="k0", value=key_values({"x": "last"})[0].value).SerializeToString()
     assert decoder.decode([*encodings, duplicate])["k0"] == "last"
-    assert len(decoder) <= 4
+    assert decoder.cached_bytes <= 1_000 and len(decoder) < 10
     # Decoding again after eviction gives the same values.
     assert decoder.decode(encodings) == {f"k{i}": i for i in range(10)}
 

@@ -125,3 +125,28 @@ def test_a_run_archived_during_the_write_rolls_it_back(
     with raw_transaction(database_url) as conn:
         [(count,)] = conn.execute("SELECT count(*) FROM attempts WHERE run_id = 'racing'")
     assert count == 1
+
+
+@pytest.mark.parametrize("order", [(8, 32), (32, 8)])
+def test_a_runs_cap_and_shard_count_are_the_largest_declared_in_any_order(
+    database_url: str, order: tuple[int, int]
+) -> None:
+    """Issue 41: they followed the last commit (the same data in two orders gave 8 and 32)."""
+    from tests.analytics.seeding import store
+    from tests.storage.builders import attempt_row
+    from tpmledger.storage.database import raw_transaction
+
+    run_id = f"order-{order[0]}-{order[1]}"
+    for declared in order:
+        store(
+            database_url,
+            [attempt_row(run_id=run_id, concurrency_cap=declared, declared_shard_count=declared)],
+        )
+    store(
+        database_url, [attempt_row(run_id=run_id, concurrency_cap=None, declared_shard_count=None)]
+    )
+    with raw_transaction(database_url) as conn:
+        row = conn.execute(
+            "SELECT concurrency_cap, declared_shard_count FROM runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    assert row == (32, 32)

@@ -221,7 +221,11 @@ class RetentionSchedule:
             load_or_create_signing_key(settings),
             say=log.info,
             log_origin=settings.checkpoint_origin,
+            wait=False,
         )
+        if report.busy:  # another prune (manual, or a replica's) holds the lock
+            log.info("retention: another prune is running; tried again within the hour")
+            return
         self.next_at = time.monotonic() + self.PERIOD_S
         kept = [run for run in report.runs if run.action.startswith("kept")]
         for run in kept:

@@ -8,11 +8,14 @@ to 450-660 MiB with the queue far from full). The target is RSS ≤ 300 MB under
 and overload is a 503 with Retry-After (docs/ingest.md#answers).
 
 What is charged is what is held: a body's **decompressed** bytes, as they grow. A
-request is admitted with its declared length (or one socket read, :data:`FIRST_CHARGE`,
-for a chunked body) and its charge grows with every decompressed piece
+request is admitted with one socket read's worth (:data:`FIRST_CHARGE`, or its declared
+length when that is smaller) and its charge grows with every decompressed piece
 (:meth:`BodyCharge.grow_to`); a request that would take the bodies in flight past the
-budget is refused with 503 before or while its body is read. A gzip body of 61 KB that
-inflates to 60 MiB is charged 60 MiB, not 61 KB (docs/ingest.md#limits).
+budget is refused with 503 before or while its body is read. A declared length is never
+charged ahead of the bytes (issue 41: a client declaring 16 MiB and sending nothing took
+the whole budget, and every other export got 503 for as long as it stalled); a stalled
+body is cut off by the listener's read deadlines, which release its charge. A gzip body
+of 61 KB that inflates to 60 MiB is charged 60 MiB, not 61 KB (docs/ingest.md#limits).
 
 The budget also bounds one body: a body that alone inflates past it is refused with 413.
 Holding one body costs about 2.5-4 × its size across the listener and a normalizer
@@ -45,17 +48,17 @@ class BodyCharge:
         self._budget = budget
         self.charged = 0
 
-    def grow_to(self, held_bytes: int) -> None:
+    def grow_to(self, held_bytes: int, what: str = "decompressed body") -> None:
         """Charge ``held_bytes`` in all, or refuse: 413 when one body alone is larger than
         the whole budget (it could never be held), 503 when the bodies in flight would
-        pass the budget (retry later)."""
+        pass the budget (retry later). ``what`` names the charge in the 413 message."""
         extra = held_bytes - self.charged
         if extra <= 0:
             return
         budget = self._budget
         if held_bytes > budget.max_bytes:
             raise PayloadTooLarge(
-                f"decompressed body over {budget.max_bytes} bytes, the in-flight body "
+                f"{what} over {budget.max_bytes} bytes, the in-flight body "
                 "budget (TPMLEDGER_BODY_BUDGET_BYTES): send smaller batches"
             )
         if budget.in_use + extra > budget.max_bytes:
@@ -79,13 +82,18 @@ class BodyBudget:
     def hold(self, content_length: str | None) -> Iterator[BodyCharge]:
         """Admit one body for the duration of the block, or raise :class:`Overloaded`.
 
-        It is charged its declared length at once (or :data:`FIRST_CHARGE` without one);
-        the block grows the charge to the bytes it holds through the yielded charge.
-        Raises :class:`PayloadTooLarge` when the declared length alone is over the budget.
+        It is charged :data:`FIRST_CHARGE` (its declared length when smaller) at once; the
+        block grows the charge to the bytes it holds through the yielded charge. Raises
+        :class:`PayloadTooLarge` when the declared length alone is over the budget.
         """
         declared = int(content_length) if content_length and content_length.isdigit() else 0
+        if declared > self.max_bytes:
+            raise PayloadTooLarge(
+                f"declared body of {declared} bytes is over {self.max_bytes} bytes, the "
+                "in-flight body budget (TPMLEDGER_BODY_BUDGET_BYTES): send smaller batches"
+            )
         charge = BodyCharge(self)
-        charge.grow_to(declared or FIRST_CHARGE)
+        charge.grow_to(min(declared, FIRST_CHARGE) if declared else FIRST_CHARGE)
         try:
             yield charge
         finally:

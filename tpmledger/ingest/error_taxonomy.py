@@ -76,6 +76,14 @@ class PayloadTooLarge(IngestError):
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class BodyTimeout(IngestError):
+    """The body did not arrive in time (a stalled or far too slow upload): its share of
+    the body budget is released and the connection answered 408."""
+
+    http_status = 408
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class UnsupportedMediaType(IngestError):
     """A content type or content encoding ingest does not speak → 415."""
 

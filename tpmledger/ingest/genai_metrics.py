@@ -46,7 +46,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from tpmledger.ingest.attribute_values import any_value_to_python
+from tpmledger.ingest.attribute_values import any_value_to_python, as_text, key_values_to_dict
+from tpmledger.ingest.conventions import FIELD_KEYS
 
 TOKEN_USAGE = "gen_ai.client.token.usage"
 INFERENCE_USAGE_PREFIX = "gen_ai.client.inference.usage."
@@ -124,13 +125,24 @@ def _attributes(items: Any) -> dict[str, Any]:
     return {kv.key: _value(kv.value) for kv in items}
 
 
+def _first_present(resource: dict[str, Any], field: str) -> str | None:
+    """The field's value from the first of its keys present, as spans read it (the
+    present key wins even when its value is 0 or false)."""
+    for key in FIELD_KEYS[field]:
+        if key in resource:
+            return as_text(resource[key])
+    return None
+
+
 def _identity(resource: dict[str, Any]) -> tuple[str, str]:
-    run = resource.get("tpmledger.run.id") or resource.get("service.name") or "unassigned"
-    shard = resource.get("tpmledger.shard.id") or resource.get("service.instance.id")
+    """Run and shard exactly as a span of the same resource gets them
+    (ingest/normalize.py): an integer 0 run id is run "0" for both."""
+    run = _first_present(resource, "run_id") or "unassigned"
+    shard = _first_present(resource, "shard_id")
     if not shard:
-        host, pid = resource.get("host.name"), resource.get("process.pid")
-        shard = (f"{host}:{pid}" if pid else str(host)) if host else "unknown"
-    return str(run), str(shard)
+        host, pid = _first_present(resource, "host_name"), _first_present(resource, "process_pid")
+        shard = (f"{host}:{pid}" if pid else host) if host else "unknown"
+    return run, shard
 
 
 def _shape(metric: Any) -> tuple[int, str | None] | None:
@@ -176,7 +188,7 @@ def token_points(request: ExportMetricsServiceRequest) -> MetricsBatch:
     """The token-usage points of ``request`` (and how many other points it held)."""
     batch = MetricsBatch(points=[])
     for resource_metrics in request.resource_metrics:
-        run, shard = _identity(_attributes(resource_metrics.resource.attributes))
+        run, shard = _identity(key_values_to_dict(resource_metrics.resource.attributes))
         metrics = [m for scope in resource_metrics.scope_metrics for m in scope.metrics]
         shapes = [_shape(metric) for metric in metrics]
         # Input and output from the preferred shape this resource sends (see above).

@@ -17,10 +17,15 @@ first. With gRPC decompressing, every concurrent call inflated its whole message
 a compressed message is recognised by its gzip or zlib header, which an OTLP request
 (a protobuf whose first field is 1, byte ``0x0a``) never starts with.
 
-At most :data:`MAX_CONCURRENT_RPCS` calls are taken from gRPC at once; the others wait
-inside gRPC, which reads no more of them than one HTTP/2 flow-control window (64 KiB).
-That bounds what gRPC holds before the budget sees it: the compressed bytes of the calls
-being handled.
+At most :data:`MAX_CONCURRENT_RPCS` calls are handled at once; up to
+:data:`MAX_QUEUED_RPCS` more wait their turn in a queue (:class:`CallQueue`), in arrival
+order. A call beyond those is answered ``UNAVAILABLE`` with a ``google.rpc.RetryInfo``
+detail (retry after ``TPMLEDGER_RETRY_AFTER_S``), which every OTLP exporter retries
+(issue 41: above 8 calls ingest answered ``RESOURCE_EXHAUSTED`` without RetryInfo, and
+16 shards flushing together lost 23 of 80 exports on the first try; Go and Collector
+exporters drop a batch on that). gRPC itself takes at most the sum of both (its own
+refusal past that is the last resort, never reached by a fleet of that size): a waiting
+call holds its compressed message (at most 16 MiB) outside the body budget.
 
 The method is registered with the service and method names of the
 ``opentelemetry-proto`` stubs but receives the request as raw bytes: the normalizer reads
@@ -29,6 +34,10 @@ the wire format directly, so the full message is never built just to be re-encod
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
@@ -36,11 +45,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tpmledger.ingest.auth import TokenVerifier
 from tpmledger.ingest.body_budget import BodyBudget, BodyCharge
-from tpmledger.ingest.error_taxonomy import IngestError
+from tpmledger.ingest.error_taxonomy import IngestError, Overloaded
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
 from tpmledger.ingest.otlp_http_codec import MAX_COMPRESSED_BYTES, PROTOBUF, BodyReader
+from tpmledger.ingest.request_limits import counted
 
 # "opentelemetry.proto.collector.trace.v1.TraceService", as in the generated stubs.
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
@@ -50,7 +60,44 @@ LOGS_SERVICE = logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"].full_
 #: Calls handled at once (the rest wait in gRPC, unread); each holds at most its
 #: compressed message (16 MiB) outside the body budget.
 MAX_CONCURRENT_RPCS = 8
+#: Calls that wait for a turn before new ones are answered UNAVAILABLE + RetryInfo.
+MAX_QUEUED_RPCS = 56
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+class CallQueue:
+    """Turns for gRPC calls: ``concurrent`` at once, ``queued`` more waiting in order;
+    past that, :class:`Overloaded` (``UNAVAILABLE`` with RetryInfo)."""
+
+    def __init__(
+        self,
+        concurrent: int = MAX_CONCURRENT_RPCS,
+        queued: int = MAX_QUEUED_RPCS,
+        *,
+        retry_after_s: int = 2,
+    ) -> None:
+        self._turns = asyncio.Semaphore(concurrent)
+        self.queued = queued
+        self.waiting = 0
+        self.retry_after_s = retry_after_s
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait for a turn (raises :class:`Overloaded` when the queue is full)."""
+        if self._turns.locked() and self.waiting >= self.queued:
+            raise Overloaded(
+                f"{self.waiting} gRPC calls are waiting already; retry later",
+                retry_after_s=self.retry_after_s,
+            )
+        self.waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._turns.release()
 
 
 def message_encoding(message: bytes) -> str:
@@ -86,10 +133,12 @@ class TraceService:
         verifier: TokenVerifier,
         metrics: IngestMetrics,
         bodies: BodyBudget | None = None,
+        calls: CallQueue | None = None,
     ) -> None:
         self._handler = handler
         self._verifier = verifier
         self._metrics = metrics
+        self._calls = calls or CallQueue()
         # Charged from the compressed message on, as it inflates, until the answer
         # (shared with OTLP/HTTP).
         self._bodies = bodies or BodyBudget()
@@ -101,12 +150,8 @@ class TraceService:
         try:
             self._verifier.check_authorization(_metadata_value(context, "authorization"))
             self._handler.check_admission()
-            with self._bodies.hold(str(len(payload))) as charge:
-                body = read_message(payload, charge)
-                del payload
-                encoded = await self._handler.encode(body)
-                del body  # waiting for the commit needs the COPY block, not the body
-                response = await self._handler.store(encoded)
+            async with self._calls.turn():
+                response = await self._export(payload)
         except IngestError as err:
             self._metrics.requests.labels("grpc", err.grpc_code.name).inc()
             await context.abort(
@@ -115,6 +160,16 @@ class TraceService:
             raise  # unreachable: abort raises
         self._metrics.requests.labels("grpc", "OK").inc()
         return response
+
+    async def _export(self, payload: bytes) -> trace_service_pb2.ExportTraceServiceResponse:
+        self._handler.check_admission()  # the commit queue may have filled while it waited
+        with self._bodies.hold(str(len(payload))) as charge:
+            body = read_message(payload, charge)
+            del payload
+            await counted(body, "traces", False, charge)  # 413 past a count limit
+            encoded = await self._handler.encode(body)
+            del body  # waiting for the commit needs the COPY block, not the body
+            return await self._handler.store(encoded)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The generic handler that routes ``TraceService/Export`` here (request as bytes)."""
@@ -135,7 +190,9 @@ class SignalServices:
         verifier: TokenVerifier,
         metrics: IngestMetrics,
         bodies: BodyBudget | None = None,
+        calls: CallQueue | None = None,
     ) -> None:
+        self._calls = calls or CallQueue()
         self._signals = signals
         self._verifier = verifier
         self._metrics = metrics
@@ -149,10 +206,14 @@ class SignalServices:
     ) -> metrics_service_pb2.ExportMetricsServiceResponse:
         try:
             await self._check(payload, context)
-            with self._bodies.hold(str(len(payload))) as charge:
-                request = metrics_service_pb2.ExportMetricsServiceRequest()
-                parse(request, read_message(payload, charge), PROTOBUF)
-                response = await self._signals.export_metrics(request)
+            async with self._calls.turn():
+                with self._bodies.hold(str(len(payload))) as charge:
+                    request = metrics_service_pb2.ExportMetricsServiceRequest()
+                    body = read_message(payload, charge)
+                    await counted(body, "metrics", False, charge)
+                    await asyncio.to_thread(parse, request, body, PROTOBUF)
+                    del body
+                    response = await self._signals.export_metrics(request)
         except IngestError as err:
             await self._abort(err, context)
             raise  # unreachable: abort raises
@@ -164,10 +225,14 @@ class SignalServices:
     ) -> logs_service_pb2.ExportLogsServiceResponse:
         try:
             await self._check(payload, context)
-            with self._bodies.hold(str(len(payload))) as charge:
-                request = logs_service_pb2.ExportLogsServiceRequest()
-                parse(request, read_message(payload, charge), PROTOBUF)
-                response = self._signals.export_logs(request)
+            async with self._calls.turn():
+                with self._bodies.hold(str(len(payload))) as charge:
+                    request = logs_service_pb2.ExportLogsServiceRequest()
+                    body = read_message(payload, charge)
+                    await counted(body, "logs", False, charge)
+                    await asyncio.to_thread(parse, request, body, PROTOBUF)
+                    del body
+                    response = self._signals.export_logs(request)
         except IngestError as err:
             await self._abort(err, context)
             raise  # unreachable: abort raises
@@ -211,7 +276,7 @@ def build_grpc_server(
     port: int,
     signals: SignalServices | None = None,
     *,
-    max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
+    max_concurrent_rpcs: int = MAX_CONCURRENT_RPCS + MAX_QUEUED_RPCS,
 ) -> grpc.aio.Server:
     """A grpc.aio server with the trace service (and the metrics and logs services, when
     given) bound on ``host:port`` (not started)."""

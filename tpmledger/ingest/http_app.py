@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect
 import tpmledger.read_api as read_api
 from tpmledger.ingest.auth import TokenVerifier, bearer_token
 from tpmledger.ingest.body_budget import BodyBudget
-from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge
+from tpmledger.ingest.error_taxonomy import BodyTimeout, IngestError, PayloadTooLarge
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
@@ -42,6 +42,7 @@ from tpmledger.ingest.otlp_http_codec import (
     encode_message,
     media_type,
 )
+from tpmledger.ingest.request_limits import counted
 from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
@@ -74,6 +75,8 @@ def build_app(
         bodies = BodyBudget(retry_after_s=settings.retry_after_s if settings else 2)
     budget = bodies
     metrics.body_bytes_in_flight.set_function(lambda: budget.in_use)
+    resolved = settings or Settings()
+    stall_s, read_s = resolved.body_stall_s, resolved.body_read_s
 
     async def require_read(request: Request) -> None:
         """The one read-scope check: the read API, ``/metrics`` (and whatever else reads)
@@ -110,15 +113,17 @@ def build_app(
                     request.headers.get("content-encoding"), on_growth=charge.grow_to
                 )
                 try:
-                    async for chunk in request.stream():
-                        reader.feed(chunk)
+                    await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
                 except ClientDisconnect:
                     # The sender went away mid-body; nothing was stored, nobody reads it.
                     return Response(status_code=400)
                 payload: bytes | bytearray = reader.finish()  # no copy: it can be 64 MiB
                 del reader
+                # Counted (413 past a limit) and charged what decoding builds, then
+                # decoded off the event loop: a worker process, or a thread for JSON.
+                await counted(payload, "traces", media == JSON, charge)
                 if media != PROTOBUF:
-                    payload = decode_request(payload, media).SerializeToString()
+                    payload = await asyncio.to_thread(_json_to_protobuf, payload)
                 encoded = await handler.encode(payload)
                 del payload  # waiting for the commit needs the COPY block, not the body
                 response = await handler.store(encoded)
@@ -130,31 +135,34 @@ def build_app(
 
     signals = OtherSignals(database_url, metrics)
 
-    async def read_signal(request: Request) -> tuple[str, bytes]:
-        """Auth, type, limits and budget as for traces; the decoded body and its type."""
-        verifier.check_authorization(request.headers.get("authorization"), INGEST)
-        media = media_type(request.headers.get("content-type"))
-        _check_declared_length(request.headers.get("content-length"))
-        with bodies.hold(request.headers.get("content-length")) as charge:
-            reader = BodyReader(request.headers.get("content-encoding"), on_growth=charge.grow_to)
-            async for chunk in request.stream():
-                reader.feed(chunk)
-            return media, bytes(reader.finish())
-
     def _media_of(request: Request) -> str | None:
         declared = (request.headers.get("content-type") or "").lower()
         return JSON if declared.startswith(JSON) else None
 
     async def answer_signal(
-        request: Request, message: Message, handle: Callable[[Any], Awaitable[Message]]
+        request: Request,
+        message: Message,
+        signal: str,
+        handle: Callable[[Any], Awaitable[Message]],
     ) -> Response:
-        """Read, parse and hand ``message`` to ``handle``; the answer in the request's type."""
+        """Auth, type, limits and budget as for traces; read, count, parse (off the event
+        loop) and hand ``message`` to ``handle``; the answer in the request's type."""
         error_media = _media_of(request)
         try:
-            media, payload = await read_signal(request)
+            verifier.check_authorization(request.headers.get("authorization"), INGEST)
+            media = media_type(request.headers.get("content-type"))
             error_media = media
-            parse(message, payload, media)
-            answer = await handle(message)
+            _check_declared_length(request.headers.get("content-length"))
+            with bodies.hold(request.headers.get("content-length")) as charge:
+                encoding = request.headers.get("content-encoding")
+                reader = BodyReader(encoding, on_growth=charge.grow_to)
+                await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
+                payload = reader.finish()
+                del reader
+                await counted(payload, signal, media == JSON, charge)
+                await asyncio.to_thread(parse, message, payload, media)
+                del payload
+                answer = await handle(message)
         except ClientDisconnect:
             return Response(status_code=400)
         except IngestError as err:
@@ -172,7 +180,9 @@ def build_app(
         response_class=Response,
     )
     async def export_metrics(request: Request) -> Response:
-        return await answer_signal(request, ExportMetricsServiceRequest(), signals.export_metrics)
+        return await answer_signal(
+            request, ExportMetricsServiceRequest(), "metrics", signals.export_metrics
+        )
 
     @app.post(
         "/v1/logs",
@@ -180,7 +190,7 @@ def build_app(
         response_class=Response,
     )
     async def export_logs(request: Request) -> Response:
-        return await answer_signal(request, ExportLogsServiceRequest(), logs_answer)
+        return await answer_signal(request, ExportLogsServiceRequest(), "logs", logs_answer)
 
     @app.get("/healthz", summary="The process is up")
     async def healthz() -> dict[str, str]:
@@ -193,7 +203,6 @@ def build_app(
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    resolved = settings or Settings()
     metrics.add_collector(
         RunSeriesCollector(
             database_url,
@@ -233,6 +242,35 @@ def error_response(err: IngestError, media: str | None) -> Response:
         media_type=media,
         headers=headers,
     )
+
+
+def _json_to_protobuf(payload: bytes | bytearray) -> bytes:
+    return decode_request(payload, JSON).SerializeToString()
+
+
+async def read_body(
+    request: Request, feed: Callable[[bytes], None], *, stall_s: float, total_s: float
+) -> None:
+    """Feed the body's chunks to ``feed`` as they arrive; :class:`BodyTimeout` (408) when
+    the next chunk takes longer than ``stall_s`` or the whole body longer than
+    ``total_s``. A stalled upload then costs only its own connection: the caller's
+    budget charge is released when the error leaves its ``hold`` block."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total_s
+    chunks = request.stream().__aiter__()
+    while True:
+        wait = min(stall_s, deadline - loop.time())
+        if wait <= 0:
+            raise BodyTimeout(f"request body not received within {total_s:g} s")
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), wait)
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise BodyTimeout(
+                f"no body bytes for {wait:g} s (TPMLEDGER_BODY_STALL_S / TPMLEDGER_BODY_READ_S)"
+            ) from exc
+        feed(chunk)
 
 
 def _check_declared_length(content_length: str | None) -> None:

@@ -72,6 +72,13 @@ class IngestMetrics:
             "Decompressed bytes of request bodies held, charged to the in-flight body budget",
             registry=r,
         )
+        self.cache_bytes = Gauge(
+            "tpmledger_ingest_cache_bytes",
+            "Bytes held by the normalizer's caches (cache: attributes = decoded attribute "
+            "encodings, plans = attribute-key shapes), summed over the normalizer processes",
+            ["cache"],
+            registry=r,
+        )
         self.commit_latency = Histogram(
             "tpmledger_ingest_commit_latency_seconds",
             "Wall time of one group-commit transaction (COPY + merge + commit)",

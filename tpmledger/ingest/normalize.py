@@ -31,7 +31,7 @@ from tpmledger.ingest.content_filter import ContentDrops, content_keys_of, witho
 from tpmledger.ingest.failure_kinds import failure
 from tpmledger.ingest.http_attempts import HTTP_CONVENTION, is_http_attempt
 from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
-from tpmledger.ingest.span_plan import ResourceContext, plan_for
+from tpmledger.ingest.span_plan import PLAN_CACHE, ResourceContext, plan_for
 from tpmledger.ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
 from tpmledger.storage.attempt_row import (
@@ -49,6 +49,12 @@ _REASON_NAME: Final = "span name is not valid UTF-8"
 _REASON_RESOURCE: Final = "resource attributes are not valid OTLP KeyValues (e.g. invalid UTF-8)"
 # Shared by every request: the attribute encodings of a fleet repeat across requests.
 _DECODER: Final = AttributeDecoder()
+
+
+def cache_bytes() -> dict[str, int]:
+    """Bytes held by this process's normalizer caches, by cache (``/metrics``:
+    ``tpmledger_ingest_cache_bytes``)."""
+    return {"attributes": _DECODER.cached_bytes, "plans": PLAN_CACHE.bytes}
 
 
 @dataclass(slots=True)

@@ -50,6 +50,16 @@ class NormalizePool:
         self.workers = max(0, workers)
         self.keep_content = keep_content
         self._executor: ProcessPoolExecutor | None = None
+        # pid → {cache: bytes} as each process last reported (ingest/normalize.py).
+        self._cache_bytes: dict[int, dict[str, int]] = {}
+
+    def cache_bytes(self, cache: str) -> int:
+        """Bytes ``cache`` holds across the normalizing processes, as last reported."""
+        return sum(sizes.get(cache, 0) for sizes in self._cache_bytes.values())
+
+    def _noted(self, encoded: EncodedRequest) -> EncodedRequest:
+        self._cache_bytes[encoded.pid] = encoded.cache_bytes
+        return encoded
 
     def start(self) -> None:
         """Spawn the worker processes now, so the first requests do not wait for them."""
@@ -70,14 +80,16 @@ class NormalizePool:
         :class:`NormalizerLost` when the worker died.
         """
         if not self.workers:
-            return encode_request(payload, self.keep_content)
+            return self._noted(encode_request(payload, self.keep_content))
         if self._executor is None:
             self.start()
         executor = self._executor
         assert executor is not None
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                executor, normalize_worker.encode_request, payload, self.keep_content
+            return self._noted(
+                await asyncio.get_running_loop().run_in_executor(
+                    executor, normalize_worker.encode_request, payload, self.keep_content
+                )
             )
         except BrokenProcessPool as exc:
             self._replace(executor)
@@ -90,6 +102,7 @@ class NormalizePool:
             log.error("a normalizer worker process died; starting a new pool")
             broken.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+            self._cache_bytes.clear()
             self.start()
 
     async def close(self) -> None:

@@ -8,9 +8,10 @@ one ``bytes`` block plus a few counters, both cheap to pass between processes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from tpmledger.ingest.normalize import normalize_payload
+from tpmledger.ingest.normalize import cache_bytes, normalize_payload
 from tpmledger.storage.attempt_encoding import AttemptBlock, encode_attempts
 from tpmledger.storage.tool_span_encoding import encode_tool_spans
 
@@ -25,6 +26,9 @@ class EncodedRequest:
     reject_reasons: list[str]  # distinct human-readable reasons, at most a few
     # message content left out of the stored rows, by source (ingest/content_filter.py)
     content_dropped: dict[str, int] = field(default_factory=dict)
+    # The normalizing process and the bytes its caches held after this request.
+    pid: int = field(default=0, compare=False)
+    cache_bytes: dict[str, int] = field(default_factory=dict, compare=False)
 
 
 def encode_request(payload: bytes | bytearray, keep_content: bool = False) -> EncodedRequest:
@@ -38,5 +42,11 @@ def encode_request(payload: bytes | bytearray, keep_content: bool = False) -> En
     if batch.tool_rows:  # execute_tool spans travel in the same block, stored in the same commit
         block.tools, block.tool_rows = encode_tool_spans(batch.tool_rows)
     return EncodedRequest(
-        block, batch.ignored, batch.rejected, batch.reject_reasons, batch.content.as_counts()
+        block,
+        batch.ignored,
+        batch.rejected,
+        batch.reject_reasons,
+        batch.content.as_counts(),
+        pid=os.getpid(),
+        cache_bytes=cache_bytes(),
     )

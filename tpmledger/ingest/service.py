@@ -21,7 +21,12 @@ from tpmledger.ingest.auth import TokenVerifier
 from tpmledger.ingest.body_budget import BodyBudget
 from tpmledger.ingest.export_handler import TraceExportHandler
 from tpmledger.ingest.group_commit import GroupCommitWriter
-from tpmledger.ingest.grpc_server import SignalServices, TraceService, build_grpc_server
+from tpmledger.ingest.grpc_server import (
+    CallQueue,
+    SignalServices,
+    TraceService,
+    build_grpc_server,
+)
 from tpmledger.ingest.http_app import build_app
 from tpmledger.ingest.http_protocol import bounded_read_protocol
 from tpmledger.ingest.metrics import IngestMetrics
@@ -89,6 +94,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         default_workers() if workers is None else workers, keep_content=settings.store_content
     )
     pool.start()
+    for cache in ("attributes", "plans"):
+        metrics.cache_bytes.labels(cache).set_function(lambda c=cache: pool.cache_bytes(c))
     handler = TraceExportHandler(writer, metrics, pool.encode)
     # Both transports draw on it.
     bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
@@ -112,9 +119,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             timeout_graceful_shutdown=int(_GRACE_S),
         )
     )
-    signals = SignalServices(OtherSignals(url, metrics), verifier, metrics, bodies)
+    # One queue of turns for the three gRPC services (ingest/grpc_server.py).
+    calls = CallQueue(retry_after_s=settings.retry_after_s)
+    signals = SignalServices(OtherSignals(url, metrics), verifier, metrics, bodies, calls)
     grpc_server = build_grpc_server(
-        TraceService(handler, verifier, metrics, bodies),
+        TraceService(handler, verifier, metrics, bodies, calls),
         settings.host,
         settings.grpc_port,
         signals,

@@ -11,9 +11,9 @@ per resource (:meth:`ResourceContext.typed_fields`), not once per span.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final
 
 import orjson
@@ -107,8 +107,57 @@ class SpanPlan:
     content_keys: frozenset[str] = frozenset()
 
 
-@lru_cache(maxsize=4096)
+#: What the plan cache may hold, in bytes: its keys are tuples of attribute keys, which a
+#: sender chooses (issue 41: every cache in the ingest path is bounded in bytes).
+DEFAULT_PLAN_CACHE_BYTES: Final = 4 * 1024 * 1024
+_PLAN_BYTES: Final = 2_048  # a plan and its dict slot, an upper estimate
+_MAX_CACHED_SHAPE: Final = 64 * 1024  # a shape taking more is planned every time
+
+
+class _PlanCache:
+    """(resource keys, span keys, vllm_named) → plan, bounded in bytes: the key tuples
+    and their strings, plus the plans; cleared whole when full (the common shapes are back
+    after one span each)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.plans: dict[tuple[tuple[str, ...], tuple[str, ...], bool], SpanPlan] = {}
+
+    def get(
+        self, resource_keys: tuple[str, ...], span_keys: tuple[str, ...], vllm_named: bool
+    ) -> SpanPlan:
+        shape = (resource_keys, span_keys, vllm_named)
+        plan = self.plans.get(shape)
+        if plan is not None:
+            return plan
+        plan = _make_plan(resource_keys, span_keys, vllm_named)
+        charge = _PLAN_BYTES + sum(
+            sys.getsizeof(keys) + sum(map(sys.getsizeof, keys))
+            for keys in (resource_keys, span_keys)
+        )
+        if charge > _MAX_CACHED_SHAPE:
+            return plan
+        if self.bytes + charge > self.max_bytes:
+            self.plans.clear()
+            self.bytes = 0
+        self.plans[shape] = plan
+        self.bytes += charge
+        return plan
+
+
+PLAN_CACHE: Final = _PlanCache(DEFAULT_PLAN_CACHE_BYTES)
+
+
 def plan_for(
+    resource_keys: tuple[str, ...], span_keys: tuple[str, ...], vllm_named: bool
+) -> SpanPlan:
+    """The plan for spans with these keys (``vllm_named``: the span is ``llm_request``),
+    from :data:`PLAN_CACHE`."""
+    return PLAN_CACHE.get(resource_keys, span_keys, vllm_named)
+
+
+def _make_plan(
     resource_keys: tuple[str, ...], span_keys: tuple[str, ...], vllm_named: bool
 ) -> SpanPlan:
     """The plan for spans with these keys (``vllm_named``: the span is ``llm_request``)."""

@@ -15,6 +15,7 @@ are simply unknown fields of the view and are skipped by the parser.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Final
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -84,36 +85,66 @@ def parse_request_view(payload: bytes | bytearray) -> Any:
     return RequestView.FromString(payload)
 
 
-class _EncodingCache(dict[bytes, tuple[str, Any]]):
-    """Raw ``KeyValue`` bytes → (key, plain value); decodes on a miss, bounded in size."""
+#: What the attribute cache may hold, in bytes of the Python objects it keeps (issue 41:
+#: bounded by entries only, 16,384 encodings of ~90 KB each grew a worker by 1.4 GB).
+DEFAULT_CACHE_BYTES: Final = 8 * 1024 * 1024
+#: An encoding longer than this is decoded every time, never cached: long values (prompts,
+#: ids of every kind) do not repeat, and one of them would take a large share of the bound.
+MAX_CACHED_ENCODING: Final = 512
+_ENTRY_OVERHEAD: Final = 200  # the dict slot (amortized over resizes) and the entry tuple
+_COMPOUND_BYTES_PER_WIRE_BYTE: Final = 64  # an upper bound for arrays and kvlists
 
-    def __init__(self, max_entries: int) -> None:
+
+def entry_bytes(raw: bytes, entry: tuple[str, Any]) -> int:
+    """What caching ``entry`` under ``raw`` keeps alive, in bytes (an upper estimate)."""
+    key, value = entry
+    held = sys.getsizeof(raw) + sys.getsizeof(key) + _ENTRY_OVERHEAD
+    if isinstance(value, list | dict):
+        return held + _COMPOUND_BYTES_PER_WIRE_BYTE * len(raw)
+    return held + sys.getsizeof(value)
+
+
+class _EncodingCache(dict[bytes, tuple[str, Any]]):
+    """Raw ``KeyValue`` bytes → (key, plain value); decodes on a miss, bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
         super().__init__()
-        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
 
     def __missing__(self, raw: bytes) -> tuple[str, Any]:
         entry = read_key_value(raw)
         if entry is None:  # not one of the common short scalar shapes
             key_value = KeyValue.FromString(raw)
             entry = (key_value.key, any_value_to_python(key_value.value))
-        if len(self) >= self.max_entries:
+        if len(raw) > MAX_CACHED_ENCODING:
+            return entry
+        charge = entry_bytes(raw, entry)
+        if self.bytes + charge > self.max_bytes:
             # Crude but O(1) amortized: distinct encodings beyond the bound (unique ids,
             # token counts) churn; the common ones are back after a few spans.
             self.clear()
+            self.bytes = 0
         self[raw] = entry
+        self.bytes += charge
         return entry
 
 
 class AttributeDecoder:
-    """Raw ``KeyValue`` encodings → plain ``dict``, with a bounded cache of encodings."""
+    """Raw ``KeyValue`` encodings → plain ``dict``, with a cache bounded in bytes."""
 
-    def __init__(self, max_entries: int = 16_384) -> None:
-        self._cache = _EncodingCache(max_entries)
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self._cache = _EncodingCache(max_bytes)
         self._lookup = self._cache.__getitem__
 
     def __len__(self) -> int:
         """How many distinct encodings are cached right now."""
         return len(self._cache)
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the cached encodings hold, in bytes (at most the bound)."""
+        return self._cache.bytes
 
     def decode(self, encoded: Any) -> dict[str, Any]:
         """Decode repeated raw ``KeyValue`` bytes; a repeated key keeps its last value.

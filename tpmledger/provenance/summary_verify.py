@@ -72,6 +72,8 @@ class VerifyReport:
     """Every check run, in order; the summary verifies only if all passed."""
 
     checks: list[Check] = field(default_factory=list)
+    #: The signed predicate once the signature verified (run id, events, snapshot seal).
+    predicate: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -172,6 +174,7 @@ def verify_archive(directory: Path, key_path: Path | None = None) -> VerifyRepor
     if opened is None:
         return report
     predicate, events_path = opened
+    report.predicate = predicate
     reading = _EventsReading(events_path)
     try:
         reading.finish()

@@ -43,8 +43,8 @@ _UPSERT_RUNS_ON_CONFLICT = """
         last_event_ns = GREATEST(r.last_event_ns, excluded.last_event_ns),
         shard_ids = ARRAY(SELECT DISTINCT s FROM unnest(r.shard_ids || excluded.shard_ids) s
                           ORDER BY s),
-        declared_shard_count = COALESCE(excluded.declared_shard_count, r.declared_shard_count),
-        concurrency_cap = COALESCE(excluded.concurrency_cap, r.concurrency_cap),
+        declared_shard_count = GREATEST(excluded.declared_shard_count, r.declared_shard_count),
+        concurrency_cap = GREATEST(excluded.concurrency_cap, r.concurrency_cap),
         sweep_id = COALESCE(excluded.sweep_id, r.sweep_id),
         attempts = r.attempts + excluded.attempts,
         max_slot_ns = GREATEST(r.max_slot_ns, excluded.max_slot_ns),

@@ -1,10 +1,13 @@
 """GenAI token-usage metrics: add an export's points, read a run's total.
 
 A delta point adds its value. A cumulative point adds the difference from the last value
-of its stream (nothing when it repeats, so a re-sent export adds nothing); a new start
-time means the stream restarted, and its whole value is added. Each export is one
-transaction (docs/ingest.md#other-signals). Delta points sent twice are counted twice:
-OTLP gives them no identity to recognise.
+of its stream *and start time* (nothing when it repeats, so a re-sent export adds
+nothing); a new start time means the stream restarted, and its whole value is added.
+Each start time of a stream keeps its own last value: a delayed re-send of an export
+from before a restart finds its own start's value and adds nothing (issue 41: 100 from
+start s1, 10 from s2, a late retry of the first, 20 from s2 stored 230, not 120). Each
+export is one transaction (docs/ingest.md#other-signals). Delta points sent twice are
+counted twice: OTLP gives them no identity to recognise.
 """
 
 from __future__ import annotations
@@ -42,6 +45,23 @@ class TokenPointLike(Protocol):
 
 
 _LAST = text("SELECT start_ns, value FROM genai_metric_streams WHERE stream = :s FOR UPDATE")
+
+
+def _started(stream: str, start_ns: int) -> str:
+    """The stored key of one start of a stream (``genai_metric_streams.stream``)."""
+    return f"{stream}@{start_ns}"
+
+
+def _last_value(session: Session, stream: str, start_ns: int) -> float | None:
+    """The last value stored for this start of the stream; rows stored before streams
+    were keyed by start time (the bare stream hash) count when their start matches."""
+    for key in (_started(stream, start_ns), stream):
+        row = session.execute(_LAST, {"s": key}).first()
+        if row is not None and int(row[0]) == start_ns:
+            return float(row[1])
+    return None
+
+
 _KEEP = text(
     "INSERT INTO genai_metric_streams (stream, start_ns, value) VALUES (:s, :start, :v) "
     "ON CONFLICT (stream) DO UPDATE SET start_ns = :start, value = :v, updated_at = now()"
@@ -61,14 +81,13 @@ def add_token_points(url: str, points: Sequence[TokenPointLike]) -> int:
         for point in sorted(points, key=lambda p: (p.stream, p.start_ns, p.value)):
             delta = point.value
             if point.cumulative:
-                last = session.execute(_LAST, {"s": point.stream}).first()
-                if last is not None and int(last[0]) == point.start_ns:
-                    if point.value <= float(last[1]):
+                last = _last_value(session, point.stream, point.start_ns)
+                if last is not None:
+                    if point.value <= last:
                         continue  # a repeat, or an older export arriving late
-                    delta = point.value - float(last[1])
-                session.execute(
-                    _KEEP, {"s": point.stream, "start": point.start_ns, "v": point.value}
-                )
+                    delta = point.value - last
+                key = _started(point.stream, point.start_ns)
+                session.execute(_KEEP, {"s": key, "start": point.start_ns, "v": point.value})
             if delta <= 0:
                 continue
             minute = datetime.fromtimestamp(point.minute_ns // 1_000_000_000, UTC)

@@ -9,14 +9,16 @@ snapshot documents, minute rows, diagnostics and goodput stay: the run keeps its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.database import transaction
+from tpmledger.storage.database import libpq_url, transaction
 
 DELETE_BATCH = 10_000
 _RAW_TABLES = ("attempts", "tool_spans")
@@ -77,6 +79,38 @@ def archived(session: Session, run_id: str) -> tuple[datetime, str] | None:
     return (row[0], str(row[1])) if row is not None else None
 
 
+# Key space 2 of the session-level advisory locks (0: a run's seal, 1: a run's sealing
+# claim): one key for the whole database.
+_PRUNE_LOCK_KEY = "tpmledger prune"
+_LOCK = "SELECT pg_advisory_lock(hashtextextended(%s, 2))"
+_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 2))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 2))"
+
+
+@contextmanager
+def prune_lock(
+    url: str, *, wait: bool = True, waiting: Callable[[], None] | None = None
+) -> Iterator[bool]:
+    """One prune at a time per database: yields True while this process holds the
+    database's prune lock (a session-level advisory lock on a connection of its own,
+    released on exit or when the process dies). ``wait`` blocks until a running prune
+    finishes (``waiting`` is called once first, when it is busy); without it, yields False
+    at once when another prune holds the lock."""
+    with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(_TRY_LOCK, (_PRUNE_LOCK_KEY,)).fetchone()
+        held = bool(row and row[0])
+        if not held and wait:
+            if waiting is not None:
+                waiting()
+            conn.execute(_LOCK, (_PRUNE_LOCK_KEY,))
+            held = True
+        try:
+            yield held
+        finally:
+            if held and not conn.closed:
+                conn.execute(_UNLOCK, (_PRUNE_LOCK_KEY,))
+
+
 class ArrivedMeanwhile(RuntimeError):
     """Spans of the run arrived (or it was sealed again) after its archive was made."""
 
@@ -87,6 +121,7 @@ def delete_archived_spans(
     stored_by: datetime,
     archive_dir: str,
     progress: Callable[[int], None] | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> int:
     """Delete the raw spans an archive holds and mark the run archived, in one
     transaction; returns how many rows went.
@@ -96,7 +131,9 @@ def delete_archived_spans(
     commit upserts it, so a commit storing spans of this run either finished before, or
     waits and then finds the run archived and refuses its spans). Rows are deleted only if
     nothing arrived since: ``updated_at`` is still ``stored_by``. Otherwise
-    :class:`ArrivedMeanwhile` is raised and nothing changes.
+    :class:`ArrivedMeanwhile` is raised and nothing changes. ``before_commit`` runs last
+    inside the transaction (prune renames the verified archive into place there): when it
+    raises, nothing is deleted.
     """
     deleted = 0
     with transaction(url) as session:
@@ -130,6 +167,8 @@ def delete_archived_spans(
             text("UPDATE runs SET archived_at = now(), archive_dir = :d WHERE run_id = :r"),
             {"r": run_id, "d": archive_dir},
         )
+        if before_commit is not None:
+            before_commit()
     return deleted
 
 

@@ -73,3 +73,15 @@ def test_a_live_cap_makes_the_recommendation_provisional(
     statuses = [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows]
     assert statuses == ["sealed", "live — provisional"]
     screenshot(browser, output_dir, "sweep-page-live-cap")
+
+
+@pytest.mark.parametrize("sweep_id", ["a&b", "sweep #3", "c+d", "x=y?z", "é/%20"])
+def test_the_run_pages_sweep_link_reaches_the_sweep_page_intact(sweep_id: str) -> None:
+    """Issue 41: the link was not URL-encoded (``&``, ``#``, ``+`` in sweep ids)."""
+    from dash._pages import _parse_query_string
+
+    from tpmledger.dashboard.pages.runs import sweep_href
+
+    path, _, query = sweep_href(sweep_id).partition("?")
+    assert path == "/sweeps" and "#" not in query
+    assert _parse_query_string("?" + query) == {"sweep_id": sweep_id}

@@ -7,15 +7,18 @@ yet (event times do not matter: a backfilled run is due once its spans stop arri
 1. seal it unless its newest version is final and nothing arrived since, in a process of
    its own (:mod:`~tpmledger.analytics.seal.seal_process`: a seal's memory is the
    seal's budget, never the archiving process's);
-2. export its signed summary (the ``tpmledger summary export`` layout) into
-   ``ARCHIVE_DIR/<readable part>-<hash of the run id>/`` (:func:`archive_path`; a
-   ``RUN_ID`` file names the run) with the event file gzip-compressed (``events.jsonl.gz``);
-3. check that directory (:func:`~tpmledger.provenance.summary_verify.verify_archive`):
+2. export its signed summary (the ``tpmledger summary export`` layout) into a temporary
+   folder beside ``ARCHIVE_DIR/<readable part>-<hash of the run id>/``
+   (:func:`archive_path`; a ``RUN_ID`` file names the run) with the event file
+   gzip-compressed (``events.jsonl.gz``);
+3. check that folder (:func:`~tpmledger.provenance.summary_verify.verify_archive`):
    signature, digest and line count — the file decompressed a block at a time must hash
    to the signed ``events_sha256`` —, minute proofs against the signed root, checkpoint;
    the figures are not recomputed (the seal just did; ``tpmledger summary verify DIR``
    does that offline), so memory follows a block, not the run. A run whose archive does
-   not check keeps its spans;
+   not check keeps its spans; one that checks is renamed into place. A verified archive
+   already there of the same sealed version is kept as it is (not written again); an
+   earlier folder of the run is renamed aside, never truncated, overwritten or deleted;
 4. delete the raw spans that archive holds and mark the run archived, in one transaction
    that finds nothing arrived since the seal (otherwise the run is kept and tried again).
    Seals, figures and minute rows stay: the run is still listed, as ``archived``; ingest
@@ -24,6 +27,10 @@ yet (event times do not matter: a backfilled run is due once its spans stop arri
 A run that fails (spans still arriving, a run too long to seal, a file system error) is
 reported as kept and the others go on (docs/operations.md#retention-and-archives).
 
+Prunes take turns per database (a PostgreSQL advisory lock): two at once — a manual
+prune beside the analytics worker's retention, or two worker replicas — never archive
+the same run together.
+
 ``dry_run`` says what would happen and changes nothing.
 """
 
@@ -31,8 +38,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import secrets
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,12 +57,14 @@ from tpmledger.analytics.proofs.summary_export import (
 )
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.provenance.summary_verify import verify_archive
+from tpmledger.provenance.summary_verify import VerifyReport, verify_archive
 from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.models import Snapshot
 from tpmledger.storage.retention_store import (
     ArrivedMeanwhile,
     OldRun,
     delete_archived_spans,
+    prune_lock,
     runs_older_than,
 )
 from tpmledger.storage.snapshots_read import latest_snapshot
@@ -82,11 +95,14 @@ class PruneReport:
     cutoff_ns: int
     dry_run: bool
     runs: list[PruneOutcome] = field(default_factory=list)
+    #: True when another prune held the database's prune lock and this one did not wait.
+    busy: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "cutoff_ns": self.cutoff_ns,
             "dry_run": self.dry_run,
+            "busy": self.busy,
             "runs": [r.as_dict() for r in self.runs],
         }
 
@@ -109,20 +125,6 @@ class ForeignArchive(RuntimeError):
     """The run's archive folder exists and belongs to another run (or to none)."""
 
 
-def claim_folder(target: Path, run_id: str) -> None:
-    """Create ``target`` with its :data:`RUN_MARKER`, or check that the existing folder is
-    this run's (an earlier prune that stopped half way); never reuse another run's."""
-    marker = target / RUN_MARKER
-    if target.exists():
-        owner = marker.read_bytes().decode("utf-8", "replace") if marker.is_file() else None
-        if owner != run_id:
-            whose = "no run" if owner is None else f"run {owner!r}"
-            raise ForeignArchive(f"{target} already exists and belongs to {whose}; left alone")
-        return
-    target.mkdir(parents=True)
-    marker.write_bytes(run_id.encode("utf-8"))
-
-
 def prune(
     url: str,
     older_than_s: float,
@@ -133,25 +135,150 @@ def prune(
     say: Callable[[str], None] = lambda line: None,
     now_s: float | None = None,
     log_origin: str | None = None,
+    wait: bool = True,
 ) -> PruneReport:
     """Archive and prune every run whose newest stored span arrived more than
     ``older_than_s`` ago. A run that cannot be archived (spans still arriving, a folder
     of another run, a run too long to seal, a file system error) is reported as kept and
     the others go on; the next prune tries it again. ``log_origin`` names the log in the
-    archive's checkpoint (docs/provenance.md#checkpoints; default the host name)."""
+    archive's checkpoint (docs/provenance.md#checkpoints; default the host name).
+
+    One prune at a time per database (:func:`prune_lock`): a second one waits for the
+    first, then lists the runs still due (the first one's are archived by then); with
+    ``wait=False`` it returns at once, ``busy``, and changes nothing. A dry run takes no
+    lock."""
     now = now_s if now_s is not None else time.time()
     cutoff_ns = int((now - older_than_s) * 1e9)
     cutoff = datetime.fromtimestamp(now - older_than_s, UTC)
     report = PruneReport(cutoff_ns, dry_run)
+    if dry_run:
+        for old in in_one_snapshot(url, runs_older_than, cutoff):
+            target = archive_path(archive_dir, old.run_id)
+            say(f"{old.run_id}: would archive {old.attempts:,} attempts into {target}")
+            report.runs.append(_outcome(old, target, "would archive"))
+        return report
+    with prune_lock(
+        url, wait=wait, waiting=lambda: say("another prune is running; waiting for it")
+    ) as held:
+        if not held:
+            report.busy = True
+            return report
+        _prune_locked(url, cutoff, archive_dir, key, say, log_origin, report)
+    return report
+
+
+def _prune_locked(
+    url: str,
+    cutoff: datetime,
+    archive_dir: Path,
+    key: SigningKey,
+    say: Callable[[str], None],
+    log_origin: str | None,
+    report: PruneReport,
+) -> None:
     for old in in_one_snapshot(url, runs_older_than, cutoff):
         target = archive_path(archive_dir, old.run_id)
-        if dry_run:
-            outcome = _outcome(old, target, "would archive")
-            say(f"{old.run_id}: would archive {old.attempts:,} attempts into {target}")
+        report.runs.append(_archive_or_keep(url, old, target, key, say, log_origin))
+
+
+def _existing_archive(target: Path, run_id: str) -> VerifyReport | None:
+    """The check of the archive already at ``target`` (None when there is none); raises
+    :class:`ForeignArchive` when the folder is another run's (or no run's)."""
+    if not target.exists():
+        return None
+    marker = target / RUN_MARKER
+    owner = marker.read_bytes().decode("utf-8", "replace") if marker.is_file() else None
+    if owner != run_id:
+        whose = "no run" if owner is None else f"run {owner!r}"
+        raise ForeignArchive(f"{target} already exists and belongs to {whose}; left alone")
+    return verify_archive(target)
+
+
+def _holds(report: VerifyReport, run_id: str, sealed: Snapshot) -> bool:
+    """Whether a verified archive holds exactly ``sealed`` of ``run_id``."""
+    signed = report.predicate
+    if not report.ok or signed is None:
+        return False
+    snapshot = signed.get("snapshot") or {}
+    events = signed.get("events") or {}
+    return (
+        signed.get("run_id") == run_id
+        and snapshot.get("seal") == sealed.seal
+        and events.get("sha256") == sealed.events_sha256
+    )
+
+
+@contextmanager
+def _verified_folder(
+    url: str,
+    old: OldRun,
+    target: Path,
+    key: SigningKey,
+    say: Callable[[str], None],
+    log_origin: str | None,
+) -> Iterator[Path | PruneOutcome]:
+    """The run's archive written under a temporary name beside ``target`` and verified:
+    yields that folder, or the outcome that keeps the run's spans when it does not verify.
+    The folder is this prune's own (a finished archive is never opened for writing); it
+    is removed on exit unless it was renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    temporary.mkdir()
+    try:
+        (temporary / RUN_MARKER).write_bytes(old.run_id.encode("utf-8"))
+        # The event file streams into its gzip a range of minutes at a time (never whole).
+        summary = build_summary(
+            url,
+            old.run_id,
+            key,
+            log_origin=log_origin,
+            events_to=temporary / "events.jsonl.gz",
+            compress_events=True,
+        )
+        write_export(summary, temporary)
+        # Bounded: digest, signature, proofs; not the offline recomputation of every figure.
+        report = verify_archive(temporary)
+        if report.ok:
+            yield temporary
         else:
-            outcome = _archive_or_keep(url, old, target, key, say, log_origin)
-        report.runs.append(outcome)
-    return report
+            failed = ", ".join(c.name for c in report.checks if not c.ok)
+            say(f"{old.run_id}: archive does not verify ({failed}); its spans are kept")
+            yield _outcome(old, target, f"kept: archive does not verify ({failed})")
+    finally:
+        if temporary.exists():
+            shutil.rmtree(temporary)
+
+
+def _delete(
+    url: str,
+    old: OldRun,
+    sealed: Snapshot,
+    target: Path,
+    say: Callable[[str], None],
+    before_commit: Callable[[], None] | None,
+) -> int:
+    return delete_archived_spans(
+        url,
+        old.run_id,
+        sealed.data_as_of,
+        str(target),
+        lambda n: say(f"{old.run_id}: {n:,} raw rows deleted"),
+        before_commit,
+    )
+
+
+def _aside_name(target: Path, existing: VerifyReport) -> Path:
+    """A free name beside ``target`` for the run's earlier folder: its version when it
+    verifies, ``unverified`` when it does not."""
+    snapshot = (existing.predicate or {}).get("snapshot") or {}
+    label = f"v{snapshot.get('version')}" if existing.ok else "unverified"
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = target.parent / f"{target.name}.{label}-{stamp}"
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = target.parent / f"{target.name}.{label}-{stamp}-{n}"
+    return candidate
 
 
 def _outcome(old: OldRun, target: Path, action: str) -> PruneOutcome:
@@ -200,31 +327,28 @@ def _archive(
     sealed = in_one_snapshot(url, latest_snapshot, old.run_id)
     if sealed is None:
         raise LookupError(f"run {old.run_id!r} has no sealed version")
-    claim_folder(target, old.run_id)
-    # The event file streams into its gzip a range of minutes at a time (never whole).
-    summary = build_summary(
-        url,
-        old.run_id,
-        key,
-        log_origin=log_origin,
-        events_to=target / "events.jsonl.gz",
-        compress_events=True,
-    )
-    write_export(summary, target)
-    digest = str(summary.predicate["events"]["sha256"])
-    # Bounded: digest, signature, proofs; not the offline recomputation of every figure.
-    report = verify_archive(target)
-    if not report.ok:
-        failed = ", ".join(c.name for c in report.checks if not c.ok)
-        say(f"{old.run_id}: archive does not verify ({failed}); its spans are kept")
-        return _outcome(old, target, f"kept: archive does not verify ({failed})")
-    deleted = delete_archived_spans(
-        url,
-        old.run_id,
-        sealed.data_as_of,
-        str(target),
-        lambda n: say(f"{old.run_id}: {n:,} raw rows deleted"),
-    )
+    existing = _existing_archive(target, old.run_id)
+    if existing is not None and _holds(existing, old.run_id, sealed):
+        # A verified archive of exactly this version (an earlier prune put it in place and
+        # stopped before its delete committed): kept as it is, never written again.
+        say(f"{old.run_id}: {target} already holds this version, verified; kept as it is")
+        deleted = _delete(url, old, sealed, target, say, None)
+    else:
+        with _verified_folder(url, old, target, key, say, log_origin) as written:
+            if isinstance(written, PruneOutcome):
+                return written
+
+            def put_in_place() -> None:
+                # Inside the delete's transaction: no archive is in place unless the
+                # spans it holds go; a failed rename deletes nothing.
+                if existing is not None:
+                    aside = _aside_name(target, existing)
+                    target.rename(aside)
+                    say(f"{old.run_id}: the earlier archive folder is kept as {aside}")
+                written.rename(target)
+
+            deleted = _delete(url, old, sealed, target, say, put_in_place)
+    digest = sealed.events_sha256
     say(f"{old.run_id}: archived ({deleted:,} raw rows deleted; seals and figures kept)")
     outcome = _outcome(old, target, "archived")
     outcome.events_sha256 = digest

@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -22,6 +23,7 @@ from sqlalchemy import select
 from tpmledger.analytics.kernels.minute_table import with_minute_utc
 from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
 from tpmledger.analytics.seal.sealing import seal_of
+from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.models import Snapshot
@@ -159,6 +161,31 @@ def _minutes(sealed: list[dict[str, Any]], found: list[dict[str, Any]]) -> list[
     return out
 
 
+def _archive(folder: Path, run_id: str, latest: Snapshot) -> list[Mismatch]:
+    """An archived run's archive against its newest sealed version: the bounded archive
+    check (signature, event file digest, minute proofs, checkpoint) and the signed run
+    id, seal and events digest."""
+    checked = verify_archive(folder)
+    out = [
+        Mismatch(f"archive {folder}", check.name, "verifies", check.detail)
+        for check in checked.checks
+        if not check.ok
+    ]
+    if not checked.checks:
+        out.append(Mismatch(f"archive {folder}", "folder", "present", "absent"))
+    signed = checked.predicate
+    if signed is not None:
+        where = f"archive {folder}"
+        out += compare_values(where, run_id, signed.get("run_id"), "run_id")
+        out += compare_values(
+            where, latest.seal, (signed.get("snapshot") or {}).get("seal"), "seal"
+        )
+        out += compare_values(
+            where, latest.events_sha256, (signed.get("events") or {}).get("sha256"), "events_sha256"
+        )
+    return out
+
+
 def verify_run(url: str, run_id: str) -> VerificationReport:
     """Verify ``run_id``'s newest snapshot against a full recomputation from the database.
 
@@ -183,12 +210,14 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
     report.mismatches += _row_against_document(latest)
     if gone is not None:
         when, where = gone
-        # The seal chain and the documents are checked; figures cannot be recomputed here.
+        # The seal chain and the documents are checked; figures cannot be recomputed here:
+        # the archive is checked instead, and must hold the newest sealed version.
         report.notes.append(
             f"the raw spans were pruned on {when:%Y-%m-%d %H:%M} UTC: the figures of "
             f"v{latest.version} can no longer be recomputed from the database; its archive "
             f"is {where} (verify it offline: tpmledger summary verify {shlex.quote(where)})"
         )
+        report.mismatches += _archive(Path(where), run_id, latest)
         return report
     computation = compute_run(url, run_id)
     if computation.facts.updated_at > latest.data_as_of:

@@ -55,6 +55,7 @@ from tpmledger.dashboard.figures.quota import dashboard_minute, quota_figure
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
+from tpmledger.dashboard.pages.runs import sweep_href
 from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.target_minutes import target_minutes
@@ -99,7 +100,7 @@ def _header(run: RunRecord) -> html.Div:
         as_of = "no snapshot yet"
     sweep: list[Any] = []
     if run.sweep_id:
-        sweep = [" · sweep ", dcc.Link(run.sweep_id, href=f"/sweeps?sweep_id={run.sweep_id}")]
+        sweep = [" · sweep ", dcc.Link(run.sweep_id, href=sweep_href(run.sweep_id))]
     first, last = fmt_utc(run.first_event_utc, True), fmt_utc(run.last_event_utc, True)
     return html.Div(
         [

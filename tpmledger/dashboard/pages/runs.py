@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import dash
 import dash_bootstrap_components as dbc
@@ -43,6 +43,12 @@ HEADERS = (
 def run_href(run_id: str) -> str:
     """The run page's path for ``run_id`` (URL-quoted: run ids may hold any character)."""
     return f"/runs/{quote(run_id, safe='')}"
+
+
+def sweep_href(sweep_id: str) -> str:
+    """The sweep page's address for ``sweep_id`` (query-encoded: ``&``, ``#``, ``+`` and
+    spaces in a sweep id must reach the page as they are)."""
+    return f"/sweeps?{urlencode({'sweep_id': sweep_id})}"
 
 
 def _cell(value: str) -> html.Td:
