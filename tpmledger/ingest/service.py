@@ -87,7 +87,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     workers = settings.normalize_workers
     pool = NormalizePool(default_workers() if workers is None else workers)
     pool.start()
-    handler = TraceExportHandler(writer, metrics, pool.encode)
+    handler = TraceExportHandler(writer, metrics, pool.encode, writer.internal_errors)
     # Both transports draw on it.
     bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
     app = build_app(
