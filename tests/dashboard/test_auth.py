@@ -82,6 +82,9 @@ def test_login_sets_a_cookie_and_redirects_to_a_clean_url(database_url: str) -> 
         assert httpx.get(f"{server.url}/", params={"token": ingest}, timeout=10).status_code == 403
         assert httpx.get(f"{server.url}/", auth=("me", ingest), timeout=10).status_code == 403
         assert httpx.get(f"{server.url}/", params={"token": "nope"}, timeout=10).status_code == 401
+        # A token created while the dashboard runs logs in on its first request.
+        fresh = create_token(database_url, "newcomer", "read")
+        assert httpx.get(f"{server.url}/", auth=("me", fresh), timeout=10).is_success
     finally:
         server.stop()
 

@@ -81,7 +81,7 @@ def build_app(
         links work); never a token in the URL. Raises Unauthenticated (401) / Forbidden
         (403), answered by the IngestError handler below."""
         token = bearer_token(request.headers.get("authorization"))
-        verifier.check_token(token or request.cookies.get(COOKIE), READ)
+        await verifier.admit(token or request.cookies.get(COOKIE), READ)
 
     app.state.require_read = require_read
 
@@ -98,7 +98,7 @@ def build_app(
         content_type = request.headers.get("content-type")
         error_media = JSON if (content_type or "").lower().startswith(JSON) else None
         try:
-            verifier.check_authorization(request.headers.get("authorization"), INGEST)
+            await verifier.admit_authorization(request.headers.get("authorization"), INGEST)
             media = media_type(content_type)
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
@@ -132,7 +132,7 @@ def build_app(
 
     async def read_signal(request: Request) -> tuple[str, bytes]:
         """Auth, type, limits and budget as for traces; the decoded body and its type."""
-        verifier.check_authorization(request.headers.get("authorization"), INGEST)
+        await verifier.admit_authorization(request.headers.get("authorization"), INGEST)
         media = media_type(request.headers.get("content-type"))
         _check_declared_length(request.headers.get("content-length"))
         with bodies.hold(request.headers.get("content-length")) as charge:
