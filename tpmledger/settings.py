@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         description="Base URL browsers use for the read API (dashboard download links); "
         "default http://<host>:<http_port>.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the HTTP listeners answer besides loopback names and the bind "
+        "address, e.g. '[\"ledger.example.com\"]'; checked while no token is configured, "
+        "always once set; '[\"*\"]' = any (docs/configuration.md#host-names).",
+    )
     insecure: bool = Field(
         default=False, description="Allow a non-loopback bind with no ingest token configured."
     )

@@ -50,7 +50,6 @@ _UNESCAPED: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 _ARRAY_ELEMENT_ESCAPES: Final = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 
-
 class UnstorableValue(ValueError):
     """A row holds a value no column can take (a non-finite duration): the request's
     fault, answered 400 (ingest/export_handler.py)."""
