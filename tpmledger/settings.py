@@ -93,6 +93,12 @@ class Settings(BaseSettings):
             "0 = in the listener's process)."
         ),
     )
+    commit_stuck_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="/readyz answers 503 while one group commit has run longer than this "
+        "(docs/operations.md#bounded-queries).",
+    )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
     body_budget_bytes: int = Field(
         default=16 * 1024 * 1024,

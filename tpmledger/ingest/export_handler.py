@@ -56,6 +56,10 @@ class TraceExportHandler:
         self._encode = encode or NormalizePool(workers=0).encode
         self._internal = internal_errors or InternalErrors(metrics)
 
+    def writer_stalled_s(self) -> float:
+        """How long the group commit in progress has been running (0 when none is)."""
+        return float(self._writer.stalled_s())
+
     def check_admission(self) -> None:
         """Refuse early (503) when the queue is full or the server is stopping."""
         self._writer.check_admission()

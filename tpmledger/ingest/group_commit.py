@@ -69,6 +69,7 @@ class _Lane:
             max_workers=1, thread_name_prefix=f"group-commit-{number}"
         )
         self.conn: psycopg.Connection | None = None
+        self.commit_started: float | None = None  # monotonic; set while a commit runs
 
     def disconnect(self) -> None:
         if self.conn is not None:
@@ -111,6 +112,13 @@ class GroupCommitWriter:
     def outstanding_spans(self) -> int:
         """Spans accepted but not yet answered (queued or in the running commit)."""
         return self._outstanding_spans
+
+    def stalled_s(self) -> float:
+        """How long the oldest commit still running has been running (0 when none is):
+        ``/readyz`` reports the writer stuck past ``TPMLEDGER_COMMIT_STUCK_AFTER_S``."""
+        now = time.monotonic()
+        started = [lane.commit_started for lane in self._lanes if lane.commit_started]
+        return max((now - t for t in started), default=0.0)
 
     def start(self) -> None:
         """Start one writer task per connection on the running event loop."""
@@ -251,8 +259,12 @@ class GroupCommitWriter:
             log.info("group-commit writer %d connected to the database", lane.number)
         conn = lane.conn
         started = time.perf_counter()
-        with in_transaction(conn):
-            new = write_attempt_blocks(conn, [p.block for p in group])
+        lane.commit_started = time.monotonic()
+        try:
+            with in_transaction(conn):
+                new = write_attempt_blocks(conn, [p.block for p in group])
+        finally:
+            lane.commit_started = None
         self._metrics.commit_latency.observe(time.perf_counter() - started)
         return new
 

@@ -209,9 +209,18 @@ def build_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="The database is reachable and its schema is this code's")
+    @app.get(
+        "/readyz",
+        summary="The database is reachable, its schema is this code's, and commits are moving",
+    )
     async def readyz() -> Response:
-        reason = await _not_ready_reason(database_url)
+        stalled = handler.writer_stalled_s()
+        reason = (
+            f"the commit writer has been waiting {stalled:.0f} s for one transaction "
+            "(a lock held or the database stalled: see docs/operations.md#bounded-queries)"
+            if stalled > resolved.commit_stuck_after_s
+            else await _not_ready_reason(database_url)
+        )
         if reason:
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})
