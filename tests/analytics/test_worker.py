@@ -104,7 +104,8 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
 def _app_names(url: str) -> set[str]:
     with raw_transaction(url) as conn:
         rows = conn.execute(
-            "SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname = current_database()"
+            "SELECT DISTINCT application_name FROM pg_stat_activity"
+            " WHERE datname = current_database()"
         ).fetchall()
     return {str(name) for (name,) in rows}
 

@@ -49,9 +49,11 @@ def test_a_lock_wait_ends_at_the_bound_instead_of_queueing(
     with psycopg.connect(libpq_url(database_url)) as holder:
         holder.execute("LOCK TABLE live_dirty IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
-        with pytest.raises(psycopg.errors.LockNotAvailable):
-            with raw_transaction(role_url(database_url, "live")) as conn:
-                conn.execute("DELETE FROM live_dirty")
+        with (
+            pytest.raises(psycopg.errors.LockNotAvailable),
+            raw_transaction(role_url(database_url, "live")) as conn,
+        ):
+            conn.execute("DELETE FROM live_dirty")
         assert time.monotonic() - started < 3
 
 
@@ -59,9 +61,11 @@ def test_a_run_away_statement_is_cancelled_at_the_bound(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(database.ROLE_BOUNDS, "seal", RoleBounds(statement_s=0.5, lock_s=0.5))
-    with pytest.raises(psycopg.errors.QueryCanceled):
-        with raw_transaction(role_url(database_url, "seal")) as conn:
-            conn.execute("SELECT pg_sleep(30)")
+    with (
+        pytest.raises(psycopg.errors.QueryCanceled),
+        raw_transaction(role_url(database_url, "seal")) as conn,
+    ):
+        conn.execute("SELECT pg_sleep(30)")
 
 
 def test_given_options_are_kept() -> None:
