@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         description="Base URL browsers use for the read API (dashboard download links); "
         "default http://<host>:<http_port>.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the HTTP listeners answer besides loopback names and the bind "
+        "address, e.g. '[\"ledger.example.com\"]'; checked while no token is configured, "
+        "always once set; '[\"*\"]' = any (docs/configuration.md#host-names).",
+    )
     insecure: bool = Field(
         default=False, description="Allow a non-loopback bind with no ingest token configured."
     )
@@ -93,6 +99,12 @@ class Settings(BaseSettings):
         "span attributes. Off by default: ingest drops it before anything is written. A "
         "debugging aid only: everything the fleet sends its model becomes readable by anyone "
         "who can read the database (docs/configuration.md#message-content).",
+    )
+    commit_stuck_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="/readyz answers 503 while one group commit has run longer than this "
+        "(docs/operations.md#bounded-queries).",
     )
     retry_after_s: int = Field(default=2, description="Retry-After sent with 503 answers.")
     body_budget_bytes: int = Field(

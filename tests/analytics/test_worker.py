@@ -92,11 +92,22 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
     )
     try:
         assert _wait_for(lambda: in_one_snapshot(database_url, list_snapshots, "w4"))
+        # Its connections carry their role's bounds (storage/database.py ROLE_BOUNDS).
+        assert _wait_for(lambda: {"tpmledger-live", "tpmledger-seal"} <= _app_names(database_url))
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out.decode()
     assert b"sealed w4 v1" in out
+
+
+def _app_names(url: str) -> set[str]:
+    with raw_transaction(url) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT application_name FROM pg_stat_activity"
+            " WHERE datname = current_database()"
+        ).fetchall()
+    return {str(name) for (name,) in rows}
 
 
 def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url: str) -> None:

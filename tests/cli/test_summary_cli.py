@@ -40,7 +40,7 @@ def test_export_then_verify_then_tamper(
         capsys, "summary", "verify", str(out_dir), "--key", str(out_dir / "service.pub")
     )
     assert code == 0, out
-    assert out.count("PASS") == 10 and out.rstrip().endswith("verified")  # 9 + checkpoint
+    assert out.count("PASS") == 11 and out.rstrip().endswith("verified")  # 9 + 2
     code, out, _ = run(capsys, "summary", "verify", str(out_dir), "--json")
     assert code == 0 and json.loads(out)["ok"] is True
     # `--key service.pub` from the export's parent (as the docs show it): found inside DIR.

@@ -82,6 +82,9 @@ def test_login_sets_a_cookie_and_redirects_to_a_clean_url(database_url: str) -> 
         assert httpx.get(f"{server.url}/", params={"token": ingest}, timeout=10).status_code == 403
         assert httpx.get(f"{server.url}/", auth=("me", ingest), timeout=10).status_code == 403
         assert httpx.get(f"{server.url}/", params={"token": "nope"}, timeout=10).status_code == 401
+        # A token created while the dashboard runs logs in on its first request.
+        fresh = create_token(database_url, "newcomer", "read")
+        assert httpx.get(f"{server.url}/", auth=("me", fresh), timeout=10).is_success
     finally:
         server.stop()
 
@@ -140,3 +143,15 @@ def test_a_browser_logs_in_once_and_the_download_links_work_with_the_cookie(
         browser.delete_all_cookies()
         server.stop()
         ingest.stop()
+
+
+def test_a_token_less_dashboard_answers_only_the_host_names_it_serves(database_url: str) -> None:
+    """DNS rebinding: a page whose own name resolves to 127.0.0.1 is refused (421)."""
+    server = start_dashboard(database_url)
+    try:
+        assert httpx.get(f"{server.url}/", timeout=10).is_success
+        assert httpx.get(f"{server.url}/", headers={"Host": "localhost"}, timeout=10).is_success
+        rebound = httpx.get(f"{server.url}/", headers={"Host": "attacker.example"}, timeout=10)
+        assert rebound.status_code == 421 and "TPMLEDGER_ALLOWED_HOSTS" in rebound.text
+    finally:
+        server.stop()

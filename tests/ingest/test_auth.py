@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -129,20 +130,61 @@ def test_grpc_requires_a_valid_token(guarded_ingest: tuple[RunningIngest, str]) 
     assert token not in server.log()
 
 
-def test_revoked_token_stops_working_without_restart(
+def test_a_new_token_works_on_its_first_request_and_a_revoked_one_stops_within_the_refresh(
     guarded_ingest: tuple[RunningIngest, str],
 ) -> None:
     server, token = guarded_ingest
-    other = create_token(server.database_url, "other")
-    revoke_token(server.database_url, "fleet")
     body = export_request([llm_span()]).SerializeToString()
 
     def answer(tok: str) -> int:
         headers = {**PROTOBUF, "Authorization": f"Bearer {tok}"}
         return httpx.post(f"{server.http_url}/v1/traces", content=body, headers=headers).status_code
 
-    wait_for(lambda: answer(token) == 401, timeout=20, interval=0.5)
-    wait_for(lambda: answer(other) == 200, timeout=20, interval=0.5)
+    assert answer(token) == 200  # the server has read its tokens
+    # Created while the server runs: accepted at once (an unknown token re-reads), on
+    # HTTP, on gRPC and by the read API, no polling.
+    assert answer(create_token(server.database_url, "other")) == 200
+    grpc_token = create_token(server.database_url, "grpc-fleet")
+    with grpc.insecure_channel(server.grpc_endpoint) as channel:
+        export = trace_service_pb2_grpc.TraceServiceStub(channel).Export
+        export(
+            export_request([llm_span()]),
+            metadata=(("authorization", f"Bearer {grpc_token}"),),
+            timeout=10,
+        )
+    reader = create_token(server.database_url, "reader", scope="read")
+    runs = httpx.get(f"{server.http_url}/v1/runs", headers={"Authorization": f"Bearer {reader}"})
+    assert runs.status_code == 200
+    # Revoked: refused within the refresh period (5 s), without a restart.
+    revoke_token(server.database_url, "fleet")
+    wait_for(lambda: answer(token) == 401, timeout=7, interval=0.25)
+
+
+def test_unknown_tokens_reread_at_most_once_per_interval(database_url: str) -> None:
+    """A flood of unknown tokens costs one query per ``reread_min_s``, shared by all."""
+    create_token(database_url, "db")
+    verifier = TokenVerifier(database_url, reread_min_s=0.5)
+    verifier.load()
+    loads = 0
+    real_load = verifier.load
+
+    def counting_load() -> None:
+        nonlocal loads
+        loads += 1
+        real_load()
+
+    verifier.load = counting_load  # type: ignore[method-assign]
+
+    async def flood() -> list[BaseException | None]:
+        tries = [verifier.admit(f"unknown-{i}") for i in range(50)]
+        return await asyncio.gather(*tries, return_exceptions=True)
+
+    results = asyncio.run(flood())
+    assert all(isinstance(r, Unauthenticated) for r in results)
+    assert loads == 1
+    fresh = create_token(database_url, "fresh")
+    asyncio.run(verifier.admit(fresh))  # waits out the interval, then re-reads once
+    assert loads == 2
 
 
 def test_static_tokens_from_settings(database_url: str) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from tests.ingest.otlp_builders import export_request, llm_span
-from tpmledger.ingest.error_taxonomy import UndecodableBody
+from tpmledger.ingest.error_taxonomy import InternalFailure, UndecodableBody
 from tpmledger.ingest.export_handler import TraceExportHandler, rejection_message
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.request_encoding import EncodedRequest
@@ -50,17 +51,42 @@ def test_undecodable_protobuf_is_a_permanent_error() -> None:
         asyncio.run(handler(RecordingWriter()).export_payload(b"\xff\xff\xff"))
 
 
-def test_an_unexpected_normalizer_failure_is_400_not_500() -> None:
+def test_an_unexpected_normalizer_failure_is_retryable_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug is not bad input: 503 + Retry-After (the exporter keeps the spans and retries),
+    counted apart from rejected spans, logged once per cause with the request's run ids."""
+
     async def broken(_: bytes) -> EncodedRequest:
         raise KeyError("bug")
 
     writer = RecordingWriter()
-    h = handler(writer, encode=broken)
-    with pytest.raises(UndecodableBody):
-        asyncio.run(h.export_payload(b""))
-    with pytest.raises(UndecodableBody):
-        asyncio.run(h.export(export_request([])))
+    metrics = IngestMetrics()
+    h = TraceExportHandler(writer, metrics, encode=broken)  # type: ignore[arg-type]
+    request = export_request([llm_span()], run_id="run-bug")
+    with caplog.at_level(logging.ERROR, logger="tpmledger.ingest.internal_errors"):
+        for _ in range(3):
+            with pytest.raises(InternalFailure) as raised:
+                asyncio.run(h.export(request))
+    assert raised.value.http_status == 503 and raised.value.retryable
+    assert raised.value.http_headers()["Retry-After"] == "2"
+    assert raised.value.grpc_code.name == "UNAVAILABLE"
+    assert raised.value.to_status().details, "RetryInfo travels with the gRPC status"
     assert writer.submitted == []
+    exposition = metrics.render().decode()
+    assert 'tpmledger_ingest_internal_errors_total{stage="normalize"} 3.0' in exposition
+    assert "tpmledger_ingest_spans_rejected_total 0.0" in exposition
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(logged) == 1, "once per cause, not once per retry"
+    assert "run-bug" in logged[0].getMessage() and logged[0].exc_info
+
+
+def test_undecodable_bytes_stay_a_permanent_400_not_an_internal_error() -> None:
+    metrics = IngestMetrics()
+    h = TraceExportHandler(RecordingWriter(), metrics)  # type: ignore[arg-type]
+    with pytest.raises(UndecodableBody):
+        asyncio.run(h.export_payload(b"\xff\xff\xff"))
+    assert 'internal_errors_total{stage="normalize"} 0.0' in metrics.render().decode()
 
 
 def test_rejection_message_is_short_and_distinct() -> None:

@@ -12,11 +12,14 @@ import psycopg
 import pytest
 
 from tests.storage.builders import attempt_row
+from tpmledger.ingest import group_commit
 from tpmledger.ingest.error_taxonomy import (
     DatabaseUnavailable,
+    InternalFailure,
     Overloaded,
     PoisonRequest,
     ShuttingDown,
+    is_bad_rows,
     is_unavailable,
 )
 from tpmledger.ingest.group_commit import GroupCommitWriter
@@ -236,6 +239,58 @@ def test_rows_over_a_database_limit_are_poison_not_unavailable(database_url: str
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], PoisonRequest)
     assert stored_count(database_url) == 2
+
+
+def test_an_unexpected_storage_failure_is_retryable_and_the_retry_stores(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the writer (here: the bulk writer raising TypeError) is not the sender's
+    fault: every request of the group gets 503 (not 400), counted as a store-stage internal
+    error; once the bug is gone the same blocks commit."""
+    metrics = IngestMetrics()
+    real = group_commit.write_attempt_blocks
+    broken = threading.Event()
+    broken.set()
+
+    def write(conn: psycopg.Connection, blocks: list) -> int:  # type: ignore[type-arg]
+        if broken.is_set():
+            raise TypeError("a bug in the writer")
+        return real(conn, blocks)
+
+    monkeypatch.setattr(group_commit, "write_attempt_blocks", write)
+    blocks = [encode_attempts([attempt_row(run_id="run-store-bug")]) for _ in range(3)]
+
+    async def scenario() -> list[BaseException | None]:
+        writer = GroupCommitWriter(database_url, metrics=metrics)
+        writer.start()
+        results = await asyncio.gather(
+            *(writer.submit(block) for block in blocks), return_exceptions=True
+        )
+        broken.clear()
+        for block in blocks:  # the exporter's retry
+            await writer.submit(block)
+        await writer.close()
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, InternalFailure) and r.http_status == 503 for r in results), results
+    assert metric(metrics, "tpmledger_ingest_internal_errors_total") == 0  # labelled only
+    assert (
+        metrics.registry.get_sample_value(
+            "tpmledger_ingest_internal_errors_total", {"stage": "store"}
+        )
+        >= 3
+    )
+    assert stored_count(database_url) == 3
+
+
+def test_bad_rows_classification() -> None:
+    assert is_bad_rows(psycopg.errors.CharacterNotInRepertoire())
+    assert is_bad_rows(psycopg.errors.ProgramLimitExceeded())
+    assert is_bad_rows(psycopg.errors.UniqueViolation())
+    assert not is_bad_rows(psycopg.errors.SyntaxError())  # our SQL, not their rows
+    assert not is_bad_rows(psycopg.errors.UndefinedColumn())
+    assert not is_bad_rows(TypeError("bug"))
 
 
 def test_unavailable_classification() -> None:

@@ -292,3 +292,44 @@ def test_sigterm_answers_in_flight_requests_and_exits_cleanly(database_url: str)
     assert server.stop() == 0
     assert "ingest stopped" in server.log_path.read_text()
     assert run_attempts(database_url, "stop") == 50
+
+
+def test_readyz_is_not_ready_while_the_commit_writer_is_stuck(database_url: str) -> None:
+    """A lock held on attempts (as a run-away background query's lock queue did) stalls
+    every commit: /readyz must say so instead of "ready", and recover when it clears."""
+    import threading
+
+    import psycopg
+
+    from tpmledger.storage.database import libpq_url
+
+    server = start_ingest(database_url, env={"TPMLEDGER_COMMIT_STUCK_AFTER_S": "1"})
+    body = export_request([llm_span()]).SerializeToString()
+    answers: list[int] = []
+    try:
+        with psycopg.connect(libpq_url(database_url)) as holder:
+            holder.execute("LOCK TABLE attempts IN SHARE MODE")  # COPY waits for it
+            export = threading.Thread(
+                target=lambda: answers.append(
+                    httpx.post(
+                        f"{server.http_url}/v1/traces",
+                        content=body,
+                        headers={"Content-Type": "application/x-protobuf"},
+                        timeout=60,
+                    ).status_code
+                )
+            )
+            export.start()
+            stuck = wait_for(
+                lambda: (
+                    (r := httpx.get(f"{server.http_url}/readyz", timeout=10)).status_code == 503
+                    and r
+                ),
+                timeout=20,
+            )
+            assert "commit writer" in stuck.json()["reason"]
+        export.join(30)  # the lock is gone: the commit goes through
+        assert answers == [200]
+        assert httpx.get(f"{server.http_url}/readyz", timeout=10).status_code == 200
+    finally:
+        server.stop()

@@ -152,7 +152,8 @@ def test_an_ingest_token_exports_and_a_read_token_cannot(scoped: Scoped) -> None
 
 
 def test_a_read_token_reads_and_an_ingest_token_cannot(scoped: Scoped) -> None:
-    for path in ("/v1/runs", "/v1/keys", "/metrics"):
+    # The API's own description (/docs, /redoc, /openapi.json) is read-scoped too.
+    for path in ("/v1/runs", "/v1/keys", "/metrics", "/docs", "/redoc", "/openapi.json"):
         assert scoped.get(path, scoped.read) == 200, path
         assert scoped.get(path, scoped.ingest) == 403, path
         assert scoped.get(path) == 401, path

@@ -137,7 +137,7 @@ print(",".join(m for m in ("polars", "numpy", "pyarrow", "numba") if m in sys.mo
     report_line, loaded = result.stdout.splitlines()
     report = json.loads(report_line)
     assert report["ok"], report["checks"]
-    assert len(report["checks"]) == 10  # … and the export's checkpoint
+    assert len(report["checks"]) == 11  # … SUMMARY.txt and the export's checkpoint
     assert loaded == ""
 
 

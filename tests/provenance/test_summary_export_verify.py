@@ -67,6 +67,7 @@ def test_round_trip_export_then_verify_passes(export_dir: Path) -> None:
         "figures",
         "minute tree",
         "minute proofs",
+        "SUMMARY.txt",
         "checkpoint",
     ]
     statement = json.loads(
@@ -130,6 +131,25 @@ def test_flipped_event_byte_is_named(export_dir: Path) -> None:
     problems = failed(verify_export(export_dir))
     assert "events.jsonl does not match the signed subject" in problems["events digest"]
     assert "figures" in problems or "minute tree" in problems
+
+
+def test_a_summary_txt_claiming_another_peak_is_refused(export_dir: Path) -> None:
+    """SUMMARY.txt is what people read: a block saying a 10x higher peak than the signed
+    predicate fails verification, naming the figure (everything else still verifies)."""
+    path = export_dir / "SUMMARY.txt"
+    text = path.read_text()
+    start = text.index("peak_minute:\n")
+    line = text.index("  tpm_total: ", start)
+    end = text.index("\n", line)
+    signed = text[line + len("  tpm_total: ") : end]
+    path.write_text(text[:line] + f"  tpm_total: {int(signed) * 10}" + text[end:])
+    problems = failed(verify_export(export_dir))
+    assert list(problems) == ["SUMMARY.txt"]
+    assert f"peak_minute.tpm_total: signed '{signed}'" in problems["SUMMARY.txt"]
+    assert f"'{int(signed) * 10}'" in problems["SUMMARY.txt"]
+    # An added claim is refused as well.
+    path.write_text(text + "certified_by: nobody\n")
+    assert "'nobody' is not signed" in failed(verify_export(export_dir))["SUMMARY.txt"]
 
 
 def test_flipped_payload_byte_is_named(export_dir: Path) -> None:

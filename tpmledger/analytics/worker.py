@@ -17,6 +17,11 @@ of millions of attempts takes hundreds of MB, its own budget, and a long-running
 would keep much of it. The worker's own memory is the live path's
 (docs/configuration.md#memory).
 
+Every connection is bounded by its role (:func:`storage.database.role_url`): the live loop's
+statements and lock waits by ``live``, seals and checkpoints by ``seal``, the prune by
+``prune`` (docs/operations.md#bounded-queries), so no background query can run for an hour
+or queue ingest's commits behind a lock it waits for.
+
 SIGTERM/SIGINT stop both cleanly between updates and seals.
 """
 
@@ -37,7 +42,7 @@ from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
 from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.database import in_one_snapshot, role_url
 from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal
 
@@ -156,9 +161,10 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     stop = stop or threading.Event()
     _install_signal_handlers(stop)
     slo = optional_slo(settings.slo)
-    loop = ResealLoop(settings.database_url, settings.reseal_quiet_s, slo)
+    seal_url = role_url(settings.database_url, "seal")
+    loop = ResealLoop(seal_url, settings.reseal_quiet_s, slo)
     checkpoints = Checkpointer(
-        settings.database_url,
+        seal_url,
         every_s=settings.checkpoint_every_s,
         quiet_s=settings.reseal_quiet_s,
         close_after_s=settings.minute_close_after_s,
@@ -173,7 +179,7 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     )
     live = threading.Thread(
         target=run_live_loop,
-        args=(LiveUpdater(settings.database_url), settings.live_poll_s, stop),
+        args=(LiveUpdater(role_url(settings.database_url, "live")), settings.live_poll_s, stop),
         name="live-minutes",
         daemon=True,
     )
@@ -215,7 +221,7 @@ class RetentionSchedule:
         # the hour; runs it kept (spans still arriving, a bad run) wait for the next day.
         self.next_at = time.monotonic() + self.RETRY_S
         report = prune(
-            settings.database_url,
+            role_url(settings.database_url, "prune"),
             parse_age(settings.retention),
             settings.archive_dir or settings.data_dir / "archive",
             load_or_create_signing_key(settings),

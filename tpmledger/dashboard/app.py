@@ -24,6 +24,7 @@ from tpmledger.dashboard.pages import compare as compare_page
 from tpmledger.dashboard.pages import run as run_page
 from tpmledger.dashboard.pages import runs as runs_page
 from tpmledger.dashboard.pages import sweep as sweep_page
+from tpmledger.host_names import MISDIRECTED, HostNames
 from tpmledger.settings import Settings, UnsafeConfiguration
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -87,11 +88,13 @@ def create_app(
     refresh_ms: int = DEFAULT_REFRESH_MS,
     close_after_s: float = 120.0,
     auth: DashboardAuth | None = None,
+    hosts: HostNames | None = None,
 ) -> dash.Dash:
     """The multi-page app over ``database_url``; nothing is read from the database here.
 
     With ``auth``, every request but ``/healthz`` needs a read token once any token is
-    configured (:mod:`dashboard.auth`).
+    configured (:mod:`dashboard.auth`). With ``hosts``, a request naming a host the
+    dashboard does not serve is answered 421 (:mod:`tpmledger.host_names`).
     """
     config = DashboardConfig(
         database_url=database_url,
@@ -126,6 +129,18 @@ def create_app(
     @app.server.route("/healthz")
     def healthz() -> tuple[str, int]:
         return "ok", 200
+
+    if hosts is not None:
+        served = hosts
+        guard = auth
+
+        @app.server.before_request
+        def require_host() -> Response | None:
+            header = request.headers.get("Host")
+            required = guard is not None and guard.required
+            if served.serves(header, tokens_required=required):
+                return None
+            return Response(served.refusal(header), status=MISDIRECTED, mimetype="text/plain")
 
     if auth is not None:
         checker = auth
@@ -164,6 +179,7 @@ def run(settings: Settings) -> None:
         api_base_url=settings.api_base_url,
         close_after_s=settings.minute_close_after_s,
         auth=auth,
+        hosts=HostNames(settings.host, settings.allowed_hosts),
     )
     server = waitress.create_server(
         app.server,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 import time
 from collections.abc import Iterable
 from urllib.parse import urlencode
@@ -55,7 +56,9 @@ def presented_token(request: Request) -> str | None:
 
 
 class DashboardAuth:
-    """The accepted tokens and scopes (database and settings), re-read every ``refresh_s``."""
+    """The accepted tokens and scopes (database and settings), re-read every ``refresh_s``,
+    and at once (at most once per ``reread_min_s``) when an unknown token is presented, so
+    a token created a moment ago logs in on its first request."""
 
     def __init__(
         self,
@@ -64,19 +67,38 @@ class DashboardAuth:
         refresh_s: float = 5.0,
         *,
         read_tokens: Iterable[str] = (),
+        reread_min_s: float = 1.0,
     ) -> None:
         self.database_url = database_url
         self.ingest_static = list(static_tokens)
         self.read_static = list(read_tokens)
         self.refresh_s = refresh_s
+        self.reread_min_s = reread_min_s
         self._tokens = ScopedTokens()
-        self._read_at = float("-inf")
+        self._read_started = float("-inf")  # monotonic time the last read began
+        self._lock = threading.Lock()  # waitress serves from several threads
 
     def tokens(self) -> ScopedTokens:
-        if time.monotonic() - self._read_at > self.refresh_s:
-            stored = in_one_snapshot(self.database_url, active_tokens)
-            self._tokens = scoped_tokens(self.ingest_static, self.read_static, stored)
-            self._read_at = time.monotonic()
+        if time.monotonic() - self._read_started > self.refresh_s:
+            with self._lock:
+                if time.monotonic() - self._read_started > self.refresh_s:
+                    self._read()
+        return self._tokens
+
+    def _read(self) -> None:
+        started = time.monotonic()
+        stored = in_one_snapshot(self.database_url, active_tokens)
+        self._tokens = scoped_tokens(self.ingest_static, self.read_static, stored)
+        self._read_started = started
+
+    def _reread(self, asked_at: float) -> ScopedTokens:
+        """Read the tokens again unless a read began after ``asked_at``; rate limited."""
+        with self._lock:
+            if self._read_started < asked_at:
+                wait = self._read_started + self.reread_min_s - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                self._read()
         return self._tokens
 
     @property
@@ -86,7 +108,11 @@ class DashboardAuth:
     def allows(self, token: str | None) -> bool:
         """True when no token is required or ``token`` grants the read scope."""
         tokens = self.tokens()
-        return not tokens.required or READ in tokens.scopes_of(token)
+        if not tokens.required or READ in tokens.scopes_of(token):
+            return True
+        if token and not tokens.scopes_of(token):  # unknown: perhaps created a moment ago
+            return READ in self._reread(time.monotonic()).scopes_of(token)
+        return False
 
     def check(self, request: Request) -> Response | None:
         """``None`` to let the request through, else the answer (401, 403, or the redirect

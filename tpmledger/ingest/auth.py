@@ -8,13 +8,17 @@ in constant time. With no token configured anywhere, everything is open (and
 :meth:`Settings.check_bind_is_safe` keeps it on loopback); once any token exists, every
 guarded request needs one of the right scope: none or an unknown one is 401, one of the
 other scope 403. Database tokens are re-read every ``refresh_s`` seconds, so a revoke
-takes effect without a restart. Tokens never appear in logs or error messages.
+takes effect within that time without a restart; an unknown token triggers one re-read at
+once (:meth:`TokenVerifier.admit`: at most one per ``reread_min_s``, shared by every
+request waiting for it), so a token created a moment ago works on its first request.
+Tokens never appear in logs or error messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
 from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Forbidden, Unauthenticated
@@ -45,6 +49,7 @@ class TokenVerifier:
         refresh_s: float = 5.0,
         *,
         read_tokens: Iterable[str] = (),
+        reread_min_s: float = 1.0,
     ) -> None:
         self._url = database_url
         self._ingest_static = [t for t in static_tokens if t]
@@ -52,6 +57,9 @@ class TokenVerifier:
         self._static = scoped_tokens(self._ingest_static, self._read_static)
         self._tokens: ScopedTokens = self._static
         self._refresh_s = refresh_s
+        self._reread_min_s = reread_min_s
+        self._read_started = float("-inf")  # monotonic time the last read began
+        self._reread_lock: asyncio.Lock | None = None
         # Until the database tokens were read once, nobody knows whether auth is required.
         self._loaded = not database_url
 
@@ -63,6 +71,7 @@ class TokenVerifier:
     def load(self) -> None:
         """Re-read the active database tokens (blocking; run it off the event loop)."""
         if self._url:
+            self._read_started = time.monotonic()
             stored = in_one_snapshot(self._url, active_tokens)
             self._tokens = scoped_tokens(self._ingest_static, self._read_static, stored)
             self._loaded = True
@@ -101,3 +110,37 @@ class TokenVerifier:
     def check_authorization(self, authorization: str | None, scope: str = INGEST) -> None:
         """:meth:`check_token` on the token of an ``Authorization: Bearer`` header."""
         self.check_token(bearer_token(authorization), scope)
+
+    async def admit(self, token: str | None, scope: str = INGEST) -> None:
+        """:meth:`check_token`, but an unknown token first makes the database tokens be
+        re-read once, so a token created a moment ago is accepted on its first request.
+
+        Re-reads are rate limited: at most one per ``reread_min_s`` (a request refused in
+        between waits for the next one), and every request refused before a re-read began
+        shares it, so a flood of unknown tokens costs one query per ``reread_min_s``.
+        """
+        try:
+            self.check_token(token, scope)
+        except Unauthenticated:
+            if not token or not self._url or not self._loaded:
+                raise
+            await self._reread(asked_at=time.monotonic())
+            self.check_token(token, scope)
+
+    async def admit_authorization(self, authorization: str | None, scope: str = INGEST) -> None:
+        """:meth:`admit` on the token of an ``Authorization: Bearer`` header."""
+        await self.admit(bearer_token(authorization), scope)
+
+    async def _reread(self, asked_at: float) -> None:
+        if self._reread_lock is None:
+            self._reread_lock = asyncio.Lock()
+        async with self._reread_lock:
+            if self._read_started >= asked_at:
+                return  # a read that began after this token was refused already ran
+            wait = self._read_started + self._reread_min_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                await asyncio.to_thread(self.load)
+            except Exception as exc:  # the database may be down; keep the known tokens
+                log.debug("could not re-read tokens: %s", type(exc).__name__)

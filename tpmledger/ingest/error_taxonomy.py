@@ -5,7 +5,10 @@ It follows the OTLP specification, "OTLP/HTTP Response" → "Failures" and
 
 - *Retryable* — the sender should try the same payload again later. HTTP 503 with a
   ``Retry-After`` header; gRPC ``UNAVAILABLE`` with a ``google.rpc.RetryInfo`` detail.
-  Used for a full queue (overload) and an unreachable database.
+  Used for a full queue (overload), an unreachable database, and any failure ingest did
+  not expect (a bug in normalizing or storing): as in the OTel Collector's
+  ``consumererror``, only an error known to be the sender's fault is permanent, so a bug
+  delays data instead of deleting it.
 - *Permanent* — the payload itself is wrong; retrying cannot help. HTTP 400 / 413 / 415;
   gRPC ``INVALID_ARGUMENT``. Used for undecodable, oversize and unsupported bodies.
 - *Unauthenticated* — 401 / ``UNAUTHENTICATED`` (permanent until the token is fixed).
@@ -131,6 +134,17 @@ class NormalizerLost(IngestError):
     retryable = True
 
 
+class InternalFailure(IngestError):
+    """Normalizing or storing failed in a way ingest did not expect (a bug, not bad input)
+    → 503 + Retry-After / ``UNAVAILABLE`` + ``RetryInfo``. Counted apart from bad input
+    (``tpmledger_ingest_internal_errors_total``); the sender keeps the spans and retries.
+    503 rather than 500: OTLP exporters retry only 429, 502, 503 and 504."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
 class ShuttingDown(IngestError):
     """The server is stopping and accepts nothing new → 503 + Retry-After."""
 
@@ -148,6 +162,12 @@ class ShuttingDown(IngestError):
 # index) or 22 data exception — is a property of the rows: retrying would fail forever.
 _RETRYABLE_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 
+# SQLSTATE classes that mean "these rows are bad": 22 data exception (NUL in text, a value
+# out of range), 23 integrity constraint violation, 54 program limit exceeded (a key too long
+# for a btree index). Only these are the sender's fault (400); any other failure of the
+# commit (a syntax error in our SQL, a Python bug in the writer) is ours: retryable.
+_BAD_ROWS_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
+
 
 def is_unavailable(exc: BaseException, conn: psycopg.Connection | None) -> bool:
     """True if ``exc`` means the database is unreachable or busy (503), not bad rows (400)."""
@@ -160,3 +180,11 @@ def is_unavailable(exc: BaseException, conn: psycopg.Connection | None) -> bool:
     sqlstate = getattr(exc, "sqlstate", None)
     # No SQLSTATE: raised by the client (refused connection, lost socket, timeout).
     return sqlstate is None or sqlstate[:2] in _RETRYABLE_SQLSTATE_CLASSES
+
+
+def is_bad_rows(exc: BaseException) -> bool:
+    """True if the database refused ``exc``'s rows for what they contain (400, poison)."""
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
+        return True  # also raised by the client itself (NUL in text), without a SQLSTATE
+    sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, psycopg.Error) else None
+    return sqlstate is not None and sqlstate[:2] in _BAD_ROWS_SQLSTATE_CLASSES

@@ -19,9 +19,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from tpmledger.ingest.error_taxonomy import IngestError, UndecodableBody
 from tpmledger.ingest.group_commit import GroupCommitWriter
+from tpmledger.ingest.internal_errors import InternalErrors, payload_run_ids
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.normalize_pool import NormalizePool
 from tpmledger.ingest.request_encoding import EncodedRequest
+from tpmledger.storage.attempt_encoding import UnstorableValue
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,8 @@ class TraceExportHandler:
     off the wire (OTLP/HTTP protobuf and gRPC: no decode → re-encode round trip) and
     :meth:`export` takes a decoded message (OTLP/JSON). ``encode`` is where requests are
     normalized: :meth:`ingest.normalize_pool.NormalizePool.encode` (worker processes) in
-    the service, inline by default.
+    the service, inline by default. ``internal_errors`` counts and logs unexpected
+    failures (the writer's, so both stages share one log of causes).
     """
 
     def __init__(
@@ -46,10 +49,16 @@ class TraceExportHandler:
         writer: GroupCommitWriter,
         metrics: IngestMetrics,
         encode: PayloadEncoder | None = None,
+        internal_errors: InternalErrors | None = None,
     ) -> None:
         self._writer = writer
         self._metrics = metrics
         self._encode = encode or NormalizePool(workers=0).encode
+        self._internal = internal_errors or InternalErrors(metrics)
+
+    def writer_stalled_s(self) -> float:
+        """How long the group commit in progress has been running (0 when none is)."""
+        return float(self._writer.stalled_s())
 
     def check_admission(self) -> None:
         """Refuse early (503) when the queue is full or the server is stopping."""
@@ -64,7 +73,8 @@ class TraceExportHandler:
         return await self.store(await self.encode(payload))
 
     async def encode(self, payload: bytes | bytearray) -> EncodedRequest:
-        """First half of :meth:`export_payload`: normalize and encode (400 if undecodable).
+        """First half of :meth:`export_payload`: normalize and encode (400 if undecodable,
+        503 if normalizing failed unexpectedly: a bug must delay spans, not drop them).
 
         Callers that own the body can drop it after this and before :meth:`store`, so a
         request waiting for its commit holds its COPY block but no longer its body.
@@ -73,10 +83,10 @@ class TraceExportHandler:
             return await self._encode(payload)
         except IngestError:
             raise
-        except (DecodeError, RecursionError, ValueError) as exc:
+        except (DecodeError, RecursionError, UnicodeDecodeError, UnstorableValue) as exc:
             raise UndecodableBody(f"invalid protobuf ExportTraceServiceRequest: {exc}") from exc
         except Exception as exc:
-            raise _unreadable(exc) from exc
+            raise self._internal.record("normalize", exc, lambda: payload_run_ids(payload)) from exc
 
     async def store(self, encoded: EncodedRequest) -> ExportTraceServiceResponse:
         """Second half of :meth:`export_payload`: commit the rows, build the response."""
@@ -97,13 +107,6 @@ class TraceExportHandler:
             response.partial_success.rejected_spans = rejected
             response.partial_success.error_message = rejection_message(reasons)
         return response
-
-
-def _unreadable(exc: Exception) -> UndecodableBody:
-    # Bad input must never become a 500 that the sender re-sends forever (docs/ingest.md): an
-    # unexpected normalizer failure is logged loudly and answered as a permanent 400.
-    log.exception("normalizing a request failed; answered 400")
-    return UndecodableBody(f"could not read the spans of this request ({type(exc).__name__})")
 
 
 def rejection_message(reasons: list[str]) -> str:

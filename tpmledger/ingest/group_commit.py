@@ -11,8 +11,11 @@ of transactions per second adapts to the database's speed instead of to the requ
 
 Failures follow :mod:`ingest.error_taxonomy`: a full queue is :class:`Overloaded`; a lost
 or refused connection fails the group with :class:`DatabaseUnavailable` and the next group
-reconnects; rows the database refuses (a poison request) are isolated by committing that
-group's requests one by one, so only the bad request is answered 400.
+reconnects; rows the database refuses for what they contain (a poison request: SQLSTATE
+classes 22, 23, 54) are isolated by committing that group's requests one by one, so only
+the bad request is answered 400. Any other failure is ours, not the sender's: each request
+of the group is answered 503 (:class:`~ingest.error_taxonomy.InternalFailure`), counted and
+logged once per cause by :class:`~ingest.internal_errors.InternalErrors`.
 
 ``connections`` writer tasks (lanes) may drain the same queue, each with its own
 connection used from its own thread only, so COPY of one group overlaps the commit of
@@ -38,8 +41,10 @@ from tpmledger.ingest.error_taxonomy import (
     Overloaded,
     PoisonRequest,
     ShuttingDown,
+    is_bad_rows,
     is_unavailable,
 )
+from tpmledger.ingest.internal_errors import InternalErrors
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.storage.attempt_encoding import AttemptBlock
 from tpmledger.storage.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
@@ -64,6 +69,7 @@ class _Lane:
             max_workers=1, thread_name_prefix=f"group-commit-{number}"
         )
         self.conn: psycopg.Connection | None = None
+        self.commit_started: float | None = None  # monotonic; set while a commit runs
 
     def disconnect(self) -> None:
         if self.conn is not None:
@@ -92,6 +98,8 @@ class GroupCommitWriter:
         self._max_commit_spans = max_commit_spans
         self._retry_after_s = retry_after_s
         self._metrics = metrics or IngestMetrics()
+        #: Unexpected failures (of this writer and of the normalizer feeding it).
+        self.internal_errors = InternalErrors(self._metrics, retry_after_s)
         self._connect = connect or (lambda url: connect_raw(url, connect_timeout=2))
         self._queue: collections.deque[_Pending] = collections.deque()
         self._outstanding_spans = 0  # waiting + being committed: the memory bound
@@ -104,6 +112,13 @@ class GroupCommitWriter:
     def outstanding_spans(self) -> int:
         """Spans accepted but not yet answered (queued or in the running commit)."""
         return self._outstanding_spans
+
+    def stalled_s(self) -> float:
+        """How long the oldest commit still running has been running (0 when none is):
+        ``/readyz`` reports the writer stuck past ``TPMLEDGER_COMMIT_STUCK_AFTER_S``."""
+        now = time.monotonic()
+        started = [lane.commit_started for lane in self._lanes if lane.commit_started]
+        return max((now - t for t in started), default=0.0)
 
     def start(self) -> None:
         """Start one writer task per connection on the running event loop."""
@@ -209,6 +224,12 @@ class GroupCommitWriter:
                 for pending in group:
                     await self._commit(lane, [pending])
                 return
+            if not is_bad_rows(exc):
+                with contextlib.suppress(Exception):  # the connection's state is unknown
+                    await loop.run_in_executor(lane.executor, lane.disconnect)
+                runs = group[0].block.runs
+                self._fail(group, self.internal_errors.record("store", exc, lambda: runs))
+                return
             log.warning("rows of one request refused (answered 400): %r", exc)
             self._fail(group, PoisonRequest(f"the database refused these spans: {exc}"))
             return
@@ -238,8 +259,12 @@ class GroupCommitWriter:
             log.info("group-commit writer %d connected to the database", lane.number)
         conn = lane.conn
         started = time.perf_counter()
-        with in_transaction(conn):
-            new = write_attempt_blocks(conn, [p.block for p in group])
+        lane.commit_started = time.monotonic()
+        try:
+            with in_transaction(conn):
+                new = write_attempt_blocks(conn, [p.block for p in group])
+        finally:
+            lane.commit_started = None
         self._metrics.commit_latency.observe(time.perf_counter() - started)
         return new
 

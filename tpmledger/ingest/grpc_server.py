@@ -148,7 +148,7 @@ class TraceService:
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         """Store the request's spans; answer after commit, or abort with the mapped code."""
         try:
-            self._verifier.check_authorization(_metadata_value(context, "authorization"))
+            await self._verifier.admit_authorization(_metadata_value(context, "authorization"))
             self._handler.check_admission()
             async with self._calls.turn():
                 response = await self._export(payload)
@@ -199,7 +199,7 @@ class SignalServices:
         self._bodies = bodies or BodyBudget()
 
     async def _check(self, payload: bytes, context: grpc.aio.ServicerContext) -> None:
-        self._verifier.check_authorization(_metadata_value(context, "authorization"))
+        await self._verifier.admit_authorization(_metadata_value(context, "authorization"))
 
     async def export_metrics(
         self, payload: bytes, context: grpc.aio.ServicerContext

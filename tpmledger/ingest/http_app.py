@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -27,10 +28,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from starlette.requests import ClientDisconnect
 
 import tpmledger.read_api as read_api
+from tpmledger.host_names import HostNames
 from tpmledger.ingest.auth import TokenVerifier, bearer_token
 from tpmledger.ingest.body_budget import BodyBudget
 from tpmledger.ingest.error_taxonomy import BodyTimeout, IngestError, PayloadTooLarge
 from tpmledger.ingest.export_handler import TraceExportHandler
+from tpmledger.ingest.host_check import HostCheck
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.other_signals import OtherSignals, parse
 from tpmledger.ingest.otlp_http_codec import (
@@ -68,7 +71,14 @@ def build_app(
         title="tpmledger",
         summary="OTLP/HTTP trace ingest and the read API of tpmledger",
         version="1",
+        # Served below behind the read scope: the API's description is not for anyone.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
+    resolved = settings or Settings()
+    hosts = HostNames(resolved.host, resolved.allowed_hosts)
+    app.add_middleware(HostCheck, hosts=hosts, tokens_required=lambda: verifier.required)
 
     # Bodies held from admission to answer: bounds memory with many senders (README.md#benchmarks).
     if bodies is None:
@@ -84,9 +94,22 @@ def build_app(
         links work); never a token in the URL. Raises Unauthenticated (401) / Forbidden
         (403), answered by the IngestError handler below."""
         token = bearer_token(request.headers.get("authorization"))
-        verifier.check_token(token or request.cookies.get(COOKIE), READ)
+        await verifier.admit(token or request.cookies.get(COOKIE), READ)
 
     app.state.require_read = require_read
+    read_scope = [Depends(require_read)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=read_scope)
+    async def openapi_document() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=read_scope)
+    async def swagger_ui() -> Response:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="tpmledger API")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=read_scope)
+    async def redoc() -> Response:
+        return get_redoc_html(openapi_url="/openapi.json", title="tpmledger API")
 
     @app.exception_handler(IngestError)
     async def _answer_ingest_error(request: Request, err: IngestError) -> Response:
@@ -101,7 +124,7 @@ def build_app(
         content_type = request.headers.get("content-type")
         error_media = JSON if (content_type or "").lower().startswith(JSON) else None
         try:
-            verifier.check_authorization(request.headers.get("authorization"), INGEST)
+            await verifier.admit_authorization(request.headers.get("authorization"), INGEST)
             media = media_type(content_type)
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
@@ -149,7 +172,7 @@ def build_app(
         loop) and hand ``message`` to ``handle``; the answer in the request's type."""
         error_media = _media_of(request)
         try:
-            verifier.check_authorization(request.headers.get("authorization"), INGEST)
+            await verifier.admit_authorization(request.headers.get("authorization"), INGEST)
             media = media_type(request.headers.get("content-type"))
             error_media = media
             _check_declared_length(request.headers.get("content-length"))
@@ -196,9 +219,18 @@ def build_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="The database is reachable and its schema is this code's")
+    @app.get(
+        "/readyz",
+        summary="The database is reachable, its schema is this code's, and commits are moving",
+    )
     async def readyz() -> Response:
-        reason = await _not_ready_reason(database_url)
+        stalled = handler.writer_stalled_s()
+        reason = (
+            f"the commit writer has been waiting {stalled:.0f} s for one transaction "
+            "(a lock held or the database stalled: see docs/operations.md#bounded-queries)"
+            if stalled > resolved.commit_stuck_after_s
+            else await _not_ready_reason(database_url)
+        )
         if reason:
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return JSONResponse({"status": "ready"})

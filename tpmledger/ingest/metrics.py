@@ -51,6 +51,15 @@ class IngestMetrics:
             ["source"],
             registry=r,
         )
+        self.internal_errors = Counter(
+            "tpmledger_ingest_internal_errors",
+            "Requests answered 503 because normalizing or storing failed unexpectedly (a bug, "
+            "not bad input: the sender retries); stage is normalize or store",
+            ["stage"],
+            registry=r,
+        )
+        self.internal_errors.labels("normalize")
+        self.internal_errors.labels("store")
         self.requests = Counter(
             "tpmledger_ingest_requests",
             "Export requests by transport and answer",

@@ -96,7 +96,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     pool.start()
     for cache in ("attributes", "plans"):
         metrics.cache_bytes.labels(cache).set_function(lambda c=cache: pool.cache_bytes(c))
-    handler = TraceExportHandler(writer, metrics, pool.encode)
+    handler = TraceExportHandler(writer, metrics, pool.encode, writer.internal_errors)
     # Both transports draw on it.
     bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
     app = build_app(

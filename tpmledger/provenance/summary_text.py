@@ -10,6 +10,7 @@ figure the data cannot support prints as ``not measured`` (docs/metrics.md hones
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tpmledger.provenance.in_toto_statement import PEAK_MINUTE_KEYS, PREDICATE_TYPE
@@ -38,6 +39,42 @@ def summary_text(predicate: Mapping[str, Any], key_fingerprint: str | None = Non
         lines.append(f"signing_key_sha256: {key_fingerprint}")
     lines.append("verify: tpmledger summary verify . --key service.pub")
     return "\n".join(lines) + "\n"
+
+
+def summary_entries(text: str) -> list[tuple[tuple[str, ...], str]]:
+    """The ``(path, value)`` pairs of a human block, in order: ``path`` is the key with the
+    keys of the blocks it is indented under (``("peak_minute", "tpm_total")``). Two blocks
+    say the same thing when their sorted entries are equal (the key order of a predicate
+    read back from its signed, canonical JSON is not the order it was written in). A value
+    that is a number is given in its shortest form (the canonical JSON signs 1.0 as 1)."""
+    entries: list[tuple[tuple[str, ...], str]] = []
+    parents: list[str] = []
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        depth = (len(line) - len(stripped)) // 2
+        key, colon, value = stripped.partition(":")
+        if not colon or line.startswith("#"):
+            entries.append(((), line))
+            continue
+        del parents[depth:]
+        path = (*parents, key)
+        if value:
+            entries.append((path, _number_text(value.strip())))
+        else:
+            parents.append(key)
+            entries.append((path, ""))
+    return entries
+
+
+def _number_text(value: str) -> str:
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        return value
+    if not number.is_finite():
+        return value
+    text = format(number.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
 
 
 def _block(mapping: Mapping[str, Any], indent: str) -> list[str]:

@@ -14,7 +14,9 @@ Checks, each reported pass/fail with what broke:
 7. ``minute tree`` — the minute Merkle root and size, recomputed from ``events.jsonl``;
 8. ``minute proofs`` — every proof of ``minute-proofs.json`` leads to the signed root;
 9. ``checkpoint`` (when the export has one) and, with a witness key, ``cosignature``
-   (:mod:`provenance.checkpoint_verify`).
+   (:mod:`provenance.checkpoint_verify`);
+10. ``SUMMARY.txt`` — the human block says exactly what the signed predicate says (it is
+    what people read; a block claiming another figure than the one signed is refused).
 
 Checks 4–7 take one pass over ``events.jsonl`` (read a block at a time, never whole) with
 the reference recomputation (:mod:`provenance.summary_recompute`, standard library only),
@@ -34,6 +36,7 @@ import gzip
 import hashlib
 import json
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +59,7 @@ from tpmledger.provenance.summary_recompute import (
     figure_mismatches,
     recompute_from_blocks,
 )
+from tpmledger.provenance.summary_text import summary_entries, summary_text
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ def verify_export(
     proofs = _read_json(directory / "minute-proofs.json", report, "minute proofs")
     if proofs is not None:
         _check_proofs(proofs, signed, recomputed.leaves, report)
+    _check_summary_text(directory, predicate, key_path, report)
     for name, ok, detail in checkpoint_checks(
         directory,
         predicate,
@@ -185,6 +190,7 @@ def verify_archive(directory: Path, key_path: Path | None = None) -> VerifyRepor
     proofs = _read_json(directory / "minute-proofs.json", report, "minute proofs")
     if proofs is not None:
         _check_proofs(proofs, predicate["minutes"], None, report)
+    _check_summary_text(directory, predicate, key_path, report)
     for name, ok, detail in checkpoint_checks(
         directory,
         predicate,
@@ -317,6 +323,40 @@ def _signed_predicate(
         "statement", True, f"in-toto Statement v1 for run {statement['predicate']['run_id']}"
     )
     return {**statement["predicate"], "_subject_sha256": digest}
+
+
+def _check_summary_text(
+    directory: Path, predicate: dict[str, Any], key_path: Path | None, report: VerifyReport
+) -> None:
+    """``SUMMARY.txt`` must be the human block of the signed predicate, figure for figure."""
+    try:
+        text = (directory / "SUMMARY.txt").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        report.add("SUMMARY.txt", False, f"cannot read SUMMARY.txt: {exc}")
+        return
+    signed = {k: v for k, v in predicate.items() if not k.startswith("_")}
+    key = load_public_key_pem((key_path or directory / "service.pub").read_bytes())
+    expected = Counter(summary_entries(summary_text(signed, fingerprint(key))))
+    found = Counter(summary_entries(text))
+    if found == expected:
+        report.add("SUMMARY.txt", True, "the human block says what the signed predicate says")
+        return
+    said = dict(found - expected)
+    differences = [
+        f"{'.'.join(path) or 'line'}: signed {value!r}, SUMMARY.txt "
+        f"{next((v for p, v in said if p == path), 'nothing')!r}"
+        for path, value in sorted(expected - found)
+    ] + [
+        f"{'.'.join(path) or 'line'}: {value!r} is not signed"
+        for path, value in sorted(found - expected)
+        if path not in {p for p, _ in expected - found}
+    ]
+    report.add(
+        "SUMMARY.txt",
+        False,
+        "SUMMARY.txt says something the signed predicate does not (it is what people read; "
+        "`tpmledger summary show` prints the signed one): " + "; ".join(differences[:5]),
+    )
 
 
 def _check_bundle(path: Path, envelope: dict[str, Any], report: VerifyReport) -> None:

@@ -50,6 +50,11 @@ _UNESCAPED: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 _ARRAY_ELEMENT_ESCAPES: Final = str.maketrans({"\\": "\\\\", '"': '\\"'})
 
 
+class UnstorableValue(ValueError):
+    """A row holds a value no column can take (a non-finite duration): the request's
+    fault, answered 400 (ingest/export_handler.py)."""
+
+
 @dataclass(slots=True)
 class RunTally:
     """What a block adds to one run: the ``runs`` row facts of its attempts."""
@@ -220,7 +225,7 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
         if (queue_wait is not None and not isfinite(queue_wait)) or (
             ttft is not None and not isfinite(ttft)
         ):
-            raise ValueError(f"non-finite duration in attempt {span_id.hex()}")
+            raise UnstorableValue(f"non-finite duration in attempt {span_id.hex()}")
         numbers.append(
             (declared, cap, explicit, resend, start_ns, end_ns, queue_wait, ttft, prompt,
              completion, reported, cache_read, cache_write, reasoning, http_status, span_kind,

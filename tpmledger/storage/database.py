@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import psycopg
 from sqlalchemy import Engine, create_engine, text
@@ -28,10 +30,58 @@ def sqlalchemy_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+@dataclass(frozen=True)
+class RoleBounds:
+    """How long one background role's statements may run and wait for a lock (seconds)."""
+
+    statement_s: float
+    lock_s: float
+
+
+#: Background roles and their bounds (docs/operations.md#bounded-queries). A live update
+#: reads a page of minutes per statement; a seal or a prune reads a range of minutes per
+#: statement (a 2.7 M-attempt seal's longest took well under a minute). Without bounds one
+#: run-away live query ran 75 minutes while the live updater's DELETE and prune's
+#: ``SELECT … FOR UPDATE`` queued behind it, and ingest's commits behind them. Ingest's
+#: COPY is not bounded: its commit must not fail half-way through a large group.
+ROLE_BOUNDS = {
+    "live": RoleBounds(statement_s=120.0, lock_s=30.0),
+    "seal": RoleBounds(statement_s=600.0, lock_s=60.0),
+    "prune": RoleBounds(statement_s=600.0, lock_s=60.0),
+}
+
+
+def role_url(url: str, role: str) -> str:
+    """``url`` with the libpq ``options`` that bound ``role``'s statements and lock waits
+    (``statement_timeout``, ``lock_timeout``) and an ``application_name`` that names it in
+    ``pg_stat_activity``. Every connection made from the returned URL carries them."""
+    bounds = ROLE_BOUNDS[role]
+    parsed = make_url(url)
+    given = parsed.query.get("options")
+    options = " ".join(
+        [
+            *([given] if isinstance(given, str) else list(given or ())),
+            f"-c statement_timeout={int(bounds.statement_s * 1000)}",
+            f"-c lock_timeout={int(bounds.lock_s * 1000)}",
+        ]
+    )
+    query = {"options": options, "application_name": f"tpmledger-{role}"}
+    return parsed.update_query_dict(query).render_as_string(hide_password=False)
+
+
 def libpq_url(url: str) -> str:
     """The same database as a plain libpq URL, for psycopg and command-line tools."""
     parsed = make_url(url).set(drivername="postgresql")
-    return parsed.render_as_string(hide_password=False)
+    base = parsed.set(query={}).render_as_string(hide_password=False)
+    if not parsed.query:
+        return base
+    # libpq decodes %XX but not "+" (SQLAlchemy writes a space in a query value as "+").
+    pairs = [
+        (key, value)
+        for key, values in parsed.query.items()
+        for value in (values if isinstance(values, tuple) else (values,))
+    ]
+    return f"{base}?{urlencode(pairs, quote_via=quote)}"
 
 
 @lru_cache(maxsize=16)
