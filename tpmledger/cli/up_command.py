@@ -124,7 +124,7 @@ class EmbeddedDatabase:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, **listener_overrides(args))
+    settings = settings_from_args(args, follow_running=False, **listener_overrides(args))
     problem = busy_port(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -141,7 +141,7 @@ def run_up(args: argparse.Namespace) -> int:
     # for it, and Python then never raises KeyboardInterrupt.
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with database_in_use(settings, migrate_to_head=True) as db:
+    with database_in_use(settings, create=True) as db:
         env = {
             **os.environ,
             "TPMLEDGER_DATABASE_URL": db.url,
@@ -184,7 +184,7 @@ def run_up(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
-            clear_running()
+            clear_running(settings.data_dir)
             _stop_children(([demo] if demo else []), [s.process for s in services])
     return 0
 
