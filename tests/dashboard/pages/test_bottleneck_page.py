@@ -46,14 +46,15 @@ def test_run_page_names_the_bottleneck_and_draws_used_versus_quota(
     names = {t["name"] for t in figure["traces"]}
     assert {
         "openai/gpt-test tokens used",
-        "openai/gpt-test tokens quota",
         "openai/gpt-test requests used",
-        "openai/gpt-test requests quota",
         "openai/gpt-test rate limited (429)",
     } == names
-    quota = next(t for t in figure["traces"] if t["name"] == "openai/gpt-test tokens quota")
-    assert set(quota["y"]) == {7200}
+    # One panel per target, as a share of its quota (the quota is the 100 % line).
     assert annotation(figure, "not-measured") is None
+    assert annotation(figure, "target-title").startswith("<b>openai/gpt-test</b>: lowest headroom")
+    headroom = text_of(browser, "run-quota-headroom")
+    assert headroom.startswith("openai/gpt-test: lowest headroom ")
+    assert "of 7,200 tokens" in headroom or "requests)" in headroom
     screenshot(browser, output_dir, "quota-bound-run")
 
     # A live run (never sealed): the verdict over the minutes so far, said to be live.

@@ -37,7 +37,7 @@ from tpmledger.storage.time_text import minute_text_ns
 
 #: Height of one target's panel, and of the figure's title, legend and axis.
 PANEL_PX = 170
-FRAME_PX = 190
+FRAME_PX = 200
 
 Target = tuple[str | None, str | None]
 
@@ -195,8 +195,8 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
         return message_figure(f"Used versus quota: {NOT_MEASURED} (no attempts yet)")
     groups = list(_by_target(targets).values())
     count = len(groups)
-    gap = 0.3 / count if count > 1 else 0.0
-    height = (1.0 - gap * (count - 1)) / count
+    slot = 1.0 / count
+    title_band = 30 / (PANEL_PX * count)  # a panel's title line, in paper units
     data: list[dict[str, Any]] = []
     axes: dict[str, Any] = {}
     annotations: list[dict[str, Any]] = []
@@ -205,8 +205,9 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
     for index, rows in enumerate(groups):
         color = SHARD_COLORS[index % len(SHARD_COLORS)]
         axis = "y" if index == 0 else f"y{index + 1}"
-        top = 1.0 - index * (height + gap)
-        domain = [max(0.0, top - height), top]
+        top = 1.0 - index * slot
+        bottom = top - slot + (0.0 if index == count - 1 else title_band * 0.6)
+        domain = [max(0.0, bottom), top - title_band]
         traces, normalized = _panel_traces(rows, axis, color)
         any_quota = any_quota or normalized
         data += traces
@@ -222,7 +223,7 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
         annotations.append(
             {"name": "target-title", "text": _panel_title(rows, open_minutes), "showarrow": False,
              "xref": "paper", "yref": "paper", "x": 0, "y": top, "xanchor": "left",
-             "yanchor": "bottom", "font": {"size": 12}}
+             "yanchor": "top", "font": {"size": 12}}
         )  # fmt: skip
         if normalized:  # the quota: 100 % of it
             shapes.append(
@@ -242,7 +243,7 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
     ]
     layout = base_layout(
         height=FRAME_PX + PANEL_PX * count,
-        margin={"l": 72, "r": 48, "t": 120, "b": 56},
+        margin={"l": 72, "r": 48, "t": 130, "b": 56},
         barmode="group",
         title={"text": "Used versus quota per target (100 % = the quota)", "x": 0, "y": 0.99},
         # Below the lowest panel: the axis belongs to the whole figure.
