@@ -42,6 +42,8 @@ def test_run_page_names_the_bottleneck_and_draws_used_versus_quota(
     inner = ", ".join(minute_text(base, m)[11:16] for m in range(1, 5))
     assert f"Evidence minutes: {inner} UTC." in text
     assert "quota_headroom_max 0.1" in text  # the thresholds are printed with the verdict
+    # The verdict's 192 attempts beside the header's 288, in words.
+    assert "The verdict counts the 192 of the run's 288 attempts that ended in its 4 inner" in text
     figure = wait_graph(browser, "run-quota")
     names = {t["name"] for t in figure["traces"]}
     assert {

@@ -177,7 +177,7 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
             [
                 _header(run),
                 reconciliation_line(checked),
-                bottleneck_panel(verdict),
+                bottleneck_panel(verdict, run.attempts),
                 dcc.Graph(id="run-quota", figure=quota_figure(targets, open_minutes)),
                 html.Ul(
                     [html.Li(line) for line in headroom_lines(targets, open_minutes)],
