@@ -56,6 +56,8 @@ def exporter_lines(settings: Settings) -> str:
             f"   # or grpc, on http://{host}:{settings.grpc_port}",
             "  export OTEL_RESOURCE_ATTRIBUTES=tpmledger.run.id=my_run,"
             "tpmledger.shard.id=0,tpmledger.shard.count=8,tpmledger.concurrency.cap=16",
+            "  # tpmledger.shard.id must differ per worker (0, 1, … 7 here): workers that share"
+            " one are counted as one shard",
             f"Dashboard: http://{host}:{settings.dashboard_port}",
             f"Read API:  http://{host}:{settings.http_port}/v1/runs",
         ]
