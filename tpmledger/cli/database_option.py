@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpmledger.settings import Settings, default_data_dir
-
 if TYPE_CHECKING:
+    from tpmledger.settings import Settings
     from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
-# storage (SQLAlchemy, psycopg, alembic) is imported when a command opens its database:
-# every `tpmledger` process builds the parser, and `summary verify` needs no database.
+# storage (SQLAlchemy, psycopg, alembic) is imported when a command opens its database,
+# and the settings (pydantic) when a command reads them: every `tpmledger` process builds
+# the parser, `tpmledger --help` must be quick, and `summary verify` needs no database.
 
 
 DATA_DIR_RULE = (
@@ -102,6 +102,8 @@ def running_data_dir() -> Path | None:
     """The data directory a command without ``--data-dir`` uses, from the running ``up``s:
     the one on this user's default directory, else the only one; ``None`` when none runs.
     Raises :class:`AmbiguousDataDir` naming them when several run and none is the default."""
+    from tpmledger.settings import default_data_dir
+
     running = running_data_dirs()
     default = default_data_dir().resolve()
     if default in running or not running:
@@ -122,6 +124,8 @@ def settings_from_args(
     """Settings from the environment, with the command-line flags that were given on top
     (the data directory chosen by the rule in :data:`DATA_DIR_RULE`; ``up`` and ``serve``
     pass ``follow_running=False``: they start on their own directory, never another's)."""
+    from tpmledger.settings import Settings
+
     values = {k: v for k, v in overrides.items() if v is not None}
     if getattr(args, "data_dir", None) is not None:
         values["data_dir"] = args.data_dir

@@ -15,13 +15,14 @@ import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tpmledger.simulator.config import ServerConfig, WorkloadConfig
-from tpmledger.simulator.fleet import FleetConfig, FleetResult, run_fleet
-from tpmledger.simulator.progress import progress_printer, summary_text, sweep_table
-from tpmledger.simulator.sweep import parse_caps, run_sweep
+if TYPE_CHECKING:
+    from tpmledger.simulator.fleet import FleetConfig, FleetResult
+
+# The simulator (its LLM server, exporters, pydantic models) is imported when the command
+# runs: every `tpmledger` process builds this parser, and `tpmledger --help` must be quick.
 
 DEMO_RUN_S = 60.0
 DEMO_SWEEP_CAPS = [4, 8, 16, 32]
@@ -48,6 +49,8 @@ def parse_duration(text: str) -> float:
 
 
 def _caps(text: str) -> list[int]:
+    from tpmledger.simulator.sweep import parse_caps
+
     try:
         return parse_caps(text)
     except ValueError as exc:
@@ -176,6 +179,9 @@ PITFALLS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, Any]]]] 
 
 def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
     """The run the flags describe (server and workload defaults unless overridden)."""
+    from tpmledger.simulator.config import ServerConfig, WorkloadConfig
+    from tpmledger.simulator.fleet import FleetConfig
+
     server: dict[str, Any] = {"seed": args.seed}
     for flag, name in (
         ("capacity_tpm", "capacity_tpm"),
@@ -248,6 +254,10 @@ def endpoint_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Run the plan; progress on stderr, summary on stdout (text or ``--json``)."""
+    from tpmledger.simulator.fleet import run_fleet
+    from tpmledger.simulator.progress import progress_printer, summary_text, sweep_table
+    from tpmledger.simulator.sweep import run_sweep
+
     if args.endpoint is None:
         port = 4317 if args.protocol == "grpc" else 4318
         args.endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or f"http://127.0.0.1:{port}"

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from tpmledger.cli.database_option import (
@@ -21,9 +20,9 @@ from tpmledger.cli.database_option import (
 )
 from tpmledger.cli.serve_command import add_listener_options, listener_overrides
 from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
-from tpmledger.settings import Settings
 
 if TYPE_CHECKING:
+    from tpmledger.settings import Settings
     from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
 
@@ -65,6 +64,8 @@ def exporter_lines(settings: Settings) -> str:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> bool:
+    import urllib.request
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
