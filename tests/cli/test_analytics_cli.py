@@ -87,8 +87,9 @@ def test_verify_passes_then_names_minute_and_field_after_tampering(
 
 def test_unknown_run_exits_2(run_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "nope"]) == 2
-    assert "unknown run 'nope'" in capsys.readouterr().err
+    assert "no such run: 'nope'" in capsys.readouterr().err
     assert main(["verify", "nope"]) == 2
+    assert "no such run: 'nope'" in capsys.readouterr().err
 
 
 def test_sweep_prints_thresholds_and_knee(

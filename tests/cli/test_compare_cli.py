@@ -55,7 +55,7 @@ def test_compare_with_an_slo_analyzes_runs_that_lack_its_goodput(
 def test_compare_refuses_bad_input_clearly(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     seed_profile(url, "base", calls=20, tokens=100, retried=2)
     assert main(["compare", "base", "missing"]) == 2
-    assert "unknown run 'missing'" in capsys.readouterr().err
+    assert "no such run: 'missing'" in capsys.readouterr().err
     assert main(["compare", "base", "base", "--slo", "ttft=soon"]) == 2
     assert "not a number of seconds" in capsys.readouterr().err
 

@@ -47,3 +47,21 @@ def test_logging_is_quiet_unless_verbose(
         [sys.executable, "-c", _PROBE, command, verbose], capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == [str(root), str(alembic)]
+
+
+def test_help_imports_nothing_heavy() -> None:
+    """`tpmledger --help` took 4 s on a loaded machine (issue 37): building the parser must
+    not import the settings, the database, the analytics, the simulator or the key code."""
+    import subprocess
+    import sys
+
+    heavy = ("pydantic", "sqlalchemy", "polars", "numba", "cryptography", "importlib.metadata",
+             "tpmledger.simulator.fleet", "tpmledger.settings", "urllib.request")  # fmt: skip
+    probe = (
+        "import sys; from tpmledger.cli.main import build_parser; build_parser(); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stdout

@@ -78,8 +78,9 @@ def test_refuses_to_start_when_nothing_listens_at_the_endpoint(
     assert "start tpmledger first" in capsys.readouterr().err
 
 
-def test_quota_flags_and_the_demos_quota_bound_run() -> None:
-    from tpmledger.cli.simulate_command import DEMO_QUOTA_TPM, _plan
+def test_quota_flags_and_the_demos_runs() -> None:
+    from tpmledger.cli.simulate_command import _plan, fleet_config
+    from tpmledger.simulator.demo import DEMO_QUOTA_TPM, DEMO_RUN_S, demo_configs
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
@@ -93,6 +94,14 @@ def test_quota_flags_and_the_demos_quota_bound_run() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["simulate", "--quota-tpm", "0"])
     demo = parser.parse_args(["simulate", "--demo", *endpoint])
-    phases = _plan(demo)
-    assert [c.run_id.rsplit("_", 1)[-1] for c, _ in phases] == ["sharded", "quota", "sweep"]
-    assert [c.server.quota_tpm for c, _ in phases] == [None, DEMO_QUOTA_TPM, None]
+    runs = demo_configs(fleet_config(demo, "demo"), "20261127_120000")
+    assert [c.run_id for c in runs] == [
+        "demo_20261127_120000_sweep_cap4", "demo_20261127_120000_sweep_cap8",
+        "demo_20261127_120000_sweep_cap32", "demo_20261127_120000_serving",
+    ]  # fmt: skip
+    assert [c.server.quota_tpm for c in runs] == [DEMO_QUOTA_TPM] * 3 + [None]
+    assert {c.sweep_id for c in runs[:3]} == {"demo_20261127_120000_sweep"}
+    assert runs[3].sweep_id is None and runs[3].server.error_rate > 0.05
+    # Longer than four minutes: every run covers ≥ 5 UTC minutes, so ≥ 3 inner ones.
+    assert all(c.duration_s == DEMO_RUN_S > 240 for c in runs)
+    assert all(c.otlp_endpoint == "http://127.0.0.1:4318" for c in runs)

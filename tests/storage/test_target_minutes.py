@@ -80,3 +80,29 @@ def test_rollups_are_counted_once(database_url: str) -> None:
     store(database_url, rows)
     [only] = _everything(database_url)
     assert (only.model, only.used_rpm, only.used_tpm, only.quota_tpm) == ("gpt-test", 1, 150, 10.0)
+
+
+def test_a_sealed_minute_that_late_attempts_changed_is_as_fresh_as_the_minute_table(
+    database_url: str,
+) -> None:
+    """Issue 37: a checkpoint sealed a minute while it was still filling; the minute table
+    showed the late attempts from its live rows, /targets kept the checkpoint's counts."""
+    from tpmledger.analytics.live.live_updater import LiveUpdater
+    from tpmledger.analytics.views.current_table import current_table
+    from tpmledger.storage.minute_keys import WHOLE_RUN
+
+    updater = LiveUpdater(database_url)
+    store(database_url, _rows(range(3)))
+    updater.update_once()
+    seal_run(database_url, "tm", end_before_ns=BASE_NS + 2 * MINUTE_NS)  # minutes 0 and 1
+    store(database_url, _rows(range(1, 2)))  # four more ending in the sealed minute 1
+    updater.update_once()
+    with read_view(database_url) as session:
+        read = target_minutes(session, ["tm"])
+        table = current_table(session, "tm")
+        assert table is not None
+        calls = {r["minute_utc"]: r["calls_in_minute"] for r in table.shard_rows(WHOLE_RUN)}
+    by_minute = {t.minute_ns: t for t in read}
+    assert by_minute[BASE_NS + MINUTE_NS].used_rpm == 8  # not the checkpoint's 4
+    assert read == _everything(database_url)
+    assert [t.used_rpm for t in read] == list(calls.values())

@@ -97,17 +97,23 @@ class ResealLoop:
             took = time.perf_counter() - started
             if result.created:
                 sealed.append(run_id)
+                # Timings and stages only with -v (DEBUG): the default line says what happened.
+                timed = log.isEnabledFor(logging.DEBUG)
                 log.info(
-                    "sealed %s v%d seal %s events %s in %.2fs%s",
+                    "sealed %s v%d seal %s events %s%s",
                     run_id,
                     result.version,
                     result.seal,
                     result.metrics.get("attempts"),
-                    took,
-                    detail,
+                    f" in {took:.2f}s{detail}" if timed else "",
                 )
             else:
-                log.info("%s unchanged since v%d; not resealed%s", run_id, result.version, detail)
+                log.info(
+                    "%s unchanged since v%d; not resealed%s",
+                    run_id,
+                    result.version,
+                    detail if log.isEnabledFor(logging.DEBUG) else "",
+                )
         return sealed
 
     def _seal(self, run_id: str) -> tuple[SealResult, str]:
@@ -137,7 +143,10 @@ def warm_in_child() -> None:
         check=False,
     )
     if done.returncode == 0:
-        log.info("%s (in a child process)", done.stdout.strip() or "analytics kernels ready")
+        said = done.stdout.strip() or "analytics kernels ready"
+        if not log.isEnabledFor(logging.DEBUG):  # its time only with -v
+            said = said.split(" in ")[0]
+        log.info("%s (in a child process)", said)
     else:  # the seals compile what they miss, later
         log.warning("warming the analytics kernels failed (status %d)", done.returncode)
 
@@ -257,9 +266,8 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
             log.exception("live update failed; retrying")
             updates = []
         for update in updates:
-            # Slow updates are what delays live figures: say so at the default level.
-            log.log(
-                logging.INFO if update.wall_s > 2.0 else logging.DEBUG,
+            # Timings only with -v (DEBUG), like every other timing line of the services.
+            log.debug(
                 "live %s: %d minutes, %d attempts read, %.3fs (%s)",
                 update.run_id,
                 update.minutes,

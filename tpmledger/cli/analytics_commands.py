@@ -281,7 +281,7 @@ def run_events(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep
+    from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep, walk_label
     from tpmledger.storage.database import in_one_snapshot
 
     rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
@@ -292,12 +292,11 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 0
     print(f"sweep {result.sweep_id}: thresholds {json.dumps(rule.as_dict())}")
     for p in result.points:
-        verdict = {True: "accepted", False: "rejected", None: "-"}[p.accepted]
         print(
             f"  cap {p.cap:>4}  {p.status:<6}  sustained_tpm_total "
             f"{_shown(p.sustained_tpm_total)}  retry_rate {_shown(p.retry_rate)}  "
             f"call_success_rate {_shown(p.call_success_rate)}  ttft_p95_s "
-            f"{_shown(p.ttft_p95_s)}  {verdict}: {p.reason}"
+            f"{_shown(p.ttft_p95_s)}  {walk_label(p)}"
         )
     for run_id in result.skipped_run_ids:
         print(f"  skipped {run_id}: no concurrency cap declared or not sealed yet")

@@ -85,6 +85,11 @@ def print_result(result: dict[str, Any]) -> None:
         )
     print(f"verdict: {result['verdict']}")
     print(f"rule: {result['rule']}")
+    own = result["bottlenecks"]
+    print(
+        f"own bottleneck verdicts: A {own['a']['verdict'] or 'not measured'}, "
+        f"B {own['b']['verdict'] or 'not measured'}"
+    )
     params = result["params"]
     print(
         f"params: resamples {params['resamples']}, seed {params['seed']}, confidence "

@@ -37,7 +37,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     from tpmledger.storage import migrate
 
     settings = settings_from_args(args)
-    with database(settings, any_schema=True) as url:  # the one command that changes it
+    with database(settings, any_schema=True, create=True) as url:  # the one command that changes it
         if migrate.is_ahead(url):
             print(f"error: {migrate.schema_problem(url)}", file=sys.stderr)
             return 2

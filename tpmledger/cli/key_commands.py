@@ -8,12 +8,8 @@ import sys
 from typing import Any
 
 from tpmledger.cli.database_option import add_data_dir_option, settings_from_args
-from tpmledger.provenance.signing_keys import (
-    SigningKeyError,
-    load_or_create_signing_key,
-    public_keys,
-    rotate_signing_key,
-)
+
+# The key code (cryptography) is imported when a command runs: `tpmledger --help` stays quick.
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +50,8 @@ def register(subparsers: Any) -> None:
 
 
 def show_keys(args: argparse.Namespace) -> int:
+    from tpmledger.provenance.signing_keys import SigningKeyError, public_keys
+
     """Print the public key(s); creates the key on first use."""
     settings = settings_from_args(args)
     try:
@@ -96,6 +94,12 @@ def show_keys(args: argparse.Namespace) -> int:
 
 
 def rotate_keys(args: argparse.Namespace) -> int:
+    from tpmledger.provenance.signing_keys import (
+        SigningKeyError,
+        load_or_create_signing_key,
+        rotate_signing_key,
+    )
+
     """Rotate the managed key and print both fingerprints."""
     settings = settings_from_args(args)
     try:

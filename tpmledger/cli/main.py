@@ -10,7 +10,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tpmledger import __version__
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed version only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from tpmledger import __version__
+
+        parser.exit(message=f"tpmledger {__version__}\n")
+
 
 # Modules that contribute subcommands; each defines ``register(subparsers)`` and sets
 # ``func`` (args -> exit code) on every parser it adds.
@@ -42,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
             "minute-bucket TPM analytics, sealed snapshots, dashboard, signed summaries."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"tpmledger {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

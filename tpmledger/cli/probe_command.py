@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
 
@@ -22,6 +20,9 @@ def register(subparsers: Any) -> None:
 
 
 def run_probe(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(args.url, timeout=args.timeout) as response:
             ok = response.status == 200

@@ -54,8 +54,8 @@ def listener_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, **listener_overrides(args))
+    settings = settings_from_args(args, follow_running=False, **listener_overrides(args))
     service = importlib.import_module(SERVICES[args.service])
-    with database(settings) as url:
+    with database(settings, create=True) as url:
         service.run(settings.model_copy(update={"database_url": url}))
     return 0

@@ -15,22 +15,14 @@ import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tpmledger.simulator.config import ServerConfig, WorkloadConfig
-from tpmledger.simulator.fleet import FleetConfig, FleetResult, run_fleet
-from tpmledger.simulator.progress import progress_printer, summary_text, sweep_table
-from tpmledger.simulator.sweep import parse_caps, run_sweep
+if TYPE_CHECKING:
+    from tpmledger.simulator.fleet import FleetConfig, FleetResult
 
-DEMO_RUN_S = 60.0
-DEMO_SWEEP_CAPS = [4, 8, 16, 32]
-# Long enough that every cap's run has a whole minute strictly inside it, which is what
-# sustained TPM (docs/metrics.md) — and so the sweep's knee — is computed from.
-DEMO_SWEEP_RUN_S = 150.0
-# The demo's quota-bound run: the 8x16 fleet asks for ~600k tokens a minute; the provider
-# grants 300k, so the bottleneck verdict is provider_quota (docs/metrics.md#bottleneck).
-DEMO_QUOTA_TPM = 300_000
+# The simulator (its LLM server, exporters, pydantic models) is imported when the command
+# runs: every `tpmledger` process builds this parser, and `tpmledger --help` must be quick.
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -48,6 +40,8 @@ def parse_duration(text: str) -> float:
 
 
 def _caps(text: str) -> list[int]:
+    from tpmledger.simulator.sweep import parse_caps
+
     try:
         return parse_caps(text)
     except ValueError as exc:
@@ -143,10 +137,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then one bound by a provider "
-        f"quota of {DEMO_QUOTA_TPM:,} tokens a minute ({DEMO_SWEEP_RUN_S:.0f}s), then a sweep over "
-        f"caps {','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each; each run ends "
-        "when its calls have finished: about 16 minutes in all, docs/simulator.md)",
+        help="four runs side by side, each starting calls for 4.5 minutes: a sweep over caps "
+        "4, 8 and 32 against a provider quota (cap-bound, improved, then quota-bound and "
+        "moved_the_bottleneck) and a serving-bound run; every verdict within about six "
+        "minutes (docs/simulator.md#the-demo)",
     )
     p.set_defaults(func=run_simulate)
 
@@ -176,6 +170,9 @@ PITFALLS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, Any]]]] 
 
 def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
     """The run the flags describe (server and workload defaults unless overridden)."""
+    from tpmledger.simulator.config import ServerConfig, WorkloadConfig
+    from tpmledger.simulator.fleet import FleetConfig
+
     server: dict[str, Any] = {"seed": args.seed}
     for flag, name in (
         ("capacity_tpm", "capacity_tpm"),
@@ -220,17 +217,7 @@ def _stamp() -> str:
 
 
 def _plan(args: argparse.Namespace) -> list[tuple[FleetConfig, list[int] | None]]:
-    """(config, sweep caps or None) for each phase the command runs."""
-    if args.demo:
-        stamp = _stamp()
-        args.shards, args.concurrency, args.duration = 8, 16, DEMO_RUN_S
-        first = fleet_config(args, f"demo_{stamp}_sharded")
-        args.duration = DEMO_SWEEP_RUN_S
-        args.quota_tpm = DEMO_QUOTA_TPM
-        quota = fleet_config(args, f"demo_{stamp}_quota")
-        args.quota_tpm = None
-        sweep = fleet_config(args, f"demo_{stamp}_sweep")
-        return [(first, None), (quota, None), (sweep, DEMO_SWEEP_CAPS)]
+    """(config, sweep caps or None) for each phase the command runs (not the demo)."""
     run_id = args.run_id or f"sim_{_stamp()}_sharded"
     return [(fleet_config(args, run_id), args.sweep)]
 
@@ -248,6 +235,10 @@ def endpoint_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Run the plan; progress on stderr, summary on stdout (text or ``--json``)."""
+    from tpmledger.simulator.fleet import run_fleet
+    from tpmledger.simulator.progress import progress_printer, summary_text, sweep_table
+    from tpmledger.simulator.sweep import run_sweep
+
     if args.endpoint is None:
         port = 4317 if args.protocol == "grpc" else 4318
         args.endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or f"http://127.0.0.1:{port}"
@@ -266,7 +257,19 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(summary_text(result.summary()), flush=True)
 
     every = args.progress_every
-    for config, caps in _plan(args):
+    if args.demo:  # its runs side by side (simulator.demo)
+        from tpmledger.simulator.demo import demo_configs
+        from tpmledger.simulator.fleet import run_fleets
+
+        configs = demo_configs(fleet_config(args, "demo"), _stamp())
+        names = ", ".join(c.run_id for c in configs)
+        print(f"demo: {len(configs)} runs side by side ({names})", file=sys.stderr)
+        for result in run_fleets(configs, lambda c: progress_printer(c.run_id), every):
+            report(result)
+        plans: list[tuple[FleetConfig, list[int] | None]] = []
+    else:
+        plans = _plan(args)
+    for config, caps in plans:
         if caps:
             print(f"cap sweep {config.sweep_id or config.run_id}: caps {caps}", file=sys.stderr)
             done = run_sweep(
@@ -282,6 +285,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             report(run_fleet(config, progress_printer("run"), every))
         if results and results[-1].interrupted:
             break
+    if not args.json and args.demo:
+        print(sweep_table([r.summary() for r in results if r.config.sweep_id]), flush=True)
     if args.json:
         sweep_id = next((r.config.sweep_id for r in results if r.config.sweep_id), None)
         print(json.dumps({"sweep_id": sweep_id, "runs": [r.summary() for r in results]}))

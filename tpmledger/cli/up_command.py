@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from tpmledger.cli.database_option import (
@@ -21,9 +20,9 @@ from tpmledger.cli.database_option import (
 )
 from tpmledger.cli.serve_command import add_listener_options, listener_overrides
 from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
-from tpmledger.settings import Settings
 
 if TYPE_CHECKING:
+    from tpmledger.settings import Settings
     from tpmledger.storage.embedded_postgres import EmbeddedPostgres
 
 
@@ -56,6 +55,8 @@ def exporter_lines(settings: Settings) -> str:
             f"   # or grpc, on http://{host}:{settings.grpc_port}",
             "  export OTEL_RESOURCE_ATTRIBUTES=tpmledger.run.id=my_run,"
             "tpmledger.shard.id=0,tpmledger.shard.count=8,tpmledger.concurrency.cap=16",
+            "  # tpmledger.shard.id must differ per worker (0, 1, … 7 here): workers that share"
+            " one are counted as one shard",
             f"Dashboard: http://{host}:{settings.dashboard_port}",
             f"Read API:  http://{host}:{settings.http_port}/v1/runs",
         ]
@@ -63,6 +64,8 @@ def exporter_lines(settings: Settings) -> str:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> bool:
+    import urllib.request
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -124,7 +127,7 @@ class EmbeddedDatabase:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, **listener_overrides(args))
+    settings = settings_from_args(args, follow_running=False, **listener_overrides(args))
     problem = busy_port(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -141,7 +144,7 @@ def run_up(args: argparse.Namespace) -> int:
     # for it, and Python then never raises KeyboardInterrupt.
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with database_in_use(settings, migrate_to_head=True) as db:
+    with database_in_use(settings, create=True) as db:
         env = {
             **os.environ,
             "TPMLEDGER_DATABASE_URL": db.url,
@@ -184,7 +187,7 @@ def run_up(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
-            clear_running()
+            clear_running(settings.data_dir)
             _stop_children(([demo] if demo else []), [s.process for s in services])
     return 0
 

@@ -131,12 +131,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="http")
     refresh_task = asyncio.create_task(verifier.refresh_forever(), name="token-refresh")
-    log.info(
-        "ingest listening: OTLP/HTTP %s:%d, OTLP/gRPC %s:%d",
-        settings.host,
-        settings.http_port,
-        settings.host,
-        settings.grpc_port,
+    # The start line on stdout, as the dashboard's: it is news for the user, not a log line.
+    print(
+        f"ingest listening: OTLP/HTTP and the read API on {settings.host}:{settings.http_port}, "
+        f"OTLP/gRPC on {settings.host}:{settings.grpc_port}",
+        flush=True,
     )
     stop_task = asyncio.create_task(stop.wait(), name="stop")
     try:

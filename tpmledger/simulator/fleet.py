@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,8 +113,15 @@ async def _show_progress(
 
 
 async def _run_shards(
-    config: FleetConfig, llm_url: str, progress: ProgressCallback | None, every_s: float
+    config: FleetConfig,
+    llm_url: str,
+    progress: ProgressCallback | None,
+    every_s: float,
+    stoppers: list[Callable[[], None]] | None = None,
 ) -> FleetResult:
+    """One fleet's shards to completion; on SIGINT/SIGTERM they are stopped. With
+    ``stoppers`` (fleets run side by side), the fleet adds its stop there instead of
+    taking the signals itself (a loop has one handler per signal)."""
     result = FleetResult(config=config)
     started = time.monotonic()
     procs: list[asyncio.subprocess.Process] = []
@@ -125,8 +133,12 @@ async def _run_shards(
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_all)
+    own_signals = stoppers is None
+    if stoppers is not None:
+        stoppers.append(stop_all)
+    else:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop_all)
     try:
         for shard_id in range(config.shards):
             proc = await asyncio.create_subprocess_exec(
@@ -161,8 +173,9 @@ async def _run_shards(
         if shower:
             shower.cancel()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        if own_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
         for proc in procs:
             if proc.returncode is None:
                 proc.kill()
@@ -179,3 +192,48 @@ def run_fleet(
         return asyncio.run(_run_shards(config, config.llm_url, progress, progress_every_s))
     with running_llm_server(config.server) as llm_url:
         return asyncio.run(_run_shards(config, llm_url, progress, progress_every_s))
+
+
+async def _run_side_by_side(
+    configs: list[FleetConfig],
+    urls: list[str],
+    progress_for: Callable[[FleetConfig], ProgressCallback | None],
+    every_s: float,
+) -> list[FleetResult]:
+    loop = asyncio.get_running_loop()
+    stoppers: list[Callable[[], None]] = []
+
+    def stop_every_fleet() -> None:
+        for stop in stoppers:
+            stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_every_fleet)
+    try:
+        return list(
+            await asyncio.gather(
+                *(
+                    _run_shards(config, url, progress_for(config), every_s, stoppers)
+                    for config, url in zip(configs, urls, strict=True)
+                )
+            )
+        )
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def run_fleets(
+    configs: list[FleetConfig],
+    progress_for: Callable[[FleetConfig], ProgressCallback | None] = lambda _c: None,
+    progress_every_s: float = 5.0,
+) -> list[FleetResult]:
+    """Run several fleets at the same time, each against its own simulated server (or its
+    ``llm_url``), until all end or SIGINT/SIGTERM stops them all; results in ``configs``
+    order."""
+    with ExitStack() as servers:
+        urls = [
+            config.llm_url or servers.enter_context(running_llm_server(config.server))
+            for config in configs
+        ]
+        return asyncio.run(_run_side_by_side(configs, urls, progress_for, progress_every_s))

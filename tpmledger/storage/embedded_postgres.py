@@ -34,8 +34,15 @@ class EmbeddedPostgres:
         self.pgdata = Path(data_dir) / "postgres"
         self._server: Any = None
 
-    def start(self) -> str:
-        """Start the server if needed and return the URL of the tpmledger database."""
+    @staticmethod
+    def exists_in(data_dir: Path) -> bool:
+        """True when ``data_dir`` holds an embedded server's files (``initdb`` has run)."""
+        return (Path(data_dir) / "postgres" / "PG_VERSION").is_file()
+
+    def start(self, *, create: bool = True) -> str:
+        """Start the server if needed and return the URL of the tpmledger database. With
+        ``create=False`` a missing tpmledger database raises :class:`LookupError` (the
+        server is left started: call :meth:`stop`)."""
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent / "run"))
         Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
         import pgserver  # imported lazily: it is only needed for the embedded mode
@@ -45,6 +52,8 @@ class EmbeddedPostgres:
         self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
         exists = self._server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
         if "1 row" not in exists:
+            if not create:
+                raise LookupError(f"no database {DATABASE_NAME} in {self.pgdata}")
             self._server.psql(f"CREATE DATABASE {DATABASE_NAME};")
         return str(self._server.get_uri(DATABASE_NAME))
 

@@ -18,7 +18,8 @@ Also the count of rate-limit values that could not be read, per run.
 
 Each sealed version stores its target-minutes beside it (``snapshot_diagnostics``, under
 :data:`SEALED_TARGETS_KEY`); :func:`target_minutes` reads those and aggregates only the
-attempts that end after the version's last minute, so a page or a request over a sealed or
+attempts that end after the version's last minute (and of the sealed minutes that late
+attempts changed since, as the minute table does), so a page or a request over a sealed or
 checkpointed run never scans the attempts the version already covers.
 """
 
@@ -29,11 +30,13 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import sql
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.call_attempts import resolved_column, resolved_join
 from tpmledger.storage.error_classes import RATE_LIMITED_SQL, SERVING_PATTERNS, SERVING_SQL
 from tpmledger.storage.live_read import run_state
+from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.seal_scope import SealScope
 from tpmledger.storage.sealed_figures_store import read_diagnostics
 
@@ -217,14 +220,41 @@ def _run_target_minutes(
         return sealed
     assert state.snapshot_through is not None
     after_ns = (int(state.snapshot_through.timestamp()) + 60) * 1_000_000_000
-    return sorted(sealed + fetch_target_minutes(conn, [run_id], since_ns=after_ns), key=_order)
+    # Sealed minutes that late attempts touched since: the minute table shows them from
+    # their live rows (analytics.views.current_table), so they are read from the attempts
+    # here too, or a checkpoint sealed while a minute was still filling would hold its
+    # partial counts until the next version.
+    redone = _relived_minutes(session, run_id, after_ns)
+    since_ns = min(redone, default=after_ns)
+    kept = [t for t in sealed if t.minute_ns not in redone]
+    fresh = [
+        t
+        for t in fetch_target_minutes(conn, [run_id], since_ns=since_ns)
+        if t.minute_ns >= after_ns or t.minute_ns in redone
+    ]
+    return sorted(kept + fresh, key=_order)
+
+
+def _relived_minutes(session: Session, run_id: str, before_ns: int) -> set[int]:
+    """Starts (ns) of the minutes before ``before_ns`` with a live whole-run row: minutes a
+    version sealed that newer attempts have changed (the seal drops the live rows it
+    covers)."""
+    rows = session.execute(
+        text(
+            "SELECT DISTINCT (extract(epoch FROM minute_utc))::bigint FROM live_minutes "
+            "WHERE run_id = :run AND shard_id = :whole AND minute_utc < to_timestamp(:before)"
+        ),
+        {"run": run_id, "whole": WHOLE_RUN, "before": before_ns // 1_000_000_000},
+    )
+    return {int(r[0]) * 1_000_000_000 for r in rows}
 
 
 def target_minutes(session: Session, run_ids: list[str]) -> list[TargetMinute]:
     """Every (run, target, minute) of ``run_ids`` in ``session``'s transaction (one snapshot
     with the session's other reads): the newest version's stored target-minutes, plus the
     attempts that end after its last minute (every attempt when the run was never sealed).
-    Late attempts ending in minutes a version sealed count from the next version on."""
+    Sealed minutes that late attempts changed are read from the attempts, as the minute
+    table takes them from their live rows."""
     driver = session.connection().connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
     return [t for run_id in run_ids for t in _run_target_minutes(session, driver, run_id)]

@@ -71,15 +71,22 @@ def test_five_runs_get_their_bottleneck_live_and_sealed(running_ingest: RunningI
         assert live["live"] is True
         assert live["params"] == BottleneckParams().as_dict()
         sealed = seal_run(running_ingest.database_url, name).metrics["bottleneck"]
-        assert {k: v for k, v in live.items() if k != "live"} == sealed
+        assert {k: v for k, v in live.items() if k not in ("live", "counted")} == sealed
         # The signed predicate carries the verdict of the version it signs.
         assert snapshot_predicate(running_ingest.database_url, name)["bottleneck"] == sealed
-        assert get(running_ingest, f"/runs/{name}")["bottleneck"] == sealed
+        read = get(running_ingest, f"/runs/{name}")["bottleneck"]
+        assert read.pop("counted").startswith("The verdict counts the ")  # said when read
+        assert read == sealed
 
     quota = get(running_ingest, "/runs/quota-bound")["bottleneck"]
     assert quota["minutes"] == inner
     assert quota["evidence"] | {"rate_limited": 12, "attempts": 192} == quota["evidence"]
     assert "6.25 % of attempts were rate limited" in quota["reason"]
+    assert quota["counted"] == (
+        "The verdict counts the 192 of the run's 288 attempts that ended in its 4 inner "
+        "minutes (strictly between the first and the last minute, which are partial); the "
+        "run's attempt count includes every minute."
+    )
     cap = get(running_ingest, "/runs/cap-bound")["bottleneck"]
     assert cap["minutes"] == inner and cap["evidence"]["lowest_headroom"] == 0.5
     serving = get(running_ingest, "/runs/serving")["bottleneck"]

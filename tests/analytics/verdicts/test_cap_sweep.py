@@ -11,6 +11,7 @@ from tpmledger.analytics.verdicts.cap_sweep import (
     SweepThresholds,
     load_sweep,
     walk_caps,
+    walk_label,
 )
 from tpmledger.storage.database import in_one_snapshot
 
@@ -32,6 +33,19 @@ def test_knee_is_last_cap_before_throughput_flattens() -> None:
     assert knee == 16
     assert [(p.cap, p.accepted) for p in walked] == [(4, True), (16, True), (32, False), (64, None)]
     assert "needs > +2.0%" in walked[2].reason
+
+
+def test_a_live_cap_is_never_called_rejected() -> None:
+    """Issue 37: a just-started cap was listed as "rejected: throughput not measured"."""
+    from dataclasses import replace
+
+    walked, _ = walk_caps([point(4, 1000, 0.01, 0.99), point(8, None, None, None)], RULE)
+    sealed = walk_label(walked[1])
+    assert sealed.startswith("rejected: ")
+    live = walk_label(replace(walked[1], status="live"))
+    assert "rejected" not in live
+    assert live.startswith("not accepted so far (live, provisional): ")
+    assert walk_label(replace(walked[0], status="live")).startswith("accepted so far (live")
 
 
 def test_retry_rise_and_success_drop_reject() -> None:

@@ -34,6 +34,12 @@ def test_a_little_more_throughput_many_more_retries_moved_the_bottleneck(
     result = in_one_snapshot(database_url, compare_runs, "a", "b")
     assert result["verdict"] == "moved_the_bottleneck", result["rule"]
     assert "retry rate rose" in result["rule"]
+    # Never said without each run's own verdict (none here: no cap, no quota telemetry).
+    assert result["bottlenecks"]["a"]["verdict"] is None
+    assert result["bottlenecks"]["b"]["reason"]  # what is missing, in words
+    assert result["rule"].endswith(
+        "each run's own bottleneck verdict: A not measured, B not measured"
+    )
     retry = result["figures"]["retry_rate"]
     assert retry["interval"][0] > 0
 

@@ -46,14 +46,19 @@ def test_concurrency_draws_cap_and_queue_depth() -> None:
             "queue_depth_max": [0, 5],
         },
     )
-    names = _names(concurrency_figure(run))
+    fig = concurrency_figure(run)
+    names = _names(fig)
+    # The cap is drawn first: the in-flight max (here 16 = the cap) is drawn over it.
     assert names == [
+        "cap",
         "in-flight (mean)",
         "in-flight (max)",
-        "cap",
         "queue depth (mean)",
         "queue depth (max)",
     ]
+    cap, in_flight_max = fig["data"][0], fig["data"][2]
+    assert cap["line"]["dash"] == "dash" and cap["opacity"] < 1
+    assert in_flight_max["line"]["dash"] == "dot" and in_flight_max["line"]["width"] >= 2
     no_queue = MinuteSeries(MINUTES, {**run.columns, "queue_depth_mean": [None, None]})
     assert "queue depth: not measured" in _texts(concurrency_figure(no_queue))
 

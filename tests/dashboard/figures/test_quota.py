@@ -1,11 +1,11 @@
-"""Used versus quota per target: the figure's traces and its honest notes."""
+"""Used versus quota per target: one panel per target, its headroom in words."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.storage.builders import BASE_NS, MINUTE_NS
-from tpmledger.dashboard.figures.quota import quota_figure
+from tpmledger.dashboard.figures.quota import headroom_lines, quota_figure
 from tpmledger.storage.target_minutes import TargetMinute
 
 
@@ -19,21 +19,52 @@ def _minute(i: int, model: str = "m", **fields: Any) -> TargetMinute:
     return TargetMinute(**(values | fields))
 
 
-def test_used_bars_quota_lines_and_rate_limited_markers_per_target() -> None:
-    fig = quota_figure(
-        [_minute(0, quota_tpm=1000), _minute(1, quota_tpm=1000, rate_limited=2), _minute(0, "n")]
-    )
+def test_one_panel_per_target_normalized_to_its_quota() -> None:
+    # A small quota beside a 40 M one: each target on its own panel, as a share of its quota.
+    rows = [
+        _minute(0, quota_tpm=1000),
+        _minute(1, quota_tpm=1000, rate_limited=2),
+        _minute(0, "big", used_tpm=4_000_000, quota_tpm=40_000_000),
+        _minute(0, "n"),
+    ]
+    fig = quota_figure(rows)
     traces = {t["name"]: t for t in fig["data"]}
     assert set(traces) == {
-        "openai/m tokens used", "openai/m tokens quota", "openai/m requests used",
-        "openai/m rate limited (429)", "openai/n tokens used", "openai/n requests used",
+        "openai/m tokens used", "openai/m rate limited (429)", "openai/big tokens used",
+        "openai/n tokens used",
     }  # fmt: skip
-    assert traces["openai/m tokens quota"]["y"] == [1000, 1000]
+    assert traces["openai/m tokens used"]["y"] == [0.9, 0.9]
+    assert traces["openai/big tokens used"]["y"] == [0.1]
+    assert traces["openai/n tokens used"]["y"] == [900]  # no quota: tokens used
     assert traces["openai/m tokens used"]["x"] == ["2026-02-01 03:44", "2026-02-01 03:45"]
     assert traces["openai/m rate limited (429)"]["x"] == ["2026-02-01 03:45"]
-    assert traces["openai/m requests used"]["yaxis"] == "y2"
-    assert fig["layout"]["xaxis"]["anchor"] == "y2"
-    assert not [a for a in fig["layout"]["annotations"] if a.get("name") == "not-measured"]
+    axes = {t["name"]: t["yaxis"] for t in fig["data"]}
+    assert len({axes["openai/m tokens used"], axes["openai/big tokens used"],
+                axes["openai/n tokens used"]}) == 3  # fmt: skip
+    layout = fig["layout"]
+    assert layout["yaxis"]["tickformat"] == ".0%" and "tickformat" not in layout["yaxis3"]
+    assert layout["xaxis"]["anchor"] == "y3"  # below the lowest panel
+    quota_lines = [s for s in layout["shapes"] if s.get("name") == "quota"]
+    assert [s["yref"] for s in quota_lines] == ["y", "y2"] and quota_lines[0]["y0"] == 1
+    titles = [a["text"] for a in layout["annotations"] if a.get("name") == "target-title"]
+    assert titles[0] == "<b>openai/m</b>: lowest headroom 10.0 % (tokens) at 03:44"
+    assert "quota not measured" in titles[2]
+    assert not [a for a in layout["annotations"] if a.get("name") == "not-measured"]
+
+
+def test_headroom_in_words_names_the_lowest_minute() -> None:
+    rows = [
+        _minute(0, quota_tpm=1000, quota_rpm=100),
+        _minute(1, used_tpm=996, used_rpm=50, quota_tpm=1000, quota_rpm=100, rate_limited=3),
+        _minute(2, used_tpm=100, quota_tpm=1000, quota_rpm=100),
+        _minute(0, "n"),
+    ]
+    lines = headroom_lines(rows)
+    assert lines == [
+        "openai/m: lowest headroom 0.4 % of its tokens quota, in minute 2026-02-01 03:45 UTC "
+        "(996 of 1,000 tokens); 3 attempts rate limited (429).",
+        "openai/n: quota not measured, so no headroom.",
+    ]
 
 
 def test_no_quota_reported_says_so_and_no_attempts_says_not_measured() -> None:
@@ -49,8 +80,8 @@ def test_open_minutes_are_drawn_in_progress() -> None:
     fig = quota_figure(rows, {"2026-02-01 03:45"})
     traces = {t["name"]: t for t in fig["data"]}
     # The settled part keeps the closed minute; the in-progress part, hatched, the open one.
-    assert traces["openai/m tokens used"]["y"] == [900, None]
-    assert traces["openai/m tokens used (in progress)"]["y"] == [None, 900]
+    assert traces["openai/m tokens used"]["y"] == [0.9, None]
+    assert traces["openai/m tokens used (in progress)"]["y"] == [None, 0.9]
     assert traces["openai/m tokens used (in progress)"]["marker"]["pattern"]["shape"] == "/"
     assert "in progress (open minute)" in traces
     assert any(a.get("name") == "in-progress" for a in fig["layout"]["annotations"])

@@ -42,18 +42,21 @@ def test_run_page_names_the_bottleneck_and_draws_used_versus_quota(
     inner = ", ".join(minute_text(base, m)[11:16] for m in range(1, 5))
     assert f"Evidence minutes: {inner} UTC." in text
     assert "quota_headroom_max 0.1" in text  # the thresholds are printed with the verdict
+    # The verdict's 192 attempts beside the header's 288, in words.
+    assert "The verdict counts the 192 of the run's 288 attempts that ended in its 4 inner" in text
     figure = wait_graph(browser, "run-quota")
     names = {t["name"] for t in figure["traces"]}
     assert {
         "openai/gpt-test tokens used",
-        "openai/gpt-test tokens quota",
         "openai/gpt-test requests used",
-        "openai/gpt-test requests quota",
         "openai/gpt-test rate limited (429)",
     } == names
-    quota = next(t for t in figure["traces"] if t["name"] == "openai/gpt-test tokens quota")
-    assert set(quota["y"]) == {7200}
+    # One panel per target, as a share of its quota (the quota is the 100 % line).
     assert annotation(figure, "not-measured") is None
+    assert annotation(figure, "target-title").startswith("<b>openai/gpt-test</b>: lowest headroom")
+    headroom = text_of(browser, "run-quota-headroom")
+    assert headroom.startswith("openai/gpt-test: lowest headroom ")
+    assert "of 7,200 tokens" in headroom or "requests)" in headroom
     screenshot(browser, output_dir, "quota-bound-run")
 
     # A live run (never sealed): the verdict over the minutes so far, said to be live.

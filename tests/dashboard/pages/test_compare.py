@@ -27,6 +27,8 @@ def test_compare_page_shows_the_verdict_with_its_rule(
     assert wait_text(browser, "compare-verdict") == "moved_the_bottleneck"
     rule = text_of(browser, "compare-rule")
     assert rule.startswith("Rule: throughput rose +3.0 % but retry rate rose")
+    own = text_of(browser, "compare-bottlenecks")
+    assert own == "Each run's own bottleneck: A (base): not measured · B (cand): not measured"
     params = text_of(browser, "compare-params")
     assert "2000 resamples, seed 0, 95 % percentile interval" in params
     assert "at least 3 such minutes" in params

@@ -46,6 +46,7 @@ from tpmledger.provenance.tiles import (
     tile_data,
 )
 from tpmledger.storage.models import Snapshot
+from tpmledger.storage.runs_read import run_is_known
 from tpmledger.storage.snapshots_read import snapshot_at
 
 
@@ -67,7 +68,7 @@ def _snapshot(session: Session, run_id: str, version: int | None) -> Snapshot:
         )
         snapshot = session.scalars(query).first()
         if snapshot is None:
-            raise RunNotSealed(run_id)
+            raise RunNotSealed(run_id, known=run_is_known(session, run_id))
         return snapshot
     found = snapshot_at(session, run_id, version)
     if found is None:

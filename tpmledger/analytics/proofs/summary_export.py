@@ -54,6 +54,7 @@ from tpmledger.provenance.summary_text import summary_text
 from tpmledger.provenance.tiles import tree_tile_files
 from tpmledger.storage.database import read_session, read_view
 from tpmledger.storage.models import Snapshot
+from tpmledger.storage.runs_read import run_is_known
 from tpmledger.storage.snapshots_read import busy_minute_rows, snapshot_at
 from tpmledger.storage.time_text import minute_text_ns, utc_ms
 
@@ -353,11 +354,16 @@ def write_tiles(proofs: dict[str, Any], out_dir: Path) -> Path:
 
 
 def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+    """The run's newest snapshot; None when never sealed. Raises :class:`RunNotSealed`
+    naming the run as unknown when nothing was ever stored for it."""
     query = (
         select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version.desc()).limit(1)
     )
     with read_session(url) as session:
-        return session.scalars(query).first()
+        found = session.scalars(query).first()
+        if found is None and not run_is_known(session, run_id):
+            raise RunNotSealed(run_id, known=False)
+        return found
 
 
 def _json_bytes(document: dict[str, Any]) -> bytes:

@@ -28,6 +28,7 @@ from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.models import Snapshot
 from tpmledger.storage.retention_store import archived
+from tpmledger.storage.runs_read import run_is_known
 from tpmledger.storage.snapshots_read import minute_rows
 from tpmledger.storage.time_text import minute_text
 
@@ -37,8 +38,13 @@ REL_TOLERANCE = 1e-9
 class NotSealed(LookupError):
     """The run has no sealed snapshot to verify."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} has no sealed snapshot: seal it with `tpmledger analyze`")
+    def __init__(self, run_id: str, *, known: bool = True) -> None:
+        if known:
+            text = f"run {run_id!r} has no sealed snapshot: seal it with `tpmledger analyze`"
+        else:
+            text = f"no such run: {run_id!r} (no spans were stored for it)"
+        super().__init__(text)
+        self.known = known
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,7 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
             )
         )
         if not snapshots:
-            raise NotSealed(run_id)
+            raise NotSealed(run_id, known=run_is_known(session, run_id))
         latest = snapshots[-1]
         gone = archived(session, run_id)
         sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)

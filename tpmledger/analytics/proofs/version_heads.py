@@ -18,13 +18,18 @@ from tpmledger.storage.models import Snapshot
 
 
 class RunNotSealed(LookupError):
-    """The run has no sealed snapshot yet."""
+    """The run has no sealed snapshot yet (``known=False``: nothing was ever stored for it,
+    and the message says so instead of asking to seal it)."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"run {run_id!r} has no sealed snapshot; seal it with "
-            f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
-        )
+    def __init__(self, run_id: str, *, known: bool = True) -> None:
+        if not known:
+            super().__init__(f"no such run: {run_id!r} (no spans were stored for it)")
+        else:
+            super().__init__(
+                f"run {run_id!r} has no sealed snapshot; seal it with "
+                f"`tpmledger analyze {shlex.quote(run_id)}` (or wait for the analytics worker)"
+            )
+        self.known = known
 
 
 class VersionNotSealed(LookupError):

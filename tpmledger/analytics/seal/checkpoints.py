@@ -85,7 +85,7 @@ class Checkpointer:
                     run_id,
                     result.version,
                     _through(result),
-                    detail,
+                    detail if log.isEnabledFor(logging.DEBUG) else "",  # timings: -v only
                 )
         return sealed
 

@@ -282,13 +282,33 @@ def current_bottleneck(
     return {**clean(bottleneck_verdict(rows, targets)), "live": table.live}
 
 
+def counted_words(bottleneck: dict[str, Any] | None, run_attempts: int | None) -> str | None:
+    """What the verdict counted, in words beside the run's own total: the verdict weighs the
+    attempts of the inner minutes only, while the run's header counts every attempt."""
+    evidence = (bottleneck or {}).get("evidence") or {}
+    counted, inner = evidence.get("attempts"), evidence.get("inner_minutes")
+    if counted is None or inner is None:
+        return None
+    total = f" of the run's {run_attempts:,}" if run_attempts is not None else ""
+    return (
+        f"The verdict counts the {counted:,}{total} attempts that ended in its {inner} inner "
+        "minutes (strictly between the first and the last minute, which are partial); the "
+        "run's attempt count includes every minute."
+    )
+
+
 def run_object_with_bottleneck(
     session: Session, run_id: str, close_after_s: float = 120.0, slo_text: str | None = None
 ) -> dict[str, Any]:
     """``GET /v1/runs/{run_id}``: the run object with ``bottleneck`` — the sealed verdict
     of the version shown, else (a live run, or a version sealed before verdicts) the
-    current one. Raises ``UnknownRun`` for an unknown run."""
+    current one, with ``counted`` (:func:`counted_words`). Raises ``UnknownRun`` for an
+    unknown run."""
     run = run_object(session, run_id, close_after_s, slo_text)
     if run.get("bottleneck") is None:
         run["bottleneck"] = current_bottleneck(session, run_id, close_after_s=close_after_s)
+    if run["bottleneck"] is not None:  # said at read time: a sealed verdict stays as sealed
+        attempts = run.get("attempts")
+        words = counted_words(run["bottleneck"], attempts if isinstance(attempts, int) else None)
+        run["bottleneck"] = {**run["bottleneck"], "counted": words}
     return run

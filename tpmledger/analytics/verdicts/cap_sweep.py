@@ -127,6 +127,20 @@ def walk_caps(
     return walked, knee
 
 
+def walk_label(point: SweepPoint) -> str:
+    """The walk's verdict on one cap in words. A live cap's verdict is provisional (its
+    figures still change, a just-started cap has none yet): it is never called "rejected"."""
+    if point.status == "live":
+        label = {
+            True: "accepted so far (live, provisional)",
+            False: "not accepted so far (live, provisional)",
+            None: "not reached yet (live)",
+        }[point.accepted]
+    else:
+        label = {True: "accepted", False: "rejected", None: "not reached"}[point.accepted]
+    return f"{label}: {point.reason}" if point.reason else label
+
+
 def _with(point: SweepPoint, accepted: bool | None, reason: str) -> SweepPoint:
     return SweepPoint(**{**asdict(point), "accepted": accepted, "reason": reason})
 

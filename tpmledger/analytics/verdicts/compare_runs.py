@@ -101,6 +101,9 @@ class RunMinutes:
     # Per minute: still open when this version was sealed (a version sealed while data
     # arrived, e.g. `tpmledger analyze` of a running run); drawn in progress.
     open_at_seal: list[bool] = field(default_factory=list)
+    # The version's own bottleneck verdict (docs/metrics.md#bottleneck); None when sealed
+    # before verdicts existed.
+    bottleneck: dict[str, Any] | None = None
 
     @property
     def inner(self) -> slice:
@@ -142,6 +145,8 @@ def load_run_minutes(
         for name in ("calls_in_minute", "tpm_total", "completion_tpm_out", "ttft_p95_s")
     }
     run = RunMinutes(run_id, snapshot.version, snapshot.seal, minutes, cols)
+    own = (snapshot.metrics or {}).get("bottleneck")
+    run.bottleneck = dict(own) if isinstance(own, dict) else None
     if not snapshot.final:
         closes = timedelta(minutes=1, seconds=close_after_s)
         run.open_at_seal = [r["minute_utc"] + closes > snapshot.data_as_of for r in rows]
@@ -381,6 +386,12 @@ def _verdict(figures: dict[str, Any], needed: tuple[str, ...]) -> tuple[str, str
     return "inconclusive", "the throughput change is within its interval"
 
 
+def _own_verdict(run: RunMinutes) -> dict[str, Any]:
+    """A run's own bottleneck verdict and reason, as its compared version sealed them."""
+    own = run.bottleneck or {}
+    return {"verdict": own.get("verdict"), "reason": own.get("reason")}
+
+
 def compare(
     a: RunMinutes, b: RunMinutes, params: CompareParams, slo_text: str | None = None
 ) -> dict[str, Any]:
@@ -405,6 +416,12 @@ def compare(
         )
     else:
         verdict, rule = _verdict(figures, needed)
+    own = {"a": _own_verdict(a), "b": _own_verdict(b)}
+    if verdict == "moved_the_bottleneck":  # never said without the runs' own verdicts
+        rule += (
+            f"; each run's own bottleneck verdict: A {own['a']['verdict'] or 'not measured'}, "
+            f"B {own['b']['verdict'] or 'not measured'}"
+        )
     return {
         "a": a.run_id,
         "b": b.run_id,
@@ -413,6 +430,7 @@ def compare(
         "missing": missing,
         "not_measured": why,
         "figures": figures,
+        "bottlenecks": own,
         "snapshots": {
             "a": {"version": a.version, "seal": a.seal, "inner_minutes": a.inner_count},
             "b": {"version": b.version, "seal": b.seal, "inner_minutes": b.inner_count},

@@ -11,6 +11,7 @@ from typing import Any
 import dash_bootstrap_components as dbc
 from dash import html
 
+from tpmledger.analytics.verdicts.bottleneck import counted_words
 from tpmledger.dashboard.display import NOT_MEASURED
 
 VERDICT_WORDS = {
@@ -35,8 +36,11 @@ def minutes_text(minutes: list[str], shown: int = 8) -> str:
     return text + (f" … ({len(minutes)} minutes)" if len(minutes) > shown else "") + " UTC"
 
 
-def bottleneck_panel(bottleneck: dict[str, Any] | None) -> dbc.Alert:
-    """The verdict panel of the run page (id ``run-bottleneck``)."""
+def bottleneck_panel(
+    bottleneck: dict[str, Any] | None, run_attempts: int | None = None
+) -> dbc.Alert:
+    """The verdict panel of the run page (id ``run-bottleneck``); ``run_attempts`` (the
+    header's count) is set beside the inner-minute attempts the verdict counted."""
     if not bottleneck:
         body: list[Any] = [html.Strong("Bottleneck: "), f"{NOT_MEASURED} yet."]
         return dbc.Alert(body, color="secondary", id="run-bottleneck", className="py-2 small")
@@ -53,6 +57,9 @@ def bottleneck_panel(bottleneck: dict[str, Any] | None) -> dbc.Alert:
     lines: list[Any] = [html.Strong(head + ". "), f"{reason}." if reason else ""]
     if minutes:
         lines += [html.Br(), f"Evidence minutes: {minutes_text(minutes)}."]
+    counted = counted_words(bottleneck, run_attempts)
+    if counted:
+        lines += [html.Br(), html.Span(counted, id="run-bottleneck-counted")]
     if params:
         shown = ", ".join(f"{k} {v}" for k, v in params.items())
         lines += [html.Br(), html.Span(f"Thresholds: {shown}.", className="text-body-secondary")]

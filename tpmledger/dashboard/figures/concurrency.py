@@ -81,12 +81,16 @@ def concurrency_figure(run: MinuteSeries) -> Figure:
     """In-flight mean/max, the cap, and queue depth mean/max on one time axis."""
     if not run.measured("in_flight_mean"):
         return message_figure(f"In-flight: {NOT_MEASURED}")
-    data = [
-        _line(run, "in_flight_mean", "in-flight (mean)", IN_FLIGHT_COLOR),
-        _line(run, "in_flight_max", "in-flight (max)", IN_FLIGHT_COLOR, width=1, dash="dot"),
-    ]
+    data = []
+    # The cap first, wide and translucent, so the in-flight lines are drawn over it: a
+    # cap-bound run's max sits exactly on the cap and would otherwise vanish under it.
     if run.measured("concurrency_cap"):
-        data.append(_line(run, "concurrency_cap", "cap", CAP_COLOR, dash="dash", shape="hv"))
+        cap = _line(run, "concurrency_cap", "cap", CAP_COLOR, width=5, dash="dash", shape="hv")
+        data.append({**cap, "opacity": 0.45})
+    data += [
+        _line(run, "in_flight_mean", "in-flight (mean)", IN_FLIGHT_COLOR),
+        _line(run, "in_flight_max", "in-flight (max)", IN_FLIGHT_COLOR, width=2, dash="dot"),
+    ]
     queue_measured = run.measured("queue_depth_mean")
     if queue_measured:
         mean = _line(run, "queue_depth_mean", "queue depth (mean)", QUEUE_COLOR, width=1)

@@ -22,6 +22,7 @@ from tpmledger.analytics.verdicts.compare_runs import (
     load_run_minutes,
 )
 from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+from tpmledger.dashboard.components.bottleneck_panel import verdict_words
 from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.data.sealed_runs import list_sealed_run_ids
 from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds
@@ -103,6 +104,20 @@ def params_text(result: dict[str, Any]) -> str:
     )
 
 
+def own_bottlenecks(result: dict[str, Any]) -> html.Div:
+    """Each run's own bottleneck verdict (what bounds it alone), beside the comparison."""
+    parts: list[Any] = ["Each run's own bottleneck: "]
+    for side in ("a", "b"):
+        own = result["bottlenecks"][side]
+        words = verdict_words(own) if own["verdict"] else NOT_MEASURED
+        if side == "b":
+            parts.append(" · ")
+        parts += [html.Strong(f"{side.upper()} ({result[side]}): "), words]
+        if own["verdict"]:
+            parts.append(f" ({own['verdict']})")
+    return html.Div(parts, id="compare-bottlenecks", className="mb-1")
+
+
 def compare_panels(
     config: DashboardConfig, run_a: str | None, run_b: str | None, slo_text: str | None
 ) -> tuple[Any, Any, Figure]:
@@ -140,6 +155,7 @@ def compare_panels(
                 className="fs-5 fw-semibold mb-1",
             ),
             html.Div(f"Rule: {result['rule']}", id="compare-rule", className="mb-1"),
+            own_bottlenecks(result),
             html.Div(params_text(result), id="compare-params", className="small mb-2"),
         ]
     )

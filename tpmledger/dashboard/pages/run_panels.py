@@ -51,7 +51,7 @@ from tpmledger.dashboard.figures.concurrency import (
     concurrency_figure,
     work_conserving_text,
 )
-from tpmledger.dashboard.figures.quota import dashboard_minute, quota_figure
+from tpmledger.dashboard.figures.quota import dashboard_minute, headroom_lines, quota_figure
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
@@ -170,6 +170,7 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
     if table is not None and isinstance(run.metrics.get("diagnostics"), dict):
         extras["diagnostics"] = live_run_diagnostics(run.metrics["diagnostics"], version)
     targets = target_minutes(session, [run.run_id])  # docs/metrics.md#quota-headroom
+    open_minutes = {dashboard_minute(m) for m in run.metrics.get("open_minutes") or []}
     verdict = run.metrics.get("bottleneck") or current_bottleneck(
         session, run.run_id, close_after_s=config.close_after_s, table=table, targets=targets
     )
@@ -178,13 +179,12 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
             [
                 _header(run),
                 reconciliation_line(checked),
-                bottleneck_panel(verdict),
-                dcc.Graph(
-                    id="run-quota",
-                    figure=quota_figure(
-                        targets,
-                        {dashboard_minute(m) for m in run.metrics.get("open_minutes") or []},
-                    ),
+                bottleneck_panel(verdict, run.attempts),
+                dcc.Graph(id="run-quota", figure=quota_figure(targets, open_minutes)),
+                html.Ul(
+                    [html.Li(line) for line in headroom_lines(targets, open_minutes)],
+                    id="run-quota-headroom",
+                    className="small mb-3",
                 ),
                 diagnostics_panel({**run.metrics, **extras}),
             ]

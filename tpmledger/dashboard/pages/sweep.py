@@ -15,7 +15,7 @@ import dash
 import dash_bootstrap_components as dbc
 from dash import Input, Output, dcc, html
 
-from tpmledger.analytics.verdicts.cap_sweep import SweepResult, load_sweep
+from tpmledger.analytics.verdicts.cap_sweep import SweepResult, load_sweep, walk_label
 from tpmledger.dashboard.components.bottleneck_panel import verdict_words
 from tpmledger.dashboard.components.empty_states import no_sweeps_state
 from tpmledger.dashboard.components.kpi_cards import NOT_YET
@@ -52,11 +52,6 @@ _COLUMNS = (
     "Bottleneck",
     "Verdict of the walk",
 )
-
-
-def _verdict(accepted: bool | None, reason: str) -> str:
-    label = {True: "accepted", False: "rejected", None: "not reached"}[accepted]
-    return f"{label}: {reason}" if reason else label
 
 
 def _bottleneck(bottleneck: dict[str, Any] | None) -> Any:
@@ -99,7 +94,7 @@ def _points_table(view: SweepResult) -> dbc.Table:
                 html.Td(fmt_rate(p.retry_rate)),
                 html.Td(_later(p.status, fmt_seconds(p.ttft_p95_s))),
                 html.Td(_bottleneck(p.bottleneck), className="small"),
-                html.Td(_verdict(p.accepted, p.reason), className="small"),
+                html.Td(walk_label(p), className="small"),
             ]
         )
         for p in view.points
