@@ -234,13 +234,23 @@ class RetentionSchedule:
         )
 
 
+# After updates that took W seconds the live loop waits min(W, this) before the next
+# (docs/metrics.md#live-figures): while ingest is busy, live work takes at most about half
+# of the wall time and the commits meanwhile are coalesced into one update; the live
+# rows' ``data_as_of`` says which commit they reflect.
+LIVE_YIELD_MAX_S = 1.0
+
+
 def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
     """Drain new data into the live minute table until ``stop`` is set.
 
-    After an update that found work it polls again at once (a backlog drains without
-    waiting); when idle it waits ``poll_s``.
+    After updates that found work it waits as long as they took (at most
+    :data:`LIVE_YIELD_MAX_S`): each update drains every commit queued meanwhile, so a
+    burst is folded in a few updates and live work yields to ingest instead of competing
+    with every commit. When idle it waits ``poll_s``.
     """
     while not stop.is_set():
+        started = time.perf_counter()
         try:
             updates = updater.update_once()
         except Exception:  # database restarts must not kill the worker
@@ -257,5 +267,7 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
                 update.wall_s,
                 ", ".join(f"{name} {s:.2f}s" for name, s in update.stages.items()),
             )
-        if not updates:
+        if updates:
+            stop.wait(min(time.perf_counter() - started, LIVE_YIELD_MAX_S))
+        else:
             stop.wait(poll_s)
