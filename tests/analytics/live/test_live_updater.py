@@ -167,3 +167,23 @@ def test_commits_touching_every_minute_of_an_hour_fold_only_their_rows(
             assert update.attempts_read <= batch + batch // 5, (index, update.attempts_read)
     assert len(updater.states[run_id].minutes) >= 60
     _assert_same(database_url, run_id, updater)
+
+
+def test_live_figures_before_the_kernels_are_compiled_are_the_seals(database_url: str) -> None:
+    """While the analytics worker's kernels compile, the live path reads and computes
+    without them (issue 37: no compilation before a run's first figures); the figures
+    are the same."""
+    from tpmledger import compiled_kernels
+
+    run_id = f"cold-{os.urandom(4).hex()}"
+    rng = random.Random(37)
+    updater = LiveUpdater(database_url)
+    compiled_kernels.compiling()
+    try:
+        for index in range(2):
+            store(database_url, _spread_batch(run_id, rng, 200, index))
+            [update] = updater.update_once()
+            assert update.minutes >= 50
+    finally:
+        compiled_kernels.ready()
+    _assert_same(database_url, run_id, updater)
