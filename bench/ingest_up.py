@@ -280,7 +280,7 @@ class Up:
                 self.process.wait()
 
 
-def start_up(url: str) -> Up:
+def start_up(url: str, *, cold: bool = False) -> Up:
     data_dir = Path(tempfile.mkdtemp(prefix="bench-up-data-"))
     port, grpc, dash = workload.free_port(), workload.free_port(), workload.free_port()
     log_path = data_dir / "up.log"
@@ -289,6 +289,8 @@ def start_up(url: str) -> Up:
     # The quiet-run reseal (10 s after the last span by default) would drop the live rows
     # the bench counts and digests: deferred past the bench. Checkpoints stay on.
     env = {**os.environ, "TPMLEDGER_DATABASE_URL": url, "TPMLEDGER_RESEAL_QUIET_S": "3600"}
+    if cold:  # a fresh install: no compiled kernel cached yet
+        env["NUMBA_CACHE_DIR"] = str(data_dir / "numba-cache")
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     up = Up(process, port, data_dir, log_path)
@@ -393,6 +395,34 @@ def summarize_live_profile(path: Path, top: int = 25) -> list[str]:
     return lines
 
 
+class FirstFigures(threading.Thread):
+    """Seconds from :meth:`start` until the run has its first live row (polled)."""
+
+    def __init__(self, url: str, run_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.run_id = url, run_id
+        self.started = 0.0
+        self.seconds: float | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        self.started = time.perf_counter()
+        with psycopg.connect(libpq_url(self.url), autocommit=True) as conn:
+            while not self._stop_event.is_set():
+                row = conn.execute(
+                    "SELECT 1 FROM live_run_minutes WHERE run_id = %s LIMIT 1", (self.run_id,)
+                ).fetchone()
+                if row:
+                    self.seconds = time.perf_counter() - self.started
+                    return
+                self._stop_event.wait(0.1)
+
+    def stop(self) -> float | None:
+        self._stop_event.set()
+        self.join()
+        return self.seconds
+
+
 def busy_loop() -> None:
     while True:
         pass
@@ -429,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-load", type=int, default=0, help="busy-looping processes beside")
     parser.add_argument("--catch-up-limit", type=float, default=300.0)
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="an empty kernel cache for up (a fresh install), and send as soon as ingest is "
+        "ready instead of waiting for the analytics worker to go idle",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="py-spy the analytics worker (burst + catch-up)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -442,10 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     hogs: list[multiprocessing.Process] = []
     with workload.fresh_database() as db:
-        up = start_up(db.url)
+        up = start_up(db.url, cold=args.cold)
         try:
             up_ps = psutil.Process(up.process.pid)
-            warm = wait_idle(up_ps, "analytics")
+            warm = 0.0 if args.cold else wait_idle(up_ps, "analytics")
             print(f"up ready; analytics idle after {warm:.1f} s", flush=True)
             for _ in range(args.cpu_load):
                 hog = multiprocessing.Process(target=busy_loop, daemon=True)
@@ -462,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
             sampler.start()
             time.sleep(0.6)
             sampler.window()
+            first = FirstFigures(db.url, run_id)
+            first.start()
             sent = workload.send_in_child_process("127.0.0.1", up.port, bodies, args.senders)
             burst_end = time.perf_counter()
             send_ledger, send_statements = sampler.window()
@@ -473,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 time.sleep(0.2)
             caught_up = time.perf_counter() - burst_end
+            first_figures = first.stop()
             catch_ledger, catch_statements = sampler.window()
             sampler.stop()
             for hog in hogs:
@@ -493,6 +532,18 @@ def main(argv: list[str] | None = None) -> int:
         raw = raw_copy(db.url, bodies)
 
     complete = stored == args.spans and not sent.errors
+    # What the services cost per span, burst and catch-up together (the bench's own
+    # processes and busy loops left out): on idle cores that bounds the durable rate.
+    services = {**send_ledger.by_role()}
+    for role, cpu in catch_ledger.by_role().items():
+        services[role] = services.get(role, 0.0) + cpu
+    service_us = (
+        sum(cpu for role, cpu in services.items() if "(bench)" not in role and "busy" not in role)
+        / args.spans
+        * 1e6
+    )
+    projected = (os.cpu_count() or 1) * 1e6 / service_us if service_us else None
+    raw_projected = 1e6 / raw.pg_us if raw.pg_us else None
     lines += [
         f"tpmledger ingest through `up` — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
         f"machine: {os.cpu_count()} cpus; load average before {load_before[0]:.1f}, at end of "
@@ -500,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.cpu_load}",
         f"command: .venv/bin/python bench/ingest_up.py --spans {args.spans} --senders "
         f"{args.senders} --batch {args.batch} --shape {args.shape}"
-        + (f" --cpu-load {args.cpu_load}" if args.cpu_load else ""),
+        + (f" --cpu-load {args.cpu_load}" if args.cpu_load else "")
+        + (" --cold" if args.cold else ""),
         f"shape: {args.shape} ("
         + (
             "event times over one hour, every body touching all 60 minutes"
@@ -513,9 +565,23 @@ def main(argv: list[str] | None = None) -> int:
         f"durable through up: {durable:,.0f} spans/s ({elapsed:.2f} s first send -> last 200)",
         f"raw COPY of the same {raw.rows} rows, same run: {raw.spans_per_s:,.0f} rows/s",
         f"ratio durable/raw: {durable / raw.spans_per_s:.2f} (target >= 0.5, aim 0.8)",
+        f"CPU per span, every service and its PostgreSQL backends, burst + live catch-up: "
+        f"{service_us:.1f} µs; raw COPY's backend: "
+        + ("not measured" if raw.pg_us is None else f"{raw.pg_us:.1f} µs")
+        + (
+            f"\n  => on {os.cpu_count()} idle cores: durable through up ~{projected:,.0f} "
+            f"spans/s, raw COPY ~{raw_projected:,.0f}: CPU-projected ratio "
+            f"{projected / raw_projected:.2f}"
+            if projected and raw_projected
+            else ""
+        ),
         f"live table after the burst: {counted} of {args.spans} attempts, {queued} marks queued, "
         f"{caught_up:.1f} s after the last 200"
         + (" (caught up)" if counted >= args.spans and queued == 0 else " (NOT caught up)"),
+        "first live figures of the run: "
+        + ("not seen" if first_figures is None else f"{first_figures:.1f} s after the first send")
+        + (" (cold start: empty kernel cache, sent as soon as ingest was ready)"
+           if args.cold else ""),
         f"live figures digest: {digest}",
         *describe_window("during the burst", elapsed, args.spans, send_ledger, send_statements),
         *describe_window("after the burst, until live caught up", caught_up, args.spans,
