@@ -407,6 +407,12 @@ class FirstFigures(threading.Thread):
 
     def run(self) -> None:
         self.started = time.perf_counter()
+        try:
+            self._poll()
+        except Exception as exc:  # said, not swallowed: the figure is then "not seen"
+            print(f"first-figures probe failed: {exc!r}", file=sys.stderr, flush=True)
+
+    def _poll(self) -> None:
         with psycopg.connect(libpq_url(self.url), autocommit=True) as conn:
             while not self._stop_event.is_set():
                 row = conn.execute(
