@@ -161,3 +161,55 @@ def test_the_reseal_loop_seals_in_a_child_process(
     assert version["events_count"] == 5
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sealed w-child")]
     assert "5 attempts, child peak" in line and " MiB (" in line  # the child's report
+
+
+def test_live_figures_come_while_the_kernels_still_compile(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live loop starts before the kernel warm-up ends, and until then computes with
+    no compiled code (issue 37: 85 s before the first live figure on a cold start)."""
+    from tpmledger import compiled_kernels
+    from tpmledger.analytics.kernels import group_quantiles
+    from tpmledger.storage import attempt_frames
+
+    class Uncompiled:  # calling a kernel now would compile (or load) it: refused
+        def __init__(self, kernel: object) -> None:
+            self.py_func = getattr(kernel, "py_func", None)
+
+        def __call__(self, *args: object) -> object:
+            raise AssertionError("a compiled kernel was called before the warm-up ended")
+
+    monkeypatch.setattr(
+        group_quantiles, "sorted_moments", Uncompiled(group_quantiles.sorted_moments)
+    )
+    monkeypatch.setattr(
+        group_quantiles, "gather_by_group", Uncompiled(group_quantiles.gather_by_group)
+    )
+    monkeypatch.setattr(attempt_frames, "parse_binary_copy", Uncompiled(None))
+    seen: list[bool] = []
+
+    def live_row() -> bool:
+        with raw_transaction(database_url) as conn:
+            row = conn.execute(
+                "SELECT attempts FROM live_run_minutes WHERE run_id = 'w9'"
+            ).fetchone()
+        return row is not None and row[0] == 4
+
+    def slow_warm_up() -> None:  # a cold cache: the child compiles for a long time
+        seen.append(_wait_for(live_row, 60.0) and not compiled_kernels.kernels_ready())
+
+    monkeypatch.setattr("tpmledger.analytics.worker.warm_in_child", slow_warm_up)
+    store(database_url, _rows("w9", 4))
+    settings = Settings(database_url=database_url, analytics_poll_s=0.05, reseal_quiet_s=3600)
+    stop = threading.Event()
+    worker = threading.Thread(target=run, args=(settings, stop))
+    worker.start()
+    try:
+        assert _wait_for(lambda: bool(seen), 90.0)
+        assert seen == [True]
+        assert compiled_kernels.kernels_ready()  # once the warm-up is done
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+        compiled_kernels.ready()
+    assert not worker.is_alive()

@@ -64,8 +64,10 @@ def client(database_url: str) -> TestClient:
 
 def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     body = client.get("/v1/runs/api-run").json()
-    assert set(body) == RUN_KEYS | EXTRA_KEYS | {"latest_sealed_version", "open_minutes"}
+    live_keys = {"latest_sealed_version", "open_minutes", "live_pending", "attempts_stored"}
+    assert set(body) == RUN_KEYS | EXTRA_KEYS | live_keys
     assert body["live"] is True and UTC_Z.match(body["data_as_of"])
+    assert body["live_pending"] is False and body["attempts_stored"] == 20
     assert body["seal"] is None and body["snapshot_version"] is None
     assert body["attempts"] == 20
     # No attempt reported cache or reasoning tokens: not measured, never 0.
@@ -85,6 +87,28 @@ def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     assert body["diagnostics"]["live"] is True
     listed = client.get("/v1/runs").json()["runs"]
     assert [(r["run_id"], r["status"]) for r in listed] == [("api-run", "live")]
+
+
+def test_a_run_stored_before_its_first_live_update_is_known_everywhere(
+    database_url: str,
+) -> None:
+    """Spans stored, no live update yet (issue 37: the runs list counted 2,944 attempts
+    while the run object said 0 and /minutes "no spans stored"): the run object says the
+    figures are pending with the stored count, /minutes is an empty series."""
+    store(database_url, [attempt_row(run_id="fresh-run", ttft_s=0.2) for _ in range(3)])
+    app = FastAPI()
+    app.include_router(read_api.build_router(database_url))
+    client = TestClient(app)
+    body = client.get("/v1/runs/fresh-run").json()
+    assert body["live"] is True and body["live_pending"] is True
+    assert body["attempts"] is None and body["attempts_stored"] == 3
+    assert client.get("/v1/runs/fresh-run/minutes").json() == {"minutes": []}
+    [listed] = [r for r in client.get("/v1/runs").json()["runs"] if r["run_id"] == "fresh-run"]
+    assert listed["attempts"] == 3
+    LiveUpdater(database_url).update_once()
+    body = client.get("/v1/runs/fresh-run").json()
+    assert body["live_pending"] is False and body["attempts"] == 3
+    assert client.get("/v1/runs/nobody/minutes").status_code == 404
 
 
 def test_traffic_after_a_seal_is_live_at_once_over_the_sealed_minutes(

@@ -111,3 +111,42 @@ def test_ids_are_hex_even_when_the_server_prints_bytea_escaped(database_url: str
     assert frame.get_column("span_id").to_list() == ["00016162feff7f80"]
     assert frame.get_column("parent_span_id").to_list() == ["5c" * 8]
     assert frame.get_column("trace_id").str.contains("^[0-9a-f]{32}$").all()
+
+
+def test_the_plain_fetch_gives_the_frame_the_compiled_parser_gives(database_url: str) -> None:
+    """While the worker's kernels compile, reads go through an ordinary fetch: same frame."""
+    from psycopg import sql
+
+    from tpmledger import compiled_kernels
+    from tpmledger.storage.attempt_frames import copy_select
+    from tpmledger.storage.live_window import _COLUMNS, LIVE_WINDOW_KINDS
+
+    rows = [
+        attempt_row(
+            span_id=bytes([i]) * 8,
+            call_id=text,
+            model=None if i == 1 else text,
+            error_type=text,
+            queue_wait_s=0.1 * (i + 1) if i else None,
+            ttft_s=1e-7 * (i + 3),
+            resend_count=i if i != 2 else None,
+            end_ns=BASE_NS + i,
+        )
+        for i, text in enumerate(AWKWARD)
+    ]
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows)
+    query = sql.SQL(f"SELECT {_COLUMNS} FROM attempts WHERE run_id = 'run-a' ORDER BY end_ns")
+    with raw_transaction(database_url) as conn:
+        compiled = copy_select(conn, query, LIVE_WINDOW_KINDS)
+        compiled_kernels.compiling()
+        try:
+            plain = copy_select(conn, query, LIVE_WINDOW_KINDS)
+            empty = copy_select(
+                conn, sql.SQL(f"{query.as_string(conn)} LIMIT 0"), LIVE_WINDOW_KINDS
+            )
+        finally:
+            compiled_kernels.ready()
+    assert compiled.height == 4
+    assert plain.equals(compiled, null_equal=True) and plain.schema == compiled.schema
+    assert empty.height == 0 and empty.schema == compiled.schema

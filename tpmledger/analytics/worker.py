@@ -36,6 +36,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from tpmledger import compiled_kernels
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
@@ -179,13 +180,10 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         close_after_s=settings.minute_close_after_s,
         slo=slo,
     )
-    warm_in_child()
-    log.info(
-        "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
-        settings.analytics_poll_s,
-        settings.reseal_quiet_s,
-        settings.live_poll_s,
-    )
+    # The live loop starts at once: until the child has compiled (or found in the cache)
+    # every kernel, the live path uses their plain implementations, so a new run's
+    # first live figures never wait for a compilation (docs/metrics.md#live-figures).
+    compiled_kernels.compiling()
     live = threading.Thread(
         target=run_live_loop,
         args=(LiveUpdater(role_url(settings.database_url, "live")), settings.live_poll_s, stop),
@@ -193,6 +191,16 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
         daemon=True,
     )
     live.start()
+    try:
+        warm_in_child()
+    finally:
+        compiled_kernels.ready()
+    log.info(
+        "analytics worker polling every %.1fs (quiet period %.1fs), live table every %.1fs",
+        settings.analytics_poll_s,
+        settings.reseal_quiet_s,
+        settings.live_poll_s,
+    )
     retention = RetentionSchedule(settings)
     while not stop.is_set():
         try:
@@ -253,13 +261,34 @@ class RetentionSchedule:
         )
 
 
+def warm_live_imports() -> None:
+    """Import what the live path would import on its first update (Arrow's compute
+    functions, which Polars loads on the first Arrow column: seconds on a busy machine),
+    before any run's data arrives."""
+    started = time.perf_counter()
+    import pyarrow.compute  # noqa: F401
+
+    log.debug("live path imports loaded in %.1fs", time.perf_counter() - started)
+
+
+# After updates that took W seconds the live loop waits min(W, this) before the next
+# (docs/metrics.md#live-figures): while ingest is busy, live work takes at most about half
+# of the wall time and the commits meanwhile are coalesced into one update; the live
+# rows' ``data_as_of`` says which commit they reflect.
+LIVE_YIELD_MAX_S = 1.0
+
+
 def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
     """Drain new data into the live minute table until ``stop`` is set.
 
-    After an update that found work it polls again at once (a backlog drains without
-    waiting); when idle it waits ``poll_s``.
+    After updates that found work it waits as long as they took (at most
+    :data:`LIVE_YIELD_MAX_S`): each update drains every commit queued meanwhile, so a
+    burst is folded in a few updates and live work yields to ingest instead of competing
+    with every commit. When idle it waits ``poll_s``.
     """
+    warm_live_imports()
     while not stop.is_set():
+        started = time.perf_counter()
         try:
             updates = updater.update_once()
         except Exception:  # database restarts must not kill the worker
@@ -275,5 +304,7 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
                 update.wall_s,
                 ", ".join(f"{name} {s:.2f}s" for name, s in update.stages.items()),
             )
-        if not updates:
+        if updates:
+            stop.wait(min(time.perf_counter() - started, LIVE_YIELD_MAX_S))
+        else:
             stop.wait(poll_s)

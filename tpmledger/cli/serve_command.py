@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from typing import Any
 
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
@@ -55,6 +56,9 @@ def listener_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, follow_running=False, **listener_overrides(args))
+    # PostgreSQL names each connection's service (pg_stat_activity.application_name), so
+    # an operator or a benchmark can tell ingest's backends from the analytics worker's.
+    os.environ.setdefault("PGAPPNAME", f"tpmledger-{args.service}")
     service = importlib.import_module(SERVICES[args.service])
     with database(settings, create=True) as url:
         service.run(settings.model_copy(update={"database_url": url}))

@@ -19,6 +19,7 @@ import polars as pl
 import psycopg
 from psycopg import pq, sql
 
+from tpmledger.compiled_kernels import kernels_ready
 from tpmledger.storage.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from tpmledger.storage.binary_copy import Kind, parse_binary_copy
 from tpmledger.storage.call_attempts import resolved_columns, resolved_join, run_has_http
@@ -143,9 +144,31 @@ def _copy_and_parse(conn: psycopg.Connection, query: bytes) -> pl.DataFrame:
 def copy_select(
     conn: psycopg.Connection, select_query: sql.Composable, kinds: dict[str, Kind]
 ) -> pl.DataFrame:
-    """Rows of ``select_query`` (columns in ``kinds`` order) through binary COPY."""
+    """Rows of ``select_query`` (columns in ``kinds`` order) through binary COPY (through
+    an ordinary fetch while this process's compiled parser is not ready)."""
+    if not kernels_ready():
+        return _fetched(conn, select_query, kinds)
     query = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(select_query)
     return parse_binary_copy(_copy_out(conn, query.as_bytes(conn)).getbuffer(), kinds)
+
+
+_DTYPES = {"integer": pl.Int64, "float": pl.Float64, "text": pl.String, "hex": pl.String}
+_CONVERT = {"integer": int, "float": float, "text": str, "hex": lambda v: bytes(v).hex()}
+
+
+def _fetched(
+    conn: psycopg.Connection, select_query: sql.Composable, kinds: dict[str, Kind]
+) -> pl.DataFrame:
+    """The frame :func:`copy_select` gives, read row by row: slower per row, but no
+    compiled code (the live path's first updates, while the worker's kernels compile)."""
+    rows = conn.execute(select_query).fetchall()
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in kinds]
+    series = []
+    for (name, kind), values in zip(kinds.items(), columns, strict=True):
+        convert = _CONVERT[kind]
+        converted = [None if v is None else convert(v) for v in values]
+        series.append(pl.Series(name, converted, dtype=_DTYPES[kind]))
+    return pl.DataFrame(series)
 
 
 def _split_halves(

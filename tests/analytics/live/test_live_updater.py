@@ -121,3 +121,69 @@ def test_late_arrivals_change_flags_in_minutes_already_folded(database_url: str)
     # there, a bound that cannot be taken away (analytics/live/minute_state.py).
     assert update.attempts_read <= 52 + 2 + 2, update.attempts_read
     _assert_same(database_url, run_id, updater)
+
+
+def _spread_batch(
+    run_id: str, rng: random.Random, count: int, serial: int
+) -> list[tuple[Any, ...]]:
+    """``count`` attempts ending all over the run's first hour (a backfill's commit), each
+    its own explicit call but two, retries of calls of an earlier commit."""
+    rows = []
+    for index in range(count):
+        start = BASE_NS + int(rng.uniform(0, 3_590) * SECOND)
+        retry = serial and index < 2
+        call = f"call-{rng.randrange(serial * count) if retry else serial * count + index}"
+        rows.append(
+            attempt_row(
+                run_id=run_id,
+                shard_id=str(index % 3),
+                call_id=call,
+                call_id_explicit=True,
+                start_ns=start,
+                end_ns=start + int(rng.uniform(0.1, 9) * SECOND),
+                queue_wait_s=rng.choice((None, 0.5)),
+                ttft_s=rng.uniform(0.05, 1.0),
+                status="ok" if rng.random() < 0.9 else "error",
+            )
+        )
+    return rows
+
+
+def test_commits_touching_every_minute_of_an_hour_fold_only_their_rows(
+    database_url: str,
+) -> None:
+    """A backfill: every commit touches all sixty minutes. Each update after the first
+    reads only its commit's rows (no minute is read whole again), and the figures stay
+    the seal's (issue 39: whole minutes were re-read for every commit)."""
+    run_id = f"spread-{os.urandom(4).hex()}"
+    rng = random.Random(39)
+    updater = LiveUpdater(database_url)
+    batch = 400
+    for index in range(4):
+        store(database_url, _spread_batch(run_id, rng, batch, index))
+        [update] = updater.update_once()
+        assert update.minutes >= 60
+        if index:  # the new rows, the calls' earlier attempts refolded, their minutes
+            assert update.attempts_read <= batch + batch // 5, (index, update.attempts_read)
+    assert len(updater.states[run_id].minutes) >= 60
+    _assert_same(database_url, run_id, updater)
+
+
+def test_live_figures_before_the_kernels_are_compiled_are_the_seals(database_url: str) -> None:
+    """While the analytics worker's kernels compile, the live path reads and computes
+    without them (issue 37: no compilation before a run's first figures); the figures
+    are the same."""
+    from tpmledger import compiled_kernels
+
+    run_id = f"cold-{os.urandom(4).hex()}"
+    rng = random.Random(37)
+    updater = LiveUpdater(database_url)
+    compiled_kernels.compiling()
+    try:
+        for index in range(2):
+            store(database_url, _spread_batch(run_id, rng, 200, index))
+            [update] = updater.update_once()
+            assert update.minutes >= 50
+    finally:
+        compiled_kernels.ready()
+    _assert_same(database_url, run_id, updater)

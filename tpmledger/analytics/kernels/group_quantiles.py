@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tpmledger.analytics.kernels.group_kernels import gather_by_group, sorted_moments
+from tpmledger.compiled_kernels import kernels_ready
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -58,7 +59,8 @@ def sort_groups(
 ) -> SortedGroups:
     """Group ``values`` where ``valid`` (``groups`` = 0..group_count-1 per row) and sort
     each group. NumPy's sort releases the GIL and is SIMD; one call per group."""
-    ordered, starts, rows = gather_by_group(values, valid, groups, group_count)
+    gather = gather_by_group if kernels_ready() else gather_by_group.py_func
+    ordered, starts, rows = gather(values, valid, groups, group_count)
     bounds = starts.tolist()
     for lo, hi in itertools.pairwise(bounds):
         if hi - lo > 1:
@@ -124,5 +126,7 @@ def group_moments(
     """Per group the mean and population variance (NaN for a group without values, and
     everywhere when ``variance`` is False)."""
     values = (to_values or _as_floats)(groups.values)
-    means, variances = sorted_moments(values, groups.starts, variance)
+    # Until the worker's kernels are compiled, the plain loop (same arithmetic, same bits).
+    moments = sorted_moments if kernels_ready() else sorted_moments.py_func
+    means, variances = moments(values, groups.starts, variance)
     return means, variances

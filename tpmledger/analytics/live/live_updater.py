@@ -150,8 +150,12 @@ def _minute_utc(ns: int) -> datetime:
     return datetime.fromtimestamp(ns // SECOND_NS, tz=UTC)
 
 
-# States kept after an update: the newest minute's and this many minutes before it.
+# States kept after an update: the newest minute's and this many minutes before it,
+# always; older ones (a backfill, a replay, late retries touch many minutes per commit)
+# while the run's kept states hold at most KEPT_BYTES of per-attempt values, newest
+# minutes first. A minute without a kept state is read whole from the table when touched.
 KEPT_MINUTES = 1
+KEPT_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -346,11 +350,7 @@ class LiveUpdater:
         # Kept once the transaction committed: the states of the newest minutes, this
         # update's and those it left alone (a late attempt into an old minute does not
         # drop the busy minute's state); older ones are read again if touched.
-        kept = untouched | current
-        newest = max(kept)
-        self.states[run_id] = RunStates(
-            generation, {m: s for m, s in kept.items() if m >= newest - KEPT_MINUTES * MINUTE_NS}
-        )
+        self.states[run_id] = RunStates(generation, _within_budget(untouched | current))
         update.cpu_s = time.process_time() - cpu
         update.wall_s = time.perf_counter() - started
         return update
@@ -363,6 +363,20 @@ class LiveUpdater:
             return 0, 0
         minutes = held.minutes.values()
         return sum(s.values_held() for s in minutes), sum(s.nbytes() for s in minutes)
+
+
+def _within_budget(kept: dict[int, MinuteState]) -> dict[int, MinuteState]:
+    """The newest minutes' states, then older ones while their values fit in KEPT_BYTES."""
+    newest = max(kept)
+    out: dict[int, MinuteState] = {}
+    held = 0
+    for minute in sorted(kept, reverse=True):
+        held += kept[minute].nbytes()
+        if minute >= newest - KEPT_MINUTES * MINUTE_NS or held <= KEPT_BYTES:
+            out[minute] = kept[minute]
+        else:
+            break
+    return out
 
 
 def _new_among(changed: list[Dependent], new: pl.DataFrame | None) -> set[tuple[str, str]]:

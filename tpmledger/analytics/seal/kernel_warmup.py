@@ -44,7 +44,11 @@ def warm() -> float:
     """Parse an empty fetch, and run the analytics and the file writer on two events;
     returns the seconds it took."""
     started = time.perf_counter()
-    parse_binary_copy(SIGNATURE + bytes(8) + b"\xff\xff", ATTEMPT_COPY_KINDS)  # no rows
+    empty = SIGNATURE + bytes(8) + b"\xff\xff"  # no rows
+    parse_binary_copy(empty, ATTEMPT_COPY_KINDS)
+    # Reads hand the parser a writable buffer (a bytes object is read-only): Numba
+    # compiles and caches each variant apart, and the live path's reads take this one.
+    parse_binary_copy(bytearray(empty), ATTEMPT_COPY_KINDS)
     events = _events()
     fold_events(events)
     build_event_file(events)

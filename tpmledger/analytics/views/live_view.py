@@ -138,9 +138,16 @@ def run_view(
         }
     table = current_table(session, run_id, close_after_s=close_after_s)
     assert table is not None
+    figures = live_figures(table)
+    if not table.minutes:  # spans stored, their first live update still to come
+        figures["attempts"] = None
     return {
-        **live_figures(table),
+        **figures,
         "live": True,
         "data_as_of": utc_ms_or_none(table.data_as_of),
+        # Spans stored since the live figures were computed (the runs list counts them
+        # already); the next live update takes them in (docs/metrics.md#live-figures).
+        "live_pending": table.data_as_of is None or table.data_as_of < state.updated_at,
+        "attempts_stored": state.attempts,
         "latest_sealed_version": state.snapshot_version,
     }

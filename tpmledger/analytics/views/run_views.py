@@ -22,7 +22,7 @@ from tpmledger.analytics.views.run_extras import (
 )
 from tpmledger.analytics.views.token_parts import run_token_parts, with_minute_token_parts
 from tpmledger.storage.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
-from tpmledger.storage.live_read import run_states
+from tpmledger.storage.live_read import run_state, run_states
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.runs_read import UnknownRun
 from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
@@ -105,9 +105,16 @@ def minute_series(
         return None
     if rows is None:
         raise UnknownRun(run_id)
-    if not rows and window is None:
+    if not rows and window is None and not _stored_not_yet_live(session, run_id):
         return None
     return [_api_minute(r) for r in with_minute_token_parts(session, run_id, shard_id, rows)]
+
+
+def _stored_not_yet_live(session: Session, run_id: str) -> bool:
+    """The run has spans stored that no live update took in yet (its minutes come with
+    the next one: an empty series, not an unknown run)."""
+    state = run_state(session, run_id)
+    return state is not None and state.attempts > 0 and state.has_new_data
 
 
 def run_list(session: Session) -> list[dict[str, Any]]:
