@@ -61,7 +61,7 @@ _MERGE_FROM_STAGING = f"""
 WITH inserted AS (
     INSERT INTO attempts ({_COLUMNS})
     SELECT {_COLUMNS} FROM attempts_staging
-    ON CONFLICT (trace_id, span_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
               end_ns - start_ns
               + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns

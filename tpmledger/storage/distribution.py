@@ -58,6 +58,9 @@ class TableRole:
     #: (single-node key, Citus key) when the primary key lacks the distribution column.
     primary_key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     unique: tuple[UniqueSwap, ...] = ()
+    #: An identity column (Citus's undistribute_table refuses a table with one: a downgrade
+    #: copies the rows into a local table of the same shape instead).
+    identity: str | None = None
 
 
 def _per_run(table: str, **kwargs: object) -> TableRole:
@@ -87,7 +90,7 @@ TABLE_ROLES: Final[tuple[TableRole, ...]] = (
     _per_run("live_run_minutes"),
     _per_run("live_state"),
     # The marks queue: drained one run at a time (DELETE … WHERE run_id = …).
-    _per_run("live_dirty", primary_key=(("id",), ("run_id", "id"))),
+    _per_run("live_dirty", primary_key=(("id",), ("run_id", "id")), identity="id"),
     _per_run("minute_extras"),
     _per_run("genai_metric_tokens"),
     # One row per cumulative metric stream, read and written by its hash alone.
@@ -167,13 +170,19 @@ def undistribute_tables(conn: Connection, only: Iterable[str] | None = None) -> 
     done = distributed_tables(conn)
     changed: list[str] = []
     conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
+    # One connection per worker for the rest of the transaction: the older revisions'
+    # downgrades then drop functions and tables on every node in the same transaction.
+    conn.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
     for role in reversed(_roles(only)):
         if role.table not in done:
             continue
-        conn.execute(
-            text("SELECT undistribute_table(:t, cascade_via_foreign_keys => true)"),
-            {"t": role.table},
-        )
+        if role.identity:
+            _copy_to_local(conn, role.table, role.identity)
+        else:
+            conn.execute(
+                text("SELECT undistribute_table(:t, cascade_via_foreign_keys => true)"),
+                {"t": role.table},
+            )
         changed.append(role.table)
         done = distributed_tables(conn)
     for role in _roles(only):
@@ -184,3 +193,19 @@ def undistribute_tables(conn: Connection, only: Iterable[str] | None = None) -> 
         if role.primary_key:
             _set_primary_key(conn, role.table, role.primary_key[0])
     return changed
+
+
+def _copy_to_local(conn: Connection, table: str, identity: str) -> None:
+    """Undistribute ``table`` by hand: a local table LIKE it, its rows, its name."""
+    local = f"{table}_undistributed"
+    for statement in (
+        f"CREATE TABLE {local} (LIKE {table} INCLUDING ALL)",
+        f"INSERT INTO {local} SELECT * FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {local} RENAME TO {table}",
+        f"ALTER TABLE {table} RENAME CONSTRAINT {local}_pkey TO pk_{table}",
+        f"ALTER SEQUENCE {local}_{identity}_seq RENAME TO {table}_{identity}_seq",
+        f"SELECT setval('{table}_{identity}_seq', coalesce(max({identity}), 0) + 1, false) "
+        f"FROM {table}",
+    ):
+        conn.execute(text(statement))
