@@ -168,13 +168,14 @@ def undistribute_tables(conn: Connection, only: Iterable[str] | None = None) -> 
     """The reverse of :func:`distribute_tables`: rows come back to the coordinator and the
     single-node keys are restored; returns the tables it changed."""
     done = distributed_tables(conn)
-    changed: list[str] = []
+    changed = [role.table for role in _roles(only) if role.table in done]
     conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
     # One connection per worker for the rest of the transaction: the older revisions'
     # downgrades then drop functions and tables on every node in the same transaction.
     conn.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
     for role in reversed(_roles(only)):
-        if role.table not in done:
+        # Undistributing a table takes the tables its foreign keys join along with it.
+        if role.table not in distributed_tables(conn):
             continue
         if role.identity:
             _copy_to_local(conn, role.table, role.identity)
@@ -183,8 +184,6 @@ def undistribute_tables(conn: Connection, only: Iterable[str] | None = None) -> 
                 text("SELECT undistribute_table(:t, cascade_via_foreign_keys => true)"),
                 {"t": role.table},
             )
-        changed.append(role.table)
-        done = distributed_tables(conn)
     for role in _roles(only):
         if role.table not in changed:
             continue
