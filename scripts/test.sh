@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what the tests need on a fresh machine, then run every quality gate and the tests.
 #   bash scripts/test.sh                # everything
-#   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser or compose
-#                                       # left out
+#   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser, compose
+#                                       # or citus left out
+# Without --fast and as root, a last lane runs the Citus suites against a coordinator and two
+# workers (scripts/citus-lane.sh).
 #   bash scripts/test.sh -k ingest      # extra arguments go to pytest
 #   bash scripts/test.sh --fast -k ingest
 set -euo pipefail
@@ -11,7 +13,7 @@ cd "$(dirname "$0")/.."
 markers=()
 if [ "${1:-}" = "--fast" ]; then
     shift
-    markers=(-m "not slow and not browser and not compose")
+    markers=(-m "not slow and not browser and not compose and not citus")
 fi
 
 # Browser tests drive Debian's Chromium through its chromedriver; the compose tests
@@ -59,3 +61,10 @@ echo "== ruff check";        .venv/bin/ruff check .
 echo "== ruff format --check"; .venv/bin/ruff format --check .
 echo "== mypy";              .venv/bin/mypy
 echo "== pytest ${markers[*]+${markers[*]}}"; .venv/bin/pytest ${markers[@]+"${markers[@]}"} "$@"
+if [ ${#markers[@]} -eq 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "== Citus lane"; bash scripts/citus-lane.sh
+    else
+        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
+    fi
+fi
