@@ -20,7 +20,8 @@ and disk) and ``bench_citus`` with the extension on every node, the workers regi
    on both: the same bytes).
 
 During both, the CPU seconds of every node's server processes (coordinator, each worker)
-and the coordinator's peak RSS (all its processes) are sampled from /proc.
+and the coordinator's peak memory (its processes' private memory plus the largest shared
+mapping once, so shared buffers are not counted per backend) are sampled from /proc.
 """
 
 from __future__ import annotations
@@ -81,28 +82,31 @@ class NodeSampler(threading.Thread):
         self.postmasters, self.coordinator = postmasters, coordinator
         self.cpu: dict[int, dict[int, float]] = {port: {} for port in postmasters}
         self.peak_rss = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def _sample(self) -> None:
         for port, master in self.postmasters.items():
-            rss = 0
+            private = shared = 0
             for p in [master, *master.children()]:
                 try:
                     t = p.cpu_times()
                     self.cpu[port][p.pid] = t.user + t.system
-                    rss += p.memory_info().rss
+                    memory = p.memory_info()
                 except psutil.Error:
                     continue
+                # Shared buffers appear in every backend's RSS: counted once.
+                private += memory.rss - memory.shared
+                shared = max(shared, memory.shared)
             if port == self.coordinator:
-                self.peak_rss = max(self.peak_rss, rss)
+                self.peak_rss = max(self.peak_rss, private + shared)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self._sample()
-            self._stop.wait(0.1)
+            self._halt.wait(0.1)
 
     def stop(self) -> dict[int, float]:
-        self._stop.set()
+        self._halt.set()
         self.join()
         self._sample()
         return {port: sum(times.values()) for port, times in self.cpu.items()}

@@ -53,7 +53,24 @@ def summarize_new_batches(url: str) -> None:
     rows reads only their pages (an unsummarized range is read whole on every lookup;
     autovacuum would summarize them, but not soon enough under a steady ingest)."""
     with raw_transaction(url) as conn:
-        conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
+        if _attempts_distributed(conn):
+            # On Citus the coordinator's table is empty; each shard has its own index.
+            conn.execute(_SUMMARIZE_SHARDS)
+        else:
+            conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
+
+
+_SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT
+    brin_summarize_new_values(replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
+
+
+def _attempts_distributed(conn: psycopg.Connection) -> bool:
+    if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'attempts'::regclass"
+    ).fetchone()
+    return row is not None
 
 
 def dirty_run_ids(session: Session) -> list[str]:
