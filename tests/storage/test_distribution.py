@@ -67,3 +67,34 @@ def test_distributing_again_changes_nothing(database_url: str) -> None:
         role.table: role.role for role in TABLE_ROLES
     } == distributed_tables(get_engine(database_url).connect())
     assert migrate.distribute(database_url) == before
+
+
+def test_migrate_distributed_refuses_a_server_without_citus(
+    empty_database_url: str,
+    on_citus: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tpmledger.cli.main import main
+
+    if on_citus:
+        pytest.skip("the server has Citus")
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", empty_database_url)
+    assert main(["migrate", "--distributed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --distributed: this server cannot load Citus")
+    assert "docs/operations.md#scaling-out" in err and len(err.splitlines()) == 1
+    assert migrate.current_revision(empty_database_url) is None
+
+
+@pytest.mark.citus
+def test_migrate_distributed_on_a_coordinator(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpmledger.cli.main import main
+
+    monkeypatch.setenv("TPMLEDGER_DATABASE_URL", empty_database_url)
+    assert main(["migrate", "--distributed"]) == 0
+    out = capsys.readouterr().out
+    reference = sum(1 for role in TABLE_ROLES if role.role == "reference")
+    assert f"citus: {len(TABLE_ROLES) - reference} distributed tables, {reference} reference" in out
