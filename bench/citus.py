@@ -41,12 +41,12 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ingest_workload as workload  # noqa: E402 - sets sys.path for tpmledger
-import seal_workload  # noqa: E402
+import ingest_workload as workload
+import seal_workload
 
-from tpmledger.analytics.seal.sealing import seal_run  # noqa: E402
-from tpmledger.storage import migrate  # noqa: E402
-from tpmledger.storage.database import get_engine, libpq_url  # noqa: E402
+from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.storage import migrate
+from tpmledger.storage.database import get_engine, libpq_url
 
 
 def _at(url: str, port: int, database: str) -> str:
@@ -147,7 +147,9 @@ def make_database(coordinator: str, name: str, distributed: bool) -> str:
     return url
 
 
-def measure(coordinator: str, url: str, args: argparse.Namespace, say: Callable[[str], None]) -> None:
+def measure(
+    coordinator: str, url: str, args: argparse.Namespace, say: Callable[[str], None]
+) -> None:
     bodies = workload.build_bodies(args.spans, 512)
     ingest = workload.start_ingest(url)
     try:
@@ -161,8 +163,12 @@ def measure(coordinator: str, url: str, args: argparse.Namespace, say: Callable[
     say(f"    {_nodes_text(nodes())}")
     run_id = seal_workload.run_id_for(args.attempts, None)
     t0 = time.perf_counter()
-    seal_workload.load(url, args.attempts, 8, run_id, seal_workload.dense_cap(args.attempts, 8, None))
-    say(f"  loaded {args.attempts:,} attempts by COPY in {time.perf_counter() - t0:.1f} s (untimed)")
+    seal_workload.load(
+        url, args.attempts, 8, run_id, seal_workload.dense_cap(args.attempts, 8, None)
+    )
+    say(
+        f"  loaded {args.attempts:,} attempts by COPY in {time.perf_counter() - t0:.1f} s (untimed)"
+    )
     best = None
     for n in range(args.repeat):
         with sampled(coordinator) as nodes:
@@ -201,14 +207,23 @@ def main() -> int:
         print(text, flush=True)
         lines.append(text)
 
-    say(f"# tpmledger on Citus vs single-node — {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
-    say(f"machine: {os.cpu_count()} cores shared by every node, the ingest and the senders; "
-        f"load average before {os.getloadavg()[0]:.1f}")
+    say(
+        "# tpmledger on Citus vs single-node — "
+        + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    )
+    say(
+        f"machine: {os.cpu_count()} cores shared by every node, the ingest and the senders; "
+        f"load average before {os.getloadavg()[0]:.1f}"
+    )
     for name, distributed in (("bench_single", False), ("bench_citus", True)):
         if args.only and args.only != name.removeprefix("bench_"):
             continue
         url = make_database(args.coordinator, name, distributed)
-        say(f"{'Citus: coordinator + %d workers' % (len(_nodes(args.coordinator)) - 1) if distributed else 'single-node PostgreSQL 15 (same server binary)'}:")
+        say(
+            f"Citus: coordinator + {len(_nodes(args.coordinator)) - 1} workers:"
+            if distributed
+            else "single-node PostgreSQL 15 (same server binary):"
+        )
         measure(args.coordinator, url, args, say)
         get_engine(url).dispose()
     say(f"load average after {os.getloadavg()[0]:.1f}")

@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from tests.conftest import create_test_database, drop_test_database
 from tests.fixtures.servers import start_ingest
 from tpmledger.analytics.proofs.summary_export import build_summary, write_export
 from tpmledger.analytics.seal.sealing import seal_run
@@ -199,6 +198,4 @@ def figures(answer: dict[str, Any]) -> dict[str, Any]:
     import base64
 
     payload = json.loads(base64.b64decode(answer["statement"]["payload"]))
-    return _without_when(
-        {"sealed": answer["sealed"], "run": answer["run"], "statement": payload}
-    )
+    return _without_when({"sealed": answer["sealed"], "run": answer["run"], "statement": payload})

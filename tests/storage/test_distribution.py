@@ -63,9 +63,11 @@ def test_per_run_tables_are_colocated_with_the_attempts(database_url: str) -> No
 @pytest.mark.citus
 def test_distributing_again_changes_nothing(database_url: str) -> None:
     before = migrate.distribute(database_url)
-    assert before == {
-        role.table: role.role for role in TABLE_ROLES
-    } == distributed_tables(get_engine(database_url).connect())
+    assert (
+        before
+        == {role.table: role.role for role in TABLE_ROLES}
+        == distributed_tables(get_engine(database_url).connect())
+    )
     assert migrate.distribute(database_url) == before
 
 

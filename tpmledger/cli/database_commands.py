@@ -59,7 +59,10 @@ def run_migrate(args: argparse.Namespace) -> int:
         if migrate.is_at_head(url):
             roles = migrate.distribute(url)
             if roles:
-                counts = {role: sum(1 for r in roles.values() if r == role) for role in set(roles.values())}
+                counts = {
+                    role: sum(1 for r in roles.values() if r == role)
+                    for role in set(roles.values())
+                }
                 print(
                     f"citus: {counts.get('distributed', 0)} distributed tables, "
                     f"{counts.get('reference', 0)} reference tables"

@@ -75,12 +75,16 @@ TABLE_ROLES: Final[tuple[TableRole, ...]] = (
     # still meet the stored row; ingest's ON CONFLICT DO NOTHING names no columns, so it
     # matches the key either way.
     _per_run(ANCHOR, primary_key=(("trace_id", "span_id"), ("run_id", "trace_id", "span_id"))),
-    _per_run("tool_spans", primary_key=(("trace_id", "span_id"), ("run_id", "trace_id", "span_id"))),
+    _per_run(
+        "tool_spans", primary_key=(("trace_id", "span_id"), ("run_id", "trace_id", "span_id"))
+    ),
     _per_run("runs"),
     # A seal is a hash over a document naming its run: unique per run is unique overall.
     _per_run(
         "snapshots",
-        unique=(UniqueSwap("uq_snapshots_seal", ("seal",), "uq_snapshots_run_id", ("run_id", "seal")),),
+        unique=(
+            UniqueSwap("uq_snapshots_seal", ("seal",), "uq_snapshots_run_id", ("run_id", "seal")),
+        ),
     ),
     _per_run("snapshot_diagnostics"),
     _per_run("snapshot_goodput"),
@@ -129,10 +133,14 @@ def _roles(only: Iterable[str] | None) -> list[TableRole]:
 
 def _set_primary_key(conn: Connection, table: str, columns: tuple[str, ...]) -> None:
     conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT pk_{table}"))
-    conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT pk_{table} PRIMARY KEY ({', '.join(columns)})"))
+    conn.execute(
+        text(f"ALTER TABLE {table} ADD CONSTRAINT pk_{table} PRIMARY KEY ({', '.join(columns)})")
+    )
 
 
-def _swap_unique(conn: Connection, table: str, drop: str, name: str, columns: tuple[str, ...]) -> None:
+def _swap_unique(
+    conn: Connection, table: str, drop: str, name: str, columns: tuple[str, ...]
+) -> None:
     conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {drop}"))
     conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT {name} UNIQUE ({', '.join(columns)})"))
 
@@ -155,7 +163,9 @@ def distribute_tables(conn: Connection, only: Iterable[str] | None = None) -> li
         if role.role == "reference":
             conn.execute(text("SELECT create_reference_table(:t)"), {"t": role.table})
         else:
-            colocate = "none" if not role.colocated else "default" if role.table == ANCHOR else ANCHOR
+            colocate = (
+                "none" if not role.colocated else "default" if role.table == ANCHOR else ANCHOR
+            )
             conn.execute(
                 text("SELECT create_distributed_table(:t, :c, colocate_with => :w)"),
                 {"t": role.table, "c": role.column, "w": colocate},

@@ -60,8 +60,8 @@ def summarize_new_batches(url: str) -> None:
             conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
 
 
-_SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT
-    brin_summarize_new_values(replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
+_SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT brin_summarize_new_values(
+    replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
 
 
 def _attempts_distributed(conn: psycopg.Connection) -> bool:
