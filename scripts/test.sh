@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what the tests need on a fresh machine, then run every quality gate and the tests.
 #   bash scripts/test.sh                # everything
-#   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser or compose
-#                                       # left out
+#   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser, compose
+#                                       # or citus left out
+# Without --fast and as root, a last lane runs the Citus suites against a coordinator and two
+# workers (scripts/citus-lane.sh).
 #   bash scripts/test.sh -k ingest      # extra arguments go to pytest
 #   bash scripts/test.sh --fast -k ingest
 # The tests get their own virtual environment, .venv-test (TPMLEDGER_TEST_VENV moves it): the
@@ -15,7 +17,7 @@ venv="${TPMLEDGER_TEST_VENV:-.venv-test}"
 markers=()
 if [ "${1:-}" = "--fast" ]; then
     shift
-    markers=(-m "not slow and not browser and not compose")
+    markers=(-m "not slow and not browser and not compose and not citus")
 fi
 
 # Browser tests drive Debian's Chromium through its chromedriver; the compose tests
@@ -104,4 +106,13 @@ wait "$pytest_pid" || status=$?
 trap - INT TERM
 stop_servers  # none is left after a normal end; a crashed session's would be
 rm -rf "$run_tmp"
+# The Citus lane: the suites that matter against a coordinator and two workers (root only,
+# not with --fast; scripts/citus-lane.sh).
+if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "== Citus lane"; TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh || status=$?
+    else
+        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
+    fi
+fi
 exit "$status"

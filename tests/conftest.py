@@ -3,6 +3,9 @@
 With ``TPMLEDGER_TEST_ADMIN_URL`` (or ``TPMLEDGER_DATABASE_URL``) set, that server is
 used; otherwise an embedded server from the ``pgserver`` wheel is started. A template
 database is migrated once; each test gets a clone of it (CREATE DATABASE … TEMPLATE).
+When that server is a Citus coordinator, every database is made on each of its workers
+too (tests/fixtures/citus_nodes.py) and the tests marked ``citus`` run; elsewhere they
+are skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.fixtures import citus_nodes
 from tpmledger.storage import migrate
 from tpmledger.storage.database import get_engine, libpq_url
 
@@ -59,11 +63,38 @@ def _admin(url: str) -> psycopg.Connection:
     return psycopg.connect(libpq_url(url), autocommit=True)
 
 
+_CITUS_WORKERS: dict[str, list[tuple[str, int]] | None] = {}
+
+
+def citus_workers(pg_server_url: str) -> list[tuple[str, int]] | None:
+    """The workers when the test server is a Citus coordinator, else None (asked once)."""
+    if pg_server_url not in _CITUS_WORKERS:
+        _CITUS_WORKERS[pg_server_url] = citus_nodes.citus_workers(pg_server_url)
+    return _CITUS_WORKERS[pg_server_url]
+
+
+@pytest.fixture(scope="session")
+def on_citus(pg_server_url: str) -> bool:
+    """True when the tests run against a Citus coordinator."""
+    return citus_workers(pg_server_url) is not None
+
+
+@pytest.fixture(autouse=True)
+def _citus_only(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("citus") and not request.getfixturevalue("on_citus"):
+        pytest.skip("needs TPMLEDGER_TEST_ADMIN_URL to be a Citus coordinator")
+
+
 @pytest.fixture(scope="session")
 def template_database(pg_server_url: str) -> str:
-    with _admin(pg_server_url) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    workers = citus_workers(pg_server_url)
+    if workers is not None:
+        citus_nodes.drop_database(pg_server_url, workers, TEMPLATE)
+        citus_nodes.create_database(pg_server_url, workers, TEMPLATE, None)
+    else:
+        with _admin(pg_server_url) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {TEMPLATE}")
     url = _database_url(pg_server_url, TEMPLATE)
     migrate.upgrade(url)
     get_engine(url).dispose()
@@ -73,6 +104,10 @@ def template_database(pg_server_url: str) -> str:
 def create_test_database(pg_server_url: str, template: str | None) -> str:
     """A new, empty database (a clone of the migrated template when given); returns its URL."""
     name = f"t_{uuid.uuid4().hex[:16]}"
+    workers = citus_workers(pg_server_url)
+    if workers is not None:
+        citus_nodes.create_database(pg_server_url, workers, name, template)
+        return _database_url(pg_server_url, name)
     with _admin(pg_server_url) as conn:
         if template:
             conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
@@ -84,6 +119,10 @@ def create_test_database(pg_server_url: str, template: str | None) -> str:
 def drop_test_database(pg_server_url: str, url: str) -> None:
     get_engine(url).dispose()
     name = make_url(url).database
+    workers = citus_workers(pg_server_url)
+    if workers is not None and name:
+        citus_nodes.drop_database(pg_server_url, workers, name)
+        return
     with _admin(pg_server_url) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 

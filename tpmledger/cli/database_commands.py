@@ -21,6 +21,13 @@ def register(subparsers: Any) -> None:
     )
     add_data_dir_option(p)
     p.add_argument("--revision", default="head", help="target revision (default: head)")
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the database is a Citus coordinator: create the citus extension if missing and "
+        "distribute the tables (done anyway when the extension is there; "
+        "docs/operations.md#scaling-out)",
+    )
     p.set_defaults(func=run_migrate)
 
     p = subparsers.add_parser(
@@ -41,8 +48,25 @@ def run_migrate(args: argparse.Namespace) -> int:
         if migrate.is_ahead(url):
             print(f"error: {migrate.schema_problem(url)}", file=sys.stderr)
             return 2
+        if args.distributed:
+            try:
+                migrate.enable_citus(url)
+            except migrate.SchemaMismatch as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         migrate.upgrade(url, args.revision)
         print(f"database at revision {migrate.current_revision(url)}")
+        if migrate.is_at_head(url):
+            roles = migrate.distribute(url)
+            if roles:
+                counts = {
+                    role: sum(1 for r in roles.values() if r == role)
+                    for role in set(roles.values())
+                }
+                print(
+                    f"citus: {counts.get('distributed', 0)} distributed tables, "
+                    f"{counts.get('reference', 0)} reference tables"
+                )
     return 0
 
 

@@ -61,7 +61,7 @@ _MERGE_FROM_STAGING = f"""
 WITH inserted AS (
     INSERT INTO attempts ({_COLUMNS})
     SELECT {_COLUMNS} FROM attempts_staging
-    ON CONFLICT (trace_id, span_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
               end_ns - start_ns
               + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns
@@ -144,7 +144,9 @@ def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock
     try:
         with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
             copy_blocks(conn, "attempts", blocks)
-    except errors.UniqueViolation:
+    except (errors.UniqueViolation, errors.InternalError_) as exc:
+        if not _is_duplicate(exc):
+            raise
         stored = _write_through_staging(conn, blocks)
         _mark_dirty(conn, merge_runs(blocks), batch)
         return stored
@@ -152,6 +154,15 @@ def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock
     _upsert_runs(conn, runs)
     _mark_dirty(conn, runs, batch)
     return sum(block.rows for block in blocks)
+
+
+def _is_duplicate(exc: psycopg.Error) -> bool:
+    """A stored (or repeated) span: PostgreSQL's unique violation, or the same error as a
+    Citus coordinator relays it from a worker during COPY (its text, without the code)."""
+    if isinstance(exc, errors.UniqueViolation):
+        return True
+    message = exc.diag.message_primary or ""
+    return message.startswith("duplicate key value violates unique constraint")
 
 
 def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock]) -> int:

@@ -53,7 +53,24 @@ def summarize_new_batches(url: str) -> None:
     rows reads only their pages (an unsummarized range is read whole on every lookup;
     autovacuum would summarize them, but not soon enough under a steady ingest)."""
     with raw_transaction(url) as conn:
-        conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
+        if _attempts_distributed(conn):
+            # On Citus the coordinator's table is empty; each shard has its own index.
+            conn.execute(_SUMMARIZE_SHARDS)
+        else:
+            conn.execute("SELECT brin_summarize_new_values('ix_attempts_ingest_batch')")
+
+
+_SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT brin_summarize_new_values(
+    replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
+
+
+def _attempts_distributed(conn: psycopg.Connection) -> bool:
+    if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'attempts'::regclass"
+    ).fetchone()
+    return row is not None
 
 
 def dirty_run_ids(session: Session) -> list[str]:
@@ -135,19 +152,19 @@ def mark_stale_caps(conn: psycopg.Connection, run_id: str, caps: dict[str, int])
     cursor = conn.execute(
         """
         INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
-        SELECT DISTINCT l.run_id, m.ns, m.ns
+        SELECT DISTINCT l.run_id,
+               extract(epoch FROM l.minute_utc)::bigint * 1000000000,
+               extract(epoch FROM l.minute_utc)::bigint * 1000000000
         FROM live_minutes l
         JOIN unnest(%s::text[], %s::int[]) AS c(shard_id, cap) ON c.shard_id = l.shard_id
-        CROSS JOIN LATERAL (
-            SELECT (extract(epoch FROM l.minute_utc)::bigint * 1000000000) AS ns) m
         WHERE l.run_id = %s AND l.queue_seconds > 0 AND l.sag_cap IS DISTINCT FROM c.cap
         UNION
-        SELECT f.run_id, m.ns, m.ns
+        SELECT f.run_id,
+               extract(epoch FROM f.minute_utc)::bigint * 1000000000,
+               extract(epoch FROM f.minute_utc)::bigint * 1000000000
         FROM live_run_minutes f
         CROSS JOIN LATERAL jsonb_each(f.work_seconds) AS w(shard_id, counts)
         JOIN unnest(%s::text[], %s::int[]) AS c(shard_id, cap) ON c.shard_id = w.shard_id
-        CROSS JOIN LATERAL (
-            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
         WHERE f.run_id = %s AND (w.counts ->> 0)::bigint > 0
           AND (w.counts ->> 2)::int IS DISTINCT FROM c.cap
         """,
@@ -171,10 +188,10 @@ def mark_stale_timeouts(conn: psycopg.Connection, run_id: str, limit: float) -> 
     cursor = conn.execute(
         """
         INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns)
-        SELECT f.run_id, m.ns, m.ns
+        SELECT f.run_id,
+               extract(epoch FROM f.minute_utc)::bigint * 1000000000,
+               extract(epoch FROM f.minute_utc)::bigint * 1000000000
         FROM live_run_minutes f
-        CROSS JOIN LATERAL (
-            SELECT (extract(epoch FROM f.minute_utc)::bigint * 1000000000) AS ns) m
         WHERE f.run_id = %s AND (f.deadline ->> 'without_own')::bigint > 0
           AND (f.deadline ->> 'limit')::float8 IS DISTINCT FROM %s
         """,

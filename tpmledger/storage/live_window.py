@@ -84,12 +84,13 @@ WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 ORDER BY w.end_ns
 LIMIT {{limit}}
 """
-# New commits' rows: found through the block-range index on ingest_batch alone (the
-# materialized step keeps the planner from scanning the whole window instead).
+# New commits' rows: found through the block-range index on ingest_batch (the
+# materialized step keeps the planner from scanning the whole window instead). The run is
+# named inside too: on Citus the whole statement then runs on the run's one shard.
 _NEW_ROWS_SQL = f"""
 WITH new AS MATERIALIZED (
     SELECT * FROM attempts
-    WHERE ingest_batch BETWEEN {{first}} AND {{last}}
+    WHERE run_id = {{run_id}} AND ingest_batch BETWEEN {{first}} AND {{last}}
       AND ingest_batch = ANY({{batches}}::bigint[])
 )
 SELECT {_columns("w").replace("{table}", "new")}
@@ -101,7 +102,7 @@ WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
 # use the partial indexes of migration 0003, for the attempts given only.
 _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
-                   AND c.parent_span_id = {t}.span_id AND c.run_id = {t}.run_id{skip_c})"""
+                   AND c.parent_span_id = {t}.span_id AND c.run_id = %(run_id)s{skip_c})"""
 # Rows of these ingest commits left out (the flags as the previous update saw them).
 _SKIP = " AND coalesce({t}.ingest_batch <> ALL(%(skip)s::bigint[]), true)"
 
@@ -116,12 +117,12 @@ SELECT encode(a.trace_id, 'hex'), encode(a.span_id, 'hex'),
        ({parent("a")})::int,
        (a.resend_count IS NULL AND a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
-            WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
+            WHERE b.run_id = %(run_id)s AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id) < (a.start_ns, a.end_ns, a.span_id)
               AND NOT {parent("b")}{skip_b}))::int,
        (a.call_id_explicit AND EXISTS (
             SELECT 1 FROM attempts b
-            WHERE b.run_id = a.run_id AND b.call_id_explicit AND b.call_id = a.call_id
+            WHERE b.run_id = %(run_id)s AND b.call_id_explicit AND b.call_id = a.call_id
               AND (b.start_ns, b.end_ns, b.span_id, b.trace_id)
                   > (a.start_ns, a.end_ns, a.span_id, a.trace_id)
               AND NOT {parent("b")}{skip_b}))::int
@@ -169,7 +170,7 @@ WITH given AS (
     FROM given g
     CROSS JOIN LATERAL (  -- LATERAL: one index lookup per attempt, never a hash join
         SELECT x.* FROM attempts x
-        WHERE x.trace_id = g.trace_id AND x.span_id = g.parent_span_id AND x.run_id = g.run_id
+        WHERE x.trace_id = g.trace_id AND x.span_id = g.parent_span_id AND x.run_id = %(run_id)s
         OFFSET 0
     ) p
     WHERE g.parent_span_id IS NOT NULL
@@ -182,7 +183,7 @@ SELECT 2, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_n
 FROM given g
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = g.run_id AND x.call_id_explicit AND x.call_id = g.call_id
+    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
       AND x.resend_count IS NULL
       AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id)
     OFFSET 0  -- keeps the planner from turning the lookups into a scan of the table
@@ -193,7 +194,7 @@ SELECT 3, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_n
 FROM parents p
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = p.run_id AND x.call_id_explicit AND x.call_id = p.call_id
+    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = p.call_id
     OFFSET 0
 ) o
 WHERE p.call_id_explicit
@@ -202,7 +203,7 @@ SELECT 4, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_n
 FROM given g
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = g.run_id AND x.call_id_explicit AND x.call_id = g.call_id
+    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
       AND (x.start_ns, x.end_ns, x.span_id, x.trace_id)
           < (g.start_ns, g.end_ns, g.span_id, g.trace_id)
     OFFSET 0

@@ -39,6 +39,37 @@ def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
+def enable_citus(url: str) -> None:
+    """``CREATE EXTENSION citus`` (``tpmledger migrate --distributed``); raises
+    :class:`SchemaMismatch` with what to do when the server has no Citus."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        with get_engine(url).begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS citus"))
+    except DBAPIError as exc:
+        reason = str(exc.orig).splitlines()[0] if exc.orig else str(exc)
+        raise SchemaMismatch(
+            f"--distributed: this server cannot load Citus ({reason}); install Citus and add "
+            "it to shared_preload_libraries on the coordinator and every worker "
+            "(docs/operations.md#scaling-out)"
+        ) from exc
+
+
+def distribute(url: str) -> dict[str, str]:
+    """On a Citus coordinator, distribute whatever :mod:`storage.distribution` lists and
+    is not distributed yet (an existing database migrated before Citus was added); returns
+    every listed table's role there, empty on single-node PostgreSQL."""
+    from tpmledger.storage.distribution import distribute_tables, distributed_tables, is_citus
+
+    with get_engine(url).begin() as conn:
+        if not is_citus(conn):
+            return {}
+        distribute_tables(conn)
+        return distributed_tables(conn)
+
+
 def downgrade(url: str, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
 

@@ -147,9 +147,11 @@ def delete_archived_spans(
             raise ArrivedMeanwhile(f"run {run_id!r} received spans while it was archived")
         for table in _RAW_TABLES:
             while True:
+                # Both levels name the run: on Citus the statement then goes whole to the
+                # one shard holding the run (a ctid is a row's place within one shard only).
                 result = session.execute(
                     text(
-                        f"DELETE FROM {table} WHERE ctid IN "
+                        f"DELETE FROM {table} WHERE run_id = :r AND ctid IN "
                         f"(SELECT ctid FROM {table} WHERE run_id = :r LIMIT :n)"
                     ),
                     {"r": run_id, "n": DELETE_BATCH},

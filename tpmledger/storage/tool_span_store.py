@@ -7,7 +7,7 @@ Ingest encodes a request's tool spans next to its attempts
 :class:`storage.attempt_encoding.AttemptBlock` carries), and the group commit stores both
 in the same transaction, so "200 means committed" holds for tool spans too.
 Re-sent spans are harmless: rows go through a staging table and
-``INSERT … ON CONFLICT (trace_id, span_id) DO NOTHING``. New tool spans mark their
+``INSERT … ON CONFLICT DO NOTHING``. New tool spans mark their
 minutes in ``live_dirty`` with their commit's batch id, like attempts.
 """
 
@@ -35,7 +35,7 @@ _BATCH: Final = (
 _MERGE: Final = f"""
 WITH inserted AS (
     INSERT INTO tool_spans ({_COLUMNS}) SELECT {_COLUMNS} FROM tool_spans_staging
-    ON CONFLICT (trace_id, span_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING run_id, start_ns, end_ns, ingest_batch
 ), marked AS (
     INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id)

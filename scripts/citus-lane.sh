@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The Citus lane of scripts/test.sh (root only): installs Citus 12.1 into Debian's
+# postgresql-15 from the project's shared test folder, starts a coordinator and two workers
+# on loopback, and runs the suites that matter on a distributed database against the
+# coordinator (docs/operations.md#scaling-out). Not part of the product: users install
+# Citus from its own packages.
+#   bash scripts/citus-lane.sh [pytest args]
+# TPMLEDGER_CITUS_DIR: the folder holding install.sh and cluster.sh (default ../shared/citus).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+citus=${TPMLEDGER_CITUS_DIR:-../shared/citus}
+if [ ! -x "$citus/cluster.sh" ] && [ ! -f "$citus/cluster.sh" ]; then
+    echo "note: $citus/cluster.sh not found: Citus lane skipped"; exit 0
+fi
+bash "$citus/install.sh"
+dir=$(mktemp -d /tmp/tpmledger-citus-XXXXXX)
+port=${TPMLEDGER_CITUS_PORT:-55435}
+stop() { bash "$citus/cluster.sh" stop "$dir" || true; rm -rf "$dir"; }
+trap stop EXIT
+if ! url=$(bash "$citus/cluster.sh" start "$dir" "$port" 2); then
+    # The prebuilt citus.so must match the installed postgresql-15's minor release; when it
+    # does not load ("undefined symbol"), build the source beside it (~15 min on 2 cores).
+    if grep -qs "undefined symbol" "$dir"/node-*.log; then
+        echo "citus: the prebuilt build does not load here; building the source"
+        rm -f /usr/lib/postgresql/15/lib/citus.so
+        work=$(mktemp -d)
+        tar -xzf "$citus"/citus-12.1.12.tar.gz -C "$work"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-server-dev-15 \
+            libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev \
+            libxslt1-dev libpam0g-dev libreadline-dev >/dev/null
+        (cd "$work"/citus-12.1.12 && ./configure PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config \
+            >/dev/null && make -j"$(nproc)" with_llvm=no >/dev/null && make install with_llvm=no >/dev/null)
+        rm -rf "$work" "$dir"; dir=$(mktemp -d /tmp/tpmledger-citus-XXXXXX)
+        url=$(bash "$citus/cluster.sh" start "$dir" "$port" 2)
+    else
+        cat "$dir"/node-*.log >&2; exit 1
+    fi
+fi
+echo "== pytest against the Citus coordinator $url"
+started=$(date +%s)
+TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p no:cacheprovider \
+    tests/storage/test_distribution.py \
+    tests/storage/test_citus_same_bytes.py \
+    tests/storage/test_bulk_writer.py \
+    tests/ingest/test_faults.py \
+    tests/ingest/test_grpc_ingest.py \
+    tests/analytics/live/test_live_updater.py \
+    tests/analytics/seal/test_sealing.py \
+    tests/analytics/seal/test_checkpoints.py \
+    tests/provenance/test_summary_export_verify.py::test_round_trip_export_then_verify_passes \
+    tests/analytics/proofs/test_run_archive.py \
+    tests/read_api/test_runs_routes.py \
+    tests/analytics/test_replicas.py \
+    "$@"
+echo "== Citus lane: $(( $(date +%s) - started )) s of tests"
