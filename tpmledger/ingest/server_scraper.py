@@ -99,11 +99,13 @@ class ServerScraper:
         interval_s: float = 15.0,
         timeout_s: float = 10.0,
         store: Store = _store,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.database_url = database_url
         self.interval_s = interval_s
         self.timeout_s = min(timeout_s, interval_s)
         self._store = store
+        self._clock = clock  # the readings' time (ns); tests pass their own
         self.states = {url: TargetState(url) for url in dict.fromkeys(targets)}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -111,7 +113,7 @@ class ServerScraper:
     def scrape_once(self, url: str) -> None:
         """One scrape of ``url``: fetch, parse, store; its state updated either way."""
         state = self.states[url]
-        began, now_ns = time.monotonic(), time.time_ns()
+        began, now_ns = time.monotonic(), self._clock()
         try:
             text = fetch(url, self.timeout_s)
             try:
