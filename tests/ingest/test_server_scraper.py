@@ -54,6 +54,7 @@ def test_vllm_scrapes_become_minute_rows_with_counter_resets(
     e0, e1 = vllm.engines
     scraper = ServerScraper(database_url, [vllm.url], clock=at(5))
     scraper.scrape_once(vllm.url)  # the counters' baseline: no increase yet
+    assert rows(database_url)[0]["preemptions"] is None  # not measured, not 0
     e0.waiting, e0.kv_cache, e0.preemptions, e0.prompt_tokens = 0, 0.99, 13, 1600
     scraper._clock = at(20)
     scraper.scrape_once(vllm.url)
@@ -80,8 +81,8 @@ def test_vllm_scrapes_become_minute_rows_with_counter_resets(
     # 10 → 13 → (restart) 2: 3 + 2 preemptions; prompt 1000 → 1600 → 300: 600 + 300.
     assert first["preemptions"] == 5
     assert first["prompt_tokens"] == 900
-    assert first["queue_time_s"] is None  # no increase measured yet (baseline, then zeros)
-    assert second["preemptions"] is None and second["prompt_tokens"] is None
+    assert first["queue_time_s"] == 0  # measured: it did not move
+    assert second["preemptions"] == 0 and second["prompt_tokens"] == 0
     assert second["running_count"] == 1
 
     state = scraper.states[vllm.url]

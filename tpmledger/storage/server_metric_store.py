@@ -5,9 +5,10 @@ minute. A gauge reading adds to its column's sum and count and raises its maximu
 the minute's mean is ``sum / count`` however many scrapes or exports fell in it. A
 counter reading adds its *increase*: the difference from the series' last value (kept in
 ``server_metric_streams``), or its whole value after a reset — a value lower than the
-last, or a new start time. The first reading of a series only sets the baseline (what it
-counted before tpmledger saw it belongs to no minute); a repeat or an older reading adds
-nothing. Each call is one transaction.
+last without a start time, or a new start time. The first reading of a series only sets
+the baseline (what it counted before tpmledger saw it belongs to no minute: the minute's
+increase stays NULL, not measured); a repeat or an older reading adds nothing. Each call
+is one transaction.
 """
 
 from __future__ import annotations
@@ -109,9 +110,11 @@ def _increase(session: Any, reading: CounterLike) -> float | None:
             return None  # a reading from before the restart, arriving late
         increase = reading.value  # restarted: everything it counted is new
     elif reading.value < float(last[1]):
+        if reading.start_ns and int(last[0]) == reading.start_ns:
+            return None  # same start, lower value: an older reading arriving late
         increase = reading.value  # reset without a start time
     elif reading.value == float(last[1]):
-        return None
+        return 0.0  # unchanged (or a repeat): measured, nothing added
     else:
         increase = reading.value - float(last[1])
     session.execute(_KEEP, {"s": reading.stream, "start": reading.start_ns, "v": reading.value})
