@@ -97,6 +97,7 @@ class CounterReading:
     stream: str  # SHA-256 of the series' identity
     start_ns: int
     value: float
+    delta: bool = False  # an OTLP delta point: its value is the increase
 
 
 @dataclass
@@ -106,6 +107,7 @@ class ServerReadings:
     gauges: list[GaugeReading] = field(default_factory=list)
     counters: list[CounterReading] = field(default_factory=list)
     rejected: int = 0  # values that are not finite non-negative numbers, or bad ids
+    points: int = 0  # OTLP data points of server metrics read (stored or rejected)
 
     def __len__(self) -> int:
         return len(self.gauges) + len(self.counters)

@@ -3,7 +3,7 @@
 One row per server instance, engine, model, explicit run (``''`` when none) and UTC
 minute. A gauge reading adds to its column's sum and count and raises its maximum, so
 the minute's mean is ``sum / count`` however many scrapes or exports fell in it. A
-counter reading adds its *increase*: the difference from the series' last value (kept in
+counter reading adds its *increase* (an OTLP delta point: its value): the difference from the series' last value (kept in
 ``server_metric_streams``), or its whole value after a reset — a value lower than the
 last without a start time, or a new start time. The first reading of a series only sets
 the baseline (what it counted before tpmledger saw it belongs to no minute: the minute's
@@ -56,6 +56,8 @@ class CounterLike(GaugeLike, Protocol):
     def stream(self) -> str: ...
     @property
     def start_ns(self) -> int: ...
+    @property
+    def delta(self) -> bool: ...
 
 
 _LAST = text("SELECT start_ns, value FROM server_metric_streams WHERE stream = :s FOR UPDATE")
@@ -101,6 +103,8 @@ def _empty_row(key: ServerKeyLike, minute_ns: int) -> dict[str, Any]:
 
 def _increase(session: Any, reading: CounterLike) -> float | None:
     """The reading's increase over its series' last value (None: a baseline or a repeat)."""
+    if reading.delta:
+        return reading.value
     last = session.execute(_LAST, {"s": reading.stream}).first()
     increase: float | None
     if last is None:
