@@ -43,6 +43,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="also run a short simulated 8-shard fleet (and a small cap sweep)",
     )
+    p.add_argument(
+        "--scrape",
+        action="append",
+        metavar="URL",
+        default=None,
+        help="a vLLM / SGLang Prometheus endpoint for ingest to scrape (repeatable; added to "
+        "TPMLEDGER_SCRAPE_TARGETS), e.g. http://gpu-1:8000/metrics",
+    )
     p.set_defaults(func=run_up)
 
 
@@ -123,8 +131,23 @@ class EmbeddedDatabase:
         self._server.restart()
 
 
+def scrape_targets(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """TPMLEDGER_SCRAPE_TARGETS and every ``--scrape URL``, checked as the settings are."""
+    extra = getattr(args, "scrape", None) or []
+    if not extra:
+        return list(settings.scrape_targets)
+    merged = Settings.model_validate({"scrape_targets": [*settings.scrape_targets, *extra]})
+    return list(dict.fromkeys(merged.scrape_targets))
+
+
 def run_up(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **listener_overrides(args))
+    try:
+        targets = scrape_targets(args, settings)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        line = str(exc).splitlines()[-2].strip().split(" [type=")[0]
+        print(f"error: {line.removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
     problem = busy_port(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -153,6 +176,8 @@ def run_up(args: argparse.Namespace) -> int:
         }
         if settings.insecure:
             env["TPMLEDGER_INSECURE"] = "true"
+        if targets:
+            env["TPMLEDGER_SCRAPE_TARGETS"] = ",".join(targets)
         # -P: the current directory is not put on the children's import path, so a
         # folder named like one of our packages (analytics/, storage/…) cannot shadow it.
         command = [sys.executable, "-P", "-m", "tpmledger.cli.main"]
