@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from sqlalchemy.orm import Session
@@ -46,14 +46,15 @@ def _mean(name: str) -> str:
     return f"sum(s.{name}_sum) / nullif(sum(s.{name}_count), 0)"
 
 
-_QUERY: Final = f"""
-SELECT s.instance, s.engine, s.model,
+_FIGURES: Final = f"""s.instance, s.engine, s.model,
        (extract(epoch FROM s.minute_utc)::bigint * 1000000000) AS minute_ns,
        {_mean("running")}, max(s.running_max), {_mean("waiting")}, max(s.waiting_max),
        {_mean("kv_cache")}, max(s.kv_cache_max), {_mean("gen_throughput")},
        sum(s.preemptions), sum(s.prompt_tokens), sum(s.generation_tokens),
        sum(s.queue_time_s) / nullif(sum(s.queue_count), 0),
-       sum(s.ttft_s) / nullif(sum(s.ttft_count), 0)
+       sum(s.ttft_s) / nullif(sum(s.ttft_count), 0)"""
+_QUERY: Final = f"""
+SELECT {_FIGURES}
 FROM server_metric_minutes s JOIN runs r ON r.run_id = %(run)s
 WHERE s.run_id = %(run)s
    OR (s.run_id = '' AND s.model = ANY(%(models)s)
@@ -64,8 +65,27 @@ ORDER BY s.instance, s.engine, s.model, s.minute_utc
 """
 
 
+# Each server's newest minute in [since, before): what /metrics shows of it.
+_NEWEST: Final = f"""
+SELECT DISTINCT ON (instance, engine, model) * FROM (
+    SELECT {_FIGURES}
+    FROM server_metric_minutes s
+    WHERE s.minute_utc >= to_timestamp(%(since)s) AND s.minute_utc < to_timestamp(%(before)s)
+    GROUP BY s.instance, s.engine, s.model, s.minute_utc
+) m
+ORDER BY instance, engine, model, minute_ns DESC
+"""
+
+
 def _number(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _minutes(rows: list[Any]) -> list[ServerMinute]:
+    return [
+        ServerMinute(str(r[0]), str(r[1]), str(r[2]), int(r[3]), *(_number(v) for v in r[4:]))
+        for r in rows
+    ]
 
 
 def fetch_server_minutes(
@@ -74,10 +94,7 @@ def fetch_server_minutes(
     """The server minutes of ``run_id`` whose request models are ``models``, in ``conn``'s
     transaction, ordered by instance, engine, model and minute."""
     rows = conn.execute(_QUERY, {"run": run_id, "models": sorted(set(models))}).fetchall()
-    return [
-        ServerMinute(str(r[0]), str(r[1]), str(r[2]), int(r[3]), *(_number(v) for v in r[4:]))
-        for r in rows
-    ]
+    return _minutes(rows)
 
 
 def server_minutes(session: Session, run_id: str, models: Iterable[str]) -> list[ServerMinute]:
@@ -85,3 +102,12 @@ def server_minutes(session: Session, run_id: str, models: Iterable[str]) -> list
     driver = session.connection().connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
     return fetch_server_minutes(driver, run_id, models)
+
+
+def newest_server_minutes(session: Session, before_s: int, lookback_s: int) -> list[ServerMinute]:
+    """Each server's newest minute starting in ``[before_s - lookback_s, before_s)`` (Unix
+    seconds), whatever run it served."""
+    driver = session.connection().connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    params = {"since": before_s - lookback_s, "before": before_s}
+    return _minutes(driver.execute(_NEWEST, params).fetchall())

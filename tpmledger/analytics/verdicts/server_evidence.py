@@ -46,6 +46,11 @@ def _preempted(s: ServerMinute) -> bool:
     return (s.preemptions or 0.0) > 0
 
 
+def is_saturated(s: ServerMinute, params: ServerThresholds) -> bool:
+    """A queue and, in the same minute, a full KV cache or preemptions."""
+    return _queue(s) and (_kv_full(s, params) or _preempted(s))
+
+
 def _idle(s: ServerMinute, params: ServerThresholds) -> bool:
     measured = s.waiting_mean is not None or s.kv_cache_mean is not None
     quiet = (s.waiting_max or 0.0) == 0 and (s.waiting_mean or 0.0) == 0
@@ -78,9 +83,7 @@ def server_findings(
         "queue": minutes_where(_queue),
         "kv_cache": minutes_where(lambda s: _kv_full(s, params)),
         "preemption": minutes_where(_preempted),
-        "saturated": minutes_where(
-            lambda s: _queue(s) and (_kv_full(s, params) or _preempted(s))
-        ),
+        "saturated": minutes_where(lambda s: is_saturated(s, params)),
         "idle": sorted(m for m, found in by_minute.items() if all(_idle(s, params) for s in found)),
         "tokens": _reconciled(rows, targets),
     }
