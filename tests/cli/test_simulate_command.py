@@ -79,7 +79,7 @@ def test_refuses_to_start_when_nothing_listens_at_the_endpoint(
 
 
 def test_quota_flags_and_the_demos_quota_bound_run() -> None:
-    from tpmledger.cli.simulate_command import DEMO_QUOTA_TPM, _plan
+    from tpmledger.cli.simulate_command import DEMO_KV_CACHE_TOKENS, DEMO_QUOTA_TPM, _plan
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
@@ -94,5 +94,16 @@ def test_quota_flags_and_the_demos_quota_bound_run() -> None:
         parser.parse_args(["simulate", "--quota-tpm", "0"])
     demo = parser.parse_args(["simulate", "--demo", *endpoint])
     phases = _plan(demo)
-    assert [c.run_id.rsplit("_", 1)[-1] for c, _ in phases] == ["sharded", "quota", "sweep"]
-    assert [c.server.quota_tpm for c, _ in phases] == [None, DEMO_QUOTA_TPM, None]
+    assert [c.run_id.rsplit("_", 1)[-1] for c, _ in phases] == [
+        "sharded",
+        "quota",
+        "serving",
+        "sweep",
+    ]
+    assert [c.server.quota_tpm for c, _ in phases] == [None, DEMO_QUOTA_TPM, None, None]
+    # The serving-bound phase: a KV cache too small for the fleet's calls in flight.
+    kv = [c.server.kv_cache_tokens for c, _ in phases]
+    assert kv[2] == DEMO_KV_CACHE_TOKENS and kv[2] < min(kv[0], kv[1], kv[3])
+    # `up --demo` names the server's port, so its /metrics can be scraped.
+    fixed = _plan(parser.parse_args(["simulate", "--demo", "--server-port", "18123", *endpoint]))
+    assert {c.server.port for c, _ in fixed} == {18123}

@@ -31,6 +31,11 @@ DEMO_SWEEP_RUN_S = 150.0
 # The demo's quota-bound run: the 8x16 fleet asks for ~600k tokens a minute; the provider
 # grants 300k, so the bottleneck verdict is provider_quota (docs/metrics.md#bottleneck).
 DEMO_QUOTA_TPM = 300_000
+# The demo's serving-bound run: 128 calls in flight hold ~85k tokens of KV cache; the server
+# has room for less than half of them, so the rest wait in its queue with the cache full —
+# no 429s, slow TTFT: the bottleneck verdict is serving, from the server's own metrics
+# (scraped by `up --demo`; docs/metrics.md#serving-side-metrics).
+DEMO_KV_CACHE_TOKENS = 36_000
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -111,6 +116,20 @@ def register(subparsers: Any) -> None:
         "--quota-rpm", type=_positive_int, default=None, help="provider quota: requests per minute"
     )
     p.add_argument("--speed", type=float, default=None, help="server service times ÷ SPEED")
+    p.add_argument(
+        "--kv-cache-tokens",
+        type=_positive_int,
+        default=None,
+        help="server KV-cache pool in tokens: a running request holds prompt + reply; "
+        "without room it waits (a small pool makes a serving-bound run)",
+    )
+    p.add_argument(
+        "--server-port",
+        type=int,
+        default=None,
+        help="the simulated server's port (default: one the kernel picks); its vLLM "
+        "metrics are at http://127.0.0.1:PORT/metrics for `up --scrape`",
+    )
     p.add_argument("--error-rate", type=float, default=None, help="share of 5xx answers")
     p.add_argument("--timeout-rate", type=float, default=None, help="share of stalled requests")
     p.add_argument("--stream-share", type=float, default=None, help="share of stream=true")
@@ -144,9 +163,11 @@ def register(subparsers: Any) -> None:
         "--demo",
         action="store_true",
         help=f"an 8x16 run starting calls for {DEMO_RUN_S:.0f}s, then one bound by a provider "
-        f"quota of {DEMO_QUOTA_TPM:,} tokens a minute ({DEMO_SWEEP_RUN_S:.0f}s), then a sweep over "
+        f"quota of {DEMO_QUOTA_TPM:,} tokens a minute ({DEMO_SWEEP_RUN_S:.0f}s), then one bound by "
+        f"the server's KV cache ({DEMO_KV_CACHE_TOKENS:,} tokens, {DEMO_SWEEP_RUN_S:.0f}s), then a "
+        "sweep over "
         f"caps {','.join(map(str, DEMO_SWEEP_CAPS))} ({DEMO_SWEEP_RUN_S:.0f}s each; each run ends "
-        "when its calls have finished: about 16 minutes in all, docs/simulator.md)",
+        "when its calls have finished: about 19 minutes in all, docs/simulator.md)",
     )
     p.set_defaults(func=run_simulate)
 
@@ -184,6 +205,8 @@ def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
         ("speed", "speed"),
         ("error_rate", "error_rate"),
         ("timeout_rate", "timeout_rate"),
+        ("kv_cache_tokens", "kv_cache_tokens"),
+        ("server_port", "port"),
     ):
         if getattr(args, flag, None) is not None:
             server[name] = getattr(args, flag)
@@ -229,8 +252,11 @@ def _plan(args: argparse.Namespace) -> list[tuple[FleetConfig, list[int] | None]
         args.quota_tpm = DEMO_QUOTA_TPM
         quota = fleet_config(args, f"demo_{stamp}_quota")
         args.quota_tpm = None
+        args.kv_cache_tokens = DEMO_KV_CACHE_TOKENS
+        serving = fleet_config(args, f"demo_{stamp}_serving")
+        args.kv_cache_tokens = None
         sweep = fleet_config(args, f"demo_{stamp}_sweep")
-        return [(first, None), (quota, None), (sweep, DEMO_SWEEP_CAPS)]
+        return [(first, None), (quota, None), (serving, None), (sweep, DEMO_SWEEP_CAPS)]
     run_id = args.run_id or f"sim_{_stamp()}_sharded"
     return [(fleet_config(args, run_id), args.sweep)]
 

@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help="also run a short simulated 8-shard fleet (and a small cap sweep)",
+        help="also run a short simulated 8-shard fleet (a quota-bound run, a serving-bound "
+        "one whose simulated vLLM metrics ingest scrapes, and a small cap sweep)",
     )
     p.add_argument(
         "--scrape",
@@ -113,6 +114,13 @@ def busy_port(settings: Settings) -> str | None:
     return None
 
 
+def _free_port() -> int:
+    """A port free now on loopback, for the demo's simulated server."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class EmbeddedDatabase:
     """The embedded PostgreSQL as a part ``up`` supervises."""
 
@@ -176,6 +184,10 @@ def run_up(args: argparse.Namespace) -> int:
         }
         if settings.insecure:
             env["TPMLEDGER_INSECURE"] = "true"
+        demo_port = _free_port() if args.demo else None
+        if demo_port is not None:
+            # The demo's simulated server exposes vLLM's metrics; ingest scrapes them.
+            targets = [*targets, f"http://127.0.0.1:{demo_port}/metrics"]
         if targets:
             env["TPMLEDGER_SCRAPE_TARGETS"] = ",".join(targets)
         # -P: the current directory is not put on the children's import path, so a
@@ -195,7 +207,10 @@ def run_up(args: argparse.Namespace) -> int:
                 record_running(settings.data_dir)  # other commands find this database
             print("\n" + exporter_lines(settings) + "\n", flush=True)
             if args.demo:
-                demo = subprocess.Popen([*command, "simulate", "--demo", "--endpoint", ingest_url])
+                port = ["--server-port", str(demo_port)]
+                demo = subprocess.Popen(
+                    [*command, "simulate", "--demo", "--endpoint", ingest_url, *port]
+                )
             parts: list[Part] = list(services)
             if db.embedded is not None:
                 parts.insert(0, EmbeddedDatabase(db.embedded))

@@ -126,10 +126,14 @@ class ServerScraper:
                 except Exception as exc:
                     raise ScrapeFailed("store", f"{type(exc).__name__}: {exc}") from exc
         except ScrapeFailed as exc:
+            # One line when a target goes down, not one per interval while it stays down.
+            report = log.debug if state.up is False else log.warning
+            report("scrape of %s failed (%s): %s", url, exc.stage, exc)
             state.up = False
             state.errors[exc.stage] = state.errors.get(exc.stage, 0) + 1
-            log.warning("scrape of %s failed (%s): %s", url, exc.stage, exc)
         else:
+            if state.up is False:
+                log.info("scrape of %s works again", url)
             state.up = True
             state.last_success_s = time.time()
             state.readings_total += len(readings)
