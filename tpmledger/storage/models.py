@@ -475,8 +475,8 @@ class GenAiMetricStream(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-# The serving side's gauges and counters per server minute (docs/metrics.md#serving-side-
-# metrics); the names are storage.server_metric_store's.
+# The serving side's gauges and counters per server minute; the names are
+# storage.server_metric_store's (docs/metrics.md#serving-side-metrics).
 SERVER_GAUGES = ("running", "waiting", "kv_cache", "gen_throughput")
 SERVER_COUNTERS = (
     "preemptions", "prompt_tokens", "generation_tokens", "queue_time_s", "queue_count",
