@@ -11,6 +11,7 @@ point or the resource. Points of other metrics are left to :mod:`ingest.genai_me
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -89,6 +90,7 @@ def _read(
 ) -> None:
     name, kind = metric.name, metric.WhichOneof("data")
     counter = counter_field(name)
+    fields: list[tuple[str, Callable[[Any], float]]]
     if kind == "gauge" and name in GAUGES:
         engine, field = GAUGES[name]
         points, fields = metric.gauge.data_points, [(field, _number)]

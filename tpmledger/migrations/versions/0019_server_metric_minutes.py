@@ -39,7 +39,9 @@ def upgrade() -> None:
             sa.Column(f"{name}_max", sa.Double(), nullable=True),
         )
     ]
-    counters = [sa.Column(name, sa.Double(), nullable=True) for name in _COUNTERS]
+    counters: list[sa.Column[float]] = [
+        sa.Column(name, sa.Double(), nullable=True) for name in _COUNTERS
+    ]
     op.create_table(
         "server_metric_minutes",
         sa.Column("instance", sa.Text(), nullable=False),
@@ -50,9 +52,13 @@ def upgrade() -> None:
         *gauges,
         *counters,
         sa.PrimaryKeyConstraint(
-            "instance", "engine", "model", "run_id", "minute_utc",
+            "instance",
+            "engine",
+            "model",
+            "run_id",
+            "minute_utc",
             name=op.f("pk_server_metric_minutes"),
-        ),  # fmt: skip
+        ),
     )
     op.create_index(
         "ix_server_metric_minutes_model_minute",
