@@ -2,13 +2,14 @@
 
 One row per server instance, engine, model, explicit run (``''`` when none) and UTC
 minute. A gauge reading adds to its column's sum and count and raises its maximum, so
-the minute's mean is ``sum / count`` however many scrapes or exports fell in it. A
-counter reading adds its *increase* (an OTLP delta point: its value): the difference
-from the series' last value (kept in ``server_metric_streams``), or its whole value after
-a reset — a value lower than the last without a start time, or a new start time. The
-first reading of a series only sets the baseline (what it counted before tpmledger saw it belongs to no minute: the minute's
-increase stays NULL, not measured); a repeat or an older reading adds nothing. Each call
-is one transaction.
+the minute's mean is ``sum / count`` however many scrapes or exports fell in it.
+
+A counter reading adds its *increase*: the difference from the series' last value (kept
+in ``server_metric_streams``), or its whole value after a reset — a value lower than the
+last without a start time, or a new start time (an OTLP delta point adds its value). The
+first reading of a series only sets the baseline: what it counted before tpmledger saw it
+belongs to no minute, so that minute's increase stays NULL (not measured). A repeat or an
+older reading adds nothing. Each call is one transaction.
 """
 
 from __future__ import annotations
