@@ -21,6 +21,7 @@ from tests.analytics.verdicts.test_bottleneck import export, get
 from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
 from tests.fixtures.servers import RunningIngest
 from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.ingest.server_scraper import ServerScraper
 
@@ -82,6 +83,9 @@ def test_a_kv_cache_bound_fleet_is_serving_live_and_sealed(
     assert live["evidence"]["server"]["kv_cache"] == 4
     sealed = seal_run(running_ingest.database_url, "kv-bound").metrics["bottleneck"]
     assert {k: v for k, v in live.items() if k != "live"} == sealed
+    # The verifier recomputes the sealed verdict with the same server minutes.
+    report = verify_run(running_ingest.database_url, "kv-bound")
+    assert report.mismatches == [], report.mismatches
 
     [entry] = get(running_ingest, "/runs/kv-bound/servers")["servers"]
     assert (entry["instance"], entry["engine"], entry["model"]) == (
