@@ -17,6 +17,8 @@ from typing import Any, Final
 import psycopg
 from sqlalchemy.orm import Session
 
+from tpmledger.storage.target_minutes import TargetMinute
+
 MINUTE_NS: Final = 60_000_000_000
 
 
@@ -40,6 +42,12 @@ class ServerMinute:
     generation_tokens: float | None
     queue_time_mean_s: float | None
     ttft_mean_s: float | None
+
+
+def run_models(targets: Iterable[TargetMinute]) -> set[str]:
+    """The request models of a run's attempts (its target-minutes): what its server minutes
+    are joined on."""
+    return {t.model for t in targets if t.model}
 
 
 def _mean(name: str) -> str:

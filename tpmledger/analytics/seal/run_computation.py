@@ -28,7 +28,7 @@ from tpmledger.analytics.seal.minute_tree import MinuteTree, build_minute_tree
 from tpmledger.analytics.seal.run_chunks import CHUNK_ATTEMPTS, RunChunks, chunk_ranges, is_large
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
-from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict, run_models
+from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict
 from tpmledger.provenance.event_file import EVENT_SCHEMA, FileDigests, FileDigestStream
 from tpmledger.storage.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
@@ -45,7 +45,7 @@ from tpmledger.storage.seal_reads import (
     prepare_seal_transaction,
     snapshot_twin,
 )
-from tpmledger.storage.server_minutes_read import fetch_server_minutes
+from tpmledger.storage.server_minutes_read import fetch_server_minutes, run_models
 from tpmledger.storage.target_minutes import TargetMinute, fetch_target_minutes
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).

@@ -45,7 +45,7 @@ from tpmledger.analytics.verdicts.server_evidence import evidence_of, server_fin
 from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
 from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.server_minutes_read import ServerMinute, server_minutes
+from tpmledger.storage.server_minutes_read import ServerMinute, run_models, server_minutes
 from tpmledger.storage.target_minutes import TargetMinute, target_minutes
 from tpmledger.storage.time_text import minute_text_ns
 
@@ -321,11 +321,6 @@ def _server_confirms(
         f"{_pct(params.server_kv_cache_min)}, no preemptions) in {len(idle)} of those "
         f"{len(bound_ns)} minutes"
     )
-
-
-def run_models(targets: Sequence[TargetMinute]) -> set[str]:
-    """The request models of a run's attempts: what its server minutes are joined on."""
-    return {t.model for t in targets if t.model}
 
 
 def _minute_ns(value: Any) -> int:

@@ -13,10 +13,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.verdicts.bottleneck import run_models
 from tpmledger.storage.live_read import run_state
 from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.server_minutes_read import ServerMinute, server_minutes
+from tpmledger.storage.server_minutes_read import ServerMinute, run_models, server_minutes
 from tpmledger.storage.target_minutes import target_minutes
 from tpmledger.storage.time_text import minute_text_ns
 

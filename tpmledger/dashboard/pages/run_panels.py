@@ -15,7 +15,7 @@ from dash import dcc, html
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.run_span_limit import RunTooLong
-from tpmledger.analytics.verdicts.bottleneck import current_bottleneck, run_models
+from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
 from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.analytics.views.run_extras import (
@@ -57,7 +57,7 @@ from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
 from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.server_minutes_read import server_minutes
+from tpmledger.storage.server_minutes_read import run_models, server_minutes
 from tpmledger.storage.target_minutes import target_minutes
 
 
