@@ -51,3 +51,14 @@ def test_no_server_metrics_say_not_measured_and_open_minutes_are_in_progress() -
     assert "Serving side: not measured" in empty["layout"]["annotations"][0]["text"]
     live = serving_figure(CLIENT, [_server(0), _server(1)], {"2026-02-01 03:45"})
     assert any(a.get("name") == "in-progress" for a in live["layout"]["annotations"])
+
+
+def test_the_sweep_table_says_each_caps_server_saturation() -> None:
+    from tpmledger.dashboard.pages.sweep import server_saturation_text
+
+    server = {"minutes": 4, "saturated": 3, "idle": 0, "queue": 4}
+    assert server_saturation_text({"evidence": {"server": server}}) == (
+        "saturated 3 of 4 min · idle 0"
+    )
+    assert server_saturation_text({"evidence": {}}) == "not measured"
+    assert server_saturation_text(None) == "not measured"
