@@ -40,7 +40,8 @@ _MAX_NS = 2**63 - 1  # times are stored as bigint
 
 #: Partial-success reason of a rejected server point.
 REASON: Final = (
-    "vLLM/SGLang metric point is not a finite non-negative number, is beyond 2262-04-11, or "
+    "vLLM/SGLang metric point is not a finite non-negative number, has no time or one beyond "
+    "2262-04-11, or "
     "names a model or run longer than 512 characters or holding a NUL character"
 )
 
@@ -113,7 +114,7 @@ def _read(
         key = key_of(instance, engine, labels)
         at = int(point.time_unix_nano)
         values = [(f, read(point)) for f, read in fields]
-        if key is None or at > _MAX_NS or not all(usable(v) for _, v in values):
+        if key is None or not 0 < at <= _MAX_NS or not all(usable(v) for _, v in values):
             readings.rejected += 1
             continue
         for field, value in values:
