@@ -46,8 +46,12 @@ def test_a_kv_cache_bound_server_is_serving_without_client_failures() -> None:
     assert (server["queue"], server["kv_cache"], server["preemption"]) == (4, 4, 0)
     # 1000 tokens counted by the server and by the spans in each inner minute: no gap.
     assert server["tokens"] == {"client": 4000, "server": 4000.0, "gap": 0.0, "gap_share": 0.0}
-    # Without the servers' rows the same run is demand-bound.
-    assert bottleneck_verdict(_minutes(6, 4, 8), targets)["verdict"] == "demand"
+    assert result["params"]["server_kv_cache_min"] == 0.9
+    # Without the servers' rows the same run is demand-bound, and its verdict reads as
+    # before the server rules existed (no server thresholds): older seals still verify.
+    plain = bottleneck_verdict(_minutes(6, 4, 8), targets)
+    assert plain["verdict"] == "demand"
+    assert not [k for k in plain["params"] if k.startswith("server_")]
 
 
 def test_preemptions_with_a_queue_are_serving_and_a_queue_alone_is_not() -> None:

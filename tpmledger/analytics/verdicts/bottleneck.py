@@ -67,8 +67,13 @@ class BottleneckParams:
     server_kv_cache_min: float = 0.90
     server_saturated_minute_share: float = 0.5
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "minutes": "inner"}
+    def as_dict(self, *, server: bool = False) -> dict[str, Any]:
+        """The thresholds used: the server rules' only when server minutes were joined
+        (so a verdict without them reads as it did before those rules existed)."""
+        used = asdict(self)
+        if not server:
+            used = {k: v for k, v in used.items() if not k.startswith("server_")}
+        return {**used, "minutes": "inner"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def _result(
         "verdict": verdict,
         "reason": reason,
         "minutes": [minute_text_ns(m) for m in sorted(minutes)],
-        "params": params.as_dict(),
+        "params": params.as_dict(server="server" in evidence),
         "evidence": evidence,
     }
 
