@@ -502,6 +502,7 @@ server_metric_minutes = Table(
     ),
     *(Column(name, Double, nullable=True) for name in SERVER_COUNTERS),
     Index("ix_server_metric_minutes_model_minute", "model", "minute_utc"),
+    Index("ix_server_metric_minutes_minute_utc", "minute_utc"),
     Index(
         "ix_server_metric_minutes_run_minute",
         "run_id",

@@ -65,6 +65,8 @@ def upgrade() -> None:
         "server_metric_minutes",
         ["model", "minute_utc"],
     )
+    # /metrics reads every server's newest minutes: a range scan, whatever the model.
+    op.create_index("ix_server_metric_minutes_minute_utc", "server_metric_minutes", ["minute_utc"])
     op.create_index(
         "ix_server_metric_minutes_run_minute",
         "server_metric_minutes",
@@ -90,4 +92,5 @@ def downgrade() -> None:
     op.drop_table("server_metric_streams")
     op.drop_index("ix_server_metric_minutes_run_minute", table_name="server_metric_minutes")
     op.drop_index("ix_server_metric_minutes_model_minute", table_name="server_metric_minutes")
+    op.drop_index("ix_server_metric_minutes_minute_utc", table_name="server_metric_minutes")
     op.drop_table("server_metric_minutes")
