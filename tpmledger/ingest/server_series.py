@@ -45,8 +45,8 @@ class ServerSeriesCollector(Collector):
         return []  # read at scrape time only
 
     def collect(self) -> Iterator[Metric]:
-        from tpmledger.analytics.verdicts.bottleneck import BottleneckParams
-        from tpmledger.analytics.verdicts.server_evidence import is_saturated
+        # The verdict's own rule; this module of analytics imports only storage.
+        from tpmledger.analytics.verdicts.server_evidence import DefaultThresholds, is_saturated
 
         before_s = int(time.time()) // 60 * 60  # the current minute is still open
         try:
@@ -56,7 +56,7 @@ class ServerSeriesCollector(Collector):
         except Exception as exc:  # the database is down: the other series still answer
             log.warning("server series not read: %s", exc)
             return
-        params = BottleneckParams()
+        params = DefaultThresholds()
         for field, name, text in _FIGURES:
             family = GaugeMetricFamily(name, f"{text}, in the server's newest closed minute",
                                        labels=_LABELS)  # fmt: skip

@@ -41,7 +41,12 @@ from typing import Any, Final
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.verdicts.server_evidence import evidence_of, server_findings, signals_of
+from tpmledger.analytics.verdicts.server_evidence import (
+    KV_CACHE_FULL,
+    evidence_of,
+    server_findings,
+    signals_of,
+)
 from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
 from tpmledger.storage.minute_keys import WHOLE_RUN
@@ -64,7 +69,7 @@ class BottleneckParams:
     cap_full_fraction: float = 0.90
     cap_bound_minute_share: float = 0.5
     cap_headroom_min: float = 0.20
-    server_kv_cache_min: float = 0.90
+    server_kv_cache_min: float = KV_CACHE_FULL
     server_saturated_minute_share: float = 0.5
 
     def as_dict(self, *, server: bool = False) -> dict[str, Any]:

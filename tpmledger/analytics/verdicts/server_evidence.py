@@ -21,10 +21,14 @@ Pure rules over rows: the seal and the live read hand them the rows of their sna
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from tpmledger.storage.server_minutes_read import ServerMinute
 from tpmledger.storage.target_minutes import TargetMinute
+
+#: KV-cache use from which a server minute counts as full (``server_kv_cache_min``).
+KV_CACHE_FULL: Final = 0.90
 
 
 class ServerThresholds(Protocol):
@@ -32,6 +36,13 @@ class ServerThresholds(Protocol):
 
     @property
     def server_kv_cache_min(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class DefaultThresholds:
+    """The default thresholds, for readers that need no other rule (``/metrics``)."""
+
+    server_kv_cache_min: float = KV_CACHE_FULL
 
 
 def _queue(s: ServerMinute) -> bool:
