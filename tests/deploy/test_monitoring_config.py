@@ -138,7 +138,7 @@ def test_grafana_dashboard_draws_the_fleet_from_the_provisioned_source() -> None
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "tpmledger-fleet.json").read_text())
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for wanted in ("TPM by token type", "Retry rate", "429", "TTFT p95", "In flight vs cap",
-                   "Quota headroom per target", "Silent shards"):  # fmt: skip
+                   "Quota headroom per target", "Silent shards", "Serving side"):  # fmt: skip
         assert wanted in titles, wanted
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"tpmledger_[a-z_0-9]+", e)}
@@ -147,6 +147,10 @@ def test_grafana_dashboard_draws_the_fleet_from_the_provisioned_source() -> None
         "tpmledger_ingest_spans_stored_total",
         "tpmledger_ingest_spans_rejected_total",
         "tpmledger_ingest_queue_depth_spans",
+        "tpmledger_server_requests_waiting",
+        "tpmledger_server_requests_running",
+        "tpmledger_server_kv_cache_usage_ratio",
+        "tpmledger_server_saturated",
     }
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == source["uid"], panel["title"]
