@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tpmledger.durations import parse_age
 
@@ -195,6 +197,38 @@ class Settings(BaseSettings):
         "versions store goodput under it; analyze/compare --slo override it "
         "(docs/metrics.md#goodput). Unset: no goodput.",
     )
+
+    scrape_targets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="vLLM / SGLang Prometheus endpoints ingest scrapes itself, comma-separated "
+        "URLs, e.g. http://gpu-1:8000/metrics (docs/configuration.md#serving-side-metrics).",
+    )
+    scrape_interval_s: float = Field(
+        default=15.0, gt=0, description="How often each scrape target is read."
+    )
+    scrape_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of one scrape (at most the interval): a slower target counts "
+        "a fetch error and is tried again at its next turn.",
+    )
+
+    @field_validator("scrape_targets", mode="before")
+    @classmethod
+    def _split_scrape_targets(cls, value: object) -> object:
+        """``TPMLEDGER_SCRAPE_TARGETS`` is comma-separated; each must be an http(s) URL."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list):
+            value = [str(v).strip() for v in value if str(v).strip()]
+            for url in value:
+                parts = urlsplit(url)
+                if parts.scheme not in ("http", "https") or not parts.netloc:
+                    raise ValueError(
+                        f"scrape target {url!r} is not an http(s) URL; write it like "
+                        "http://gpu-1:8000/metrics"
+                    )
+        return value
 
     @field_validator("retention")
     @classmethod

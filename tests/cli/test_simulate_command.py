@@ -80,7 +80,12 @@ def test_refuses_to_start_when_nothing_listens_at_the_endpoint(
 
 def test_quota_flags_and_the_demos_runs() -> None:
     from tpmledger.cli.simulate_command import _plan, fleet_config
-    from tpmledger.simulator.demo import DEMO_QUOTA_TPM, DEMO_RUN_S, demo_configs
+    from tpmledger.simulator.demo import (
+        DEMO_KV_CACHE_TOKENS,
+        DEMO_QUOTA_TPM,
+        DEMO_RUN_S,
+        demo_configs,
+    )
 
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
@@ -105,3 +110,14 @@ def test_quota_flags_and_the_demos_runs() -> None:
     # Longer than four minutes: every run covers ≥ 5 UTC minutes, so ≥ 3 inner ones.
     assert all(c.duration_s == DEMO_RUN_S > 240 for c in runs)
     assert all(c.otlp_endpoint == "http://127.0.0.1:4318" for c in runs)
+    # The serving-bound run's KV cache is too small for its calls in flight; `up --demo`
+    # names its server's port so its /metrics can be scraped (the others pick their own).
+    assert [c.server.kv_cache_tokens for c in runs][3] == DEMO_KV_CACHE_TOKENS
+    fixed = demo_configs(
+        fleet_config(
+            parser.parse_args(["simulate", "--demo", "--server-port", "18123", *endpoint]),
+            "demo",
+        ),
+        "20261127_120000",
+    )
+    assert [c.server.port for c in fixed] == [0, 0, 0, 18123]

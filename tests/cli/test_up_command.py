@@ -143,3 +143,22 @@ def test_a_taken_port_is_named_before_anything_starts(tmp_path: Path) -> None:
     assert f"port {port}" in result.stderr and "--http-port" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "postgres").exists()  # nothing was started
+
+
+def test_scrape_flags_join_the_configured_targets_and_are_checked() -> None:
+    import argparse
+
+    from tpmledger.cli.up_command import scrape_targets
+    from tpmledger.settings import Settings
+
+    configured = Settings(scrape_targets="http://gpu-1:8000/metrics")
+    args = argparse.Namespace(scrape=["http://gpu-2:8000/metrics", "http://gpu-1:8000/metrics"])
+    assert scrape_targets(args, configured) == [
+        "http://gpu-1:8000/metrics",
+        "http://gpu-2:8000/metrics",
+    ]
+    assert scrape_targets(argparse.Namespace(scrape=None), configured) == [
+        "http://gpu-1:8000/metrics"
+    ]
+    with pytest.raises(ValueError, match="not an http"):
+        scrape_targets(argparse.Namespace(scrape=["gpu-3:8000"]), configured)

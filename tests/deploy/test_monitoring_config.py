@@ -25,6 +25,7 @@ ALERTS = {
     "TpmledgerShardSilent",
     "TpmledgerRunStalled",
     "TpmledgerIngestRejecting",
+    "TpmledgerServingSaturated",
 }
 #: The per-run series of docs/operations.md#per-run-series and ingest's own.
 RUN_SERIES = {
@@ -44,6 +45,10 @@ RUN_SERIES = {
     "tpmledger_run_live",
     "tpmledger_run_data_age_seconds",
 }
+#: The servers' series (docs/operations.md#serving-side-series).
+SERVER_SERIES = {"tpmledger_server_saturated"}
+#: Alerts about a server or ingest itself, not a run.
+NOT_RUN_ALERTS = {"TpmledgerIngestRejecting", "TpmledgerServingSaturated"}
 
 needs_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool missing (Debian package prometheus)"
@@ -75,7 +80,7 @@ def test_each_alert_has_for_severity_and_annotations_naming_the_run() -> None:
         assert rule["labels"]["severity"] in ("page", "warning"), name
         annotations = rule["annotations"]
         assert {"summary", "description", "dashboard"} <= set(annotations), name
-        if name != "TpmledgerIngestRejecting":
+        if name not in NOT_RUN_ALERTS:
             for key in ("summary", "description"):
                 assert "{{ $labels.run_id }}" in annotations[key], f"{name}.{key}"
             link = '/runs/{{ $labels.run_id | urlquery | reReplaceAll "[+]" "%20" }}'
@@ -86,12 +91,13 @@ def test_each_alert_has_for_severity_and_annotations_naming_the_run() -> None:
 def test_rules_use_only_series_tpmledger_exposes() -> None:
     used = {m for r in _rules() for m in re.findall(r"tpmledger_[a-z_0-9]+", r["expr"])}
     ingest = {"tpmledger_ingest_requests_total", "tpmledger_ingest_spans_rejected_total"}
-    assert used <= RUN_SERIES | ingest, used - RUN_SERIES - ingest
+    known = RUN_SERIES | ingest | SERVER_SERIES
+    assert used <= known, used - known
 
 
 @needs_promtool
 def test_promtool_checks_the_rules_and_both_scrape_configs() -> None:
-    assert "SUCCESS: 6 rules found" in _run("promtool", "check", "rules", RULES)
+    assert "SUCCESS: 7 rules found" in _run("promtool", "check", "rules", RULES)
     _run("promtool", "check", "config", DEPLOY / "prometheus" / "prometheus-local.yml")
     # The compose config names paths inside the container: syntax only here.
     _run("promtool", "check", "config", "--syntax-only", DEPLOY / "prometheus" / "prometheus.yml")
@@ -132,7 +138,7 @@ def test_grafana_dashboard_draws_the_fleet_from_the_provisioned_source() -> None
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "tpmledger-fleet.json").read_text())
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for wanted in ("TPM by token type", "Retry rate", "429", "TTFT p95", "In flight vs cap",
-                   "Quota headroom per target", "Silent shards"):  # fmt: skip
+                   "Quota headroom per target", "Silent shards", "Serving side"):  # fmt: skip
         assert wanted in titles, wanted
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"tpmledger_[a-z_0-9]+", e)}
@@ -141,6 +147,10 @@ def test_grafana_dashboard_draws_the_fleet_from_the_provisioned_source() -> None
         "tpmledger_ingest_spans_stored_total",
         "tpmledger_ingest_spans_rejected_total",
         "tpmledger_ingest_queue_depth_spans",
+        "tpmledger_server_requests_waiting",
+        "tpmledger_server_requests_running",
+        "tpmledger_server_kv_cache_usage_ratio",
+        "tpmledger_server_saturated",
     }
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == source["uid"], panel["title"]

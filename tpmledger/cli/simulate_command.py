@@ -105,6 +105,20 @@ def register(subparsers: Any) -> None:
         "--quota-rpm", type=_positive_int, default=None, help="provider quota: requests per minute"
     )
     p.add_argument("--speed", type=float, default=None, help="server service times ÷ SPEED")
+    p.add_argument(
+        "--kv-cache-tokens",
+        type=_positive_int,
+        default=None,
+        help="server KV-cache pool in tokens: a running request holds prompt + reply; "
+        "without room it waits (a small pool makes a serving-bound run)",
+    )
+    p.add_argument(
+        "--server-port",
+        type=int,
+        default=None,
+        help="the simulated server's port (default: one the kernel picks); its vLLM "
+        "metrics are at http://127.0.0.1:PORT/metrics for `up --scrape`",
+    )
     p.add_argument("--error-rate", type=float, default=None, help="share of 5xx answers")
     p.add_argument("--timeout-rate", type=float, default=None, help="share of stalled requests")
     p.add_argument("--stream-share", type=float, default=None, help="share of stream=true")
@@ -181,6 +195,8 @@ def fleet_config(args: argparse.Namespace, run_id: str) -> FleetConfig:
         ("speed", "speed"),
         ("error_rate", "error_rate"),
         ("timeout_rate", "timeout_rate"),
+        ("kv_cache_tokens", "kv_cache_tokens"),
+        ("server_port", "port"),
     ):
         if getattr(args, flag, None) is not None:
             server[name] = getattr(args, flag)

@@ -40,7 +40,16 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--demo",
         action="store_true",
-        help="also run a short simulated 8-shard fleet (and a small cap sweep)",
+        help="also run a short simulated 8-shard fleet (a quota-bound run, a serving-bound "
+        "one whose simulated vLLM metrics ingest scrapes, and a small cap sweep)",
+    )
+    p.add_argument(
+        "--scrape",
+        action="append",
+        metavar="URL",
+        default=None,
+        help="a vLLM / SGLang Prometheus endpoint for ingest to scrape (repeatable; added to "
+        "TPMLEDGER_SCRAPE_TARGETS), e.g. http://gpu-1:8000/metrics",
     )
     p.set_defaults(func=run_up)
 
@@ -108,6 +117,13 @@ def busy_port(settings: Settings) -> str | None:
     return None
 
 
+def _free_port() -> int:
+    """A port free now on loopback, for the demo's simulated server."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class EmbeddedDatabase:
     """The embedded PostgreSQL as a part ``up`` supervises."""
 
@@ -126,8 +142,23 @@ class EmbeddedDatabase:
         self._server.restart()
 
 
+def scrape_targets(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """TPMLEDGER_SCRAPE_TARGETS and every ``--scrape URL``, checked as the settings are."""
+    extra = getattr(args, "scrape", None) or []
+    if not extra:
+        return list(settings.scrape_targets)
+    merged = Settings.model_validate({"scrape_targets": [*settings.scrape_targets, *extra]})
+    return list(dict.fromkeys(merged.scrape_targets))
+
+
 def run_up(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, follow_running=False, **listener_overrides(args))
+    try:
+        targets = scrape_targets(args, settings)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        line = str(exc).splitlines()[-2].strip().split(" [type=")[0]
+        print(f"error: {line.removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
     problem = busy_port(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -156,6 +187,12 @@ def run_up(args: argparse.Namespace) -> int:
         }
         if settings.insecure:
             env["TPMLEDGER_INSECURE"] = "true"
+        demo_port = _free_port() if args.demo else None
+        if demo_port is not None:
+            # The demo's simulated server exposes vLLM's metrics; ingest scrapes them.
+            targets = [*targets, f"http://127.0.0.1:{demo_port}/metrics"]
+        if targets:
+            env["TPMLEDGER_SCRAPE_TARGETS"] = ",".join(targets)
         # -P: the current directory is not put on the children's import path, so a
         # folder named like one of our packages (analytics/, storage/…) cannot shadow it.
         command = [sys.executable, "-P", "-m", "tpmledger.cli.main"]
@@ -173,7 +210,10 @@ def run_up(args: argparse.Namespace) -> int:
                 record_running(settings.data_dir)  # other commands find this database
             print("\n" + exporter_lines(settings) + "\n", flush=True)
             if args.demo:
-                demo = subprocess.Popen([*command, "simulate", "--demo", "--endpoint", ingest_url])
+                port = ["--server-port", str(demo_port)]
+                demo = subprocess.Popen(
+                    [*command, "simulate", "--demo", "--endpoint", ingest_url, *port]
+                )
             parts: list[Part] = list(services)
             if db.embedded is not None:
                 parts.insert(0, EmbeddedDatabase(db.embedded))

@@ -47,6 +47,7 @@ from tpmledger.ingest.otlp_http_codec import (
 )
 from tpmledger.ingest.request_limits import counted
 from tpmledger.ingest.run_metrics import RunSeriesCollector
+from tpmledger.ingest.server_series import ServerSeriesCollector
 from tpmledger.settings import Settings
 from tpmledger.storage import migrate
 from tpmledger.token_scopes import COOKIE, INGEST, READ
@@ -242,6 +243,7 @@ def build_app(
             close_after_s=resolved.minute_close_after_s,
         )
     )
+    metrics.add_collector(ServerSeriesCollector(database_url))
 
     @app.get(
         "/metrics",

@@ -2,11 +2,12 @@
 signal to ``OTEL_EXPORTER_OTLP_ENDPOINT`` do not log failures (docs/ingest.md#other-signals).
 
 Metrics: the GenAI token-usage points are stored per run, shard and minute
-(:mod:`ingest.genai_metrics`, :mod:`storage.genai_metric_store`); other points are counted
-and dropped. Logs are counted and dropped: none is stored, so the message content that
-GenAI events sent as log records carry (``gen_ai.user.message`` … bodies) never reaches the
-database; those records are counted as content dropped too. Both go through the same auth,
-size limits and body budget as traces (the callers apply them).
+(:mod:`ingest.genai_metrics`, :mod:`storage.genai_metric_store`), vLLM / SGLang points per
+server and minute (:mod:`ingest.server_metrics_otlp`, :mod:`storage.server_metric_store`);
+other points are counted and dropped. Logs are counted and dropped: none is stored, so the
+message content that GenAI events sent as log records carry (``gen_ai.user.message`` …
+bodies) never reaches the database; those records are counted as content dropped too. Both
+go through the same auth, size limits and body budget as traces (the callers apply them).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, UndecodableBody
 from tpmledger.ingest.genai_metrics import token_points
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.otlp_http_codec import PROTOBUF
+from tpmledger.ingest.server_metrics_otlp import REASON, server_readings
 from tpmledger.storage.genai_metric_store import add_token_points
+from tpmledger.storage.server_metric_store import add_server_readings
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +82,26 @@ class OtherSignals:
                 log.exception("the database refused %d token-usage points", len(batch.points))
                 batch.reject("the database refused these points", len(batch.points))
                 batch.points = []
+        # vLLM / SGLang series (docs/metrics.md#serving-side-metrics): among the "other"
+        # points of the token-usage batch, kept in their own rows.
+        server = server_readings(request)
+        batch.other_points -= server.points
+        if server.rejected:
+            batch.reject(REASON, server.rejected)
+        stored_server = server.points - server.rejected
+        if len(server):
+            try:
+                await run_in_threadpool(
+                    add_server_readings, self._url, server.gauges, server.counters
+                )
+            except DBAPIError as exc:
+                if exc.connection_invalidated or is_unavailable(exc.orig or exc, None):
+                    raise DatabaseUnavailable("database unavailable; retry later") from exc
+                log.exception("the database refused %d server metric points", stored_server)
+                batch.reject("the database refused these points", stored_server)
+                stored_server = 0
         counter = self._metrics.signal_items
-        counter.labels("metrics", "stored").inc(len(batch.points))
+        counter.labels("metrics", "stored").inc(len(batch.points) + stored_server)
         counter.labels("metrics", "dropped").inc(batch.other_points)
         counter.labels("metrics", "rejected").inc(batch.rejected)
         response = ExportMetricsServiceResponse()

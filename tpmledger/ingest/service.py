@@ -33,6 +33,7 @@ from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.normalize_pool import NormalizePool, default_workers
 from tpmledger.ingest.other_signals import OtherSignals
 from tpmledger.ingest.process_memory import limit_heap_retention, relax_garbage_collector
+from tpmledger.ingest.server_scraper import ServerScraper
 from tpmledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,16 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         signals,
     )
     await grpc_server.start()
+    # Server endpoints are read in threads of their own: a hanging one never slows ingest.
+    scraper = ServerScraper(
+        url,
+        settings.scrape_targets,
+        interval_s=settings.scrape_interval_s,
+        timeout_s=settings.scrape_timeout_s,
+    )
+    if settings.scrape_targets:
+        metrics.add_collector(scraper.collector())
+        scraper.start()
     http_task = asyncio.create_task(http.serve(), name="http")
     refresh_task = asyncio.create_task(verifier.refresh_forever(), name="token-refresh")
     # The start line on stdout, as the dashboard's: it is news for the user, not a log line.
@@ -143,6 +154,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         log.info("ingest stopping: no new requests, flushing the queue")
         http.should_exit = True
+        scraper.stop()
         refresh_task.cancel()
         stop_task.cancel()
         # Both listeners stop accepting; requests in flight still get their commit.

@@ -199,6 +199,21 @@ def build_router(
             raise _unknown(run_id) from exc
 
     @router.get(
+        "/runs/{run_id}/servers",
+        dependencies=[Depends(reject_nul_run_id)],
+        summary="The serving side beside the run: vLLM / SGLang running, waiting, KV-cache "
+        "use, preemptions and tokens per server instance, engine, model and minute",
+        responses={404: {"description": "unknown run"}},
+    )
+    async def get_servers(run_id: str) -> dict[str, Any]:
+        from tpmledger.analytics.views.server_views import servers_object
+
+        try:
+            return await run_in_threadpool(in_one_snapshot, database_url, servers_object, run_id)
+        except UnknownRun as exc:
+            raise _unknown(run_id) from exc
+
+    @router.get(
         "/runs/{run_id}/events.jsonl",
         dependencies=[Depends(reject_nul_run_id)],
         summary="The canonical event file (docs/provenance.md); its SHA-256 is events_sha256. "

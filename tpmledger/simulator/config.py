@@ -55,6 +55,15 @@ class ServerConfig(BaseModel):
     )
     max_parallel: int = Field(default=256, gt=0, description="requests decoded at once")
     max_queue: int = Field(default=1024, ge=0, description="waiting beyond this answers 429")
+    kv_cache_tokens: int = Field(
+        default=2_000_000,
+        gt=0,
+        description="KV-cache pool: a running request holds prompt + reply tokens; without "
+        "room it waits (docs/simulator.md#serving-side-metrics)",
+    )
+    port: int = Field(
+        default=0, ge=0, le=65535, description="listen port (0: one the kernel picks)"
+    )
     ttft_base_s: float = Field(default=0.25, ge=0)
     prefill_s_per_token: float = Field(default=0.0002, ge=0)
     decode_s_per_token: float = Field(default=0.02, ge=0)

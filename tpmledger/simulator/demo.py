@@ -12,8 +12,10 @@ than four minutes, so each run covers at least five UTC minutes, three of them i
   than twice the quota: it is bounded by the provider's quota, and against cap 8 it is
   ``moved_the_bottleneck`` (more tokens, but retries grow far faster). The sweep's
   recommended cap is 8.
-- ``demo_<UTC>_serving`` (four shards at cap 4): 15 % of answers are 5xx, so it is bounded
-  by the serving side.
+- ``demo_<UTC>_serving`` (four shards at cap 4): 15 % of answers are 5xx and its server's
+  KV cache holds about a third of the calls in flight (the rest wait in its queue), so it is
+  bounded by the serving side, and its server's vLLM metrics say why. Only this run's server
+  listens on the port the command names (``--server-port``: ``up --demo`` scrapes it).
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ DEMO_SWEEP_CAPS = [4, 8, 32]
 #: slots) asks for more than twice it.
 DEMO_QUOTA_TPM = 200_000
 DEMO_SERVING_ERROR_RATE = 0.15
+#: KV-cache tokens of the serving run's server: its 16 calls in flight hold ~10,600 tokens.
+DEMO_KV_CACHE_TOKENS = 3_500
 
 
 def demo_configs(base: FleetConfig, stamp: str) -> list[FleetConfig]:
     """The demo's runs, to be started together; ``base`` carries the endpoint, protocol,
     seed and workload (its shape and duration are replaced)."""
     quiet = base.server.model_copy(
-        update={"quota_tpm": DEMO_QUOTA_TPM, "error_rate": 0.0, "timeout_rate": 0.0}
+        update={"quota_tpm": DEMO_QUOTA_TPM, "error_rate": 0.0, "timeout_rate": 0.0, "port": 0}
     )
     sweep = base.model_copy(
         update={
@@ -55,7 +59,12 @@ def demo_configs(base: FleetConfig, stamp: str) -> list[FleetConfig]:
             "shards": 4,
             "concurrency": 4,
             "duration_s": DEMO_RUN_S,
-            "server": base.server.model_copy(update={"error_rate": DEMO_SERVING_ERROR_RATE}),
+            "server": base.server.model_copy(
+                update={
+                    "error_rate": DEMO_SERVING_ERROR_RATE,
+                    "kv_cache_tokens": DEMO_KV_CACHE_TOKENS,
+                }
+            ),
         }
     )
     return [*sweep_configs(sweep, DEMO_SWEEP_CAPS), serving]

@@ -10,8 +10,11 @@ Behaviour per request, in order:
    ``Retry-After`` (whole seconds, RFC 9110) and ``retry-after-ms`` (as OpenAI sends);
 4. a fault is drawn: ``error_rate`` answer 500/502/503, ``timeout_rate`` stall (no bytes)
    until the client gives up;
-5. the request waits for a batch slot (429 when too many wait), prefills (TTFT grows with
-   the wait and the batch size), then decodes ``chunk_tokens`` at a time.
+5. the request waits for room in the KV cache (``kv_cache_tokens``; it holds prompt +
+   reply tokens while it runs) and a batch slot (429 when too many wait), prefills (TTFT
+   grows with the wait and the batch size), then decodes ``chunk_tokens`` at a time.
+
+``GET /metrics`` exposes vLLM's own series of all this (:mod:`simulator.server_metrics`).
 
 The reply length comes from the request's ``seed`` (so a retried call gets the same reply):
 usually 50–100 % of ``max_tokens`` with ``finish_reason`` ``stop``, sometimes all of it with
@@ -22,6 +25,7 @@ usually 50–100 % of ``max_tokens`` with ``finish_reason`` ``stop``, sometimes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -37,6 +41,8 @@ from starlette.routing import Route
 
 from tpmledger.simulator.capacity import BatchSlots, MinuteQuota, QueueFull, TokenBudget
 from tpmledger.simulator.config import ServerConfig
+from tpmledger.simulator.kv_cache import KvCache
+from tpmledger.simulator.server_metrics import ServerMetrics
 from tpmledger.simulator.workload import count_prompt_tokens
 
 
@@ -69,6 +75,13 @@ class SimulatedLLM:
         self.budget = TokenBudget(config.capacity_tpm, config.burst_s)
         self.quota = MinuteQuota(config.quota_tpm, config.quota_rpm)
         self.batch = BatchSlots(config)
+        self.kv = KvCache(config.kv_cache_tokens)
+        self.metrics = ServerMetrics(
+            config.model,
+            running=lambda: self.batch.active,
+            waiting=lambda: self.batch.waiting + self.kv.waiting,
+            kv_cache=self.kv.usage,
+        )
         self._faults = random.Random(f"faults/{config.seed}")
         self.counts: dict[str, int] = {}
 
@@ -130,11 +143,27 @@ class SimulatedLLM:
             await asyncio.sleep(0.2)
         return _error(504, "simulated stall ended", "server_error")
 
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, prompt: int, completion: int, check_queue: bool = True
+    ) -> AsyncIterator[None]:
+        """Wait for KV-cache room and a batch slot; prefill; count it as vLLM does."""
+        if check_queue and self.batch.is_full():
+            raise QueueFull
+        arrived = time.monotonic()
+        async with self.kv.hold(prompt + completion), self.batch.slot(check_queue=False):
+            queued = time.monotonic() - arrived
+            self.metrics.queue_time.observe(queued)
+            self.metrics.prompt_tokens.inc(prompt)
+            await asyncio.sleep(self.batch.time_to_first_token(prompt))
+            self.metrics.ttft.observe(time.monotonic() - arrived)
+            yield
+
     async def _complete(self, prompt: int, completion: int, finish: str) -> Response:
         try:
-            async with self.batch.slot():
-                await asyncio.sleep(self.batch.time_to_first_token(prompt))
+            async with self._admitted(prompt, completion):
                 await asyncio.sleep(self.batch.decode_time(completion))
+                self.metrics.generation_tokens.inc(completion)
         except QueueFull:
             self._count("429_queue")
             return _rate_limited(1.0, "server overloaded: too many requests waiting")
@@ -182,8 +211,7 @@ class SimulatedLLM:
             }
             return f"data: {json.dumps(chunk)}\n\n".encode()
 
-        async with self.batch.slot(check_queue=False):
-            await asyncio.sleep(self.batch.time_to_first_token(prompt))
+        async with self._admitted(prompt, completion, check_queue=False):
             sent, step = 0, self.config.chunk_tokens
             while sent < completion:
                 n = min(step, completion - sent)
@@ -192,6 +220,7 @@ class SimulatedLLM:
                     delta = {"role": "assistant", **delta}
                 yield event(delta)
                 sent += n
+                self.metrics.generation_tokens.inc(n)
                 await asyncio.sleep(self.batch.decode_time(n))
         yield event({}, finish)
         if usage:
@@ -206,13 +235,18 @@ class SimulatedLLM:
             yield f"data: {json.dumps(body)}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
+    async def prometheus(self, _request: Request) -> Response:
+        """``GET /metrics``: the vLLM series (docs/simulator.md#serving-side-metrics)."""
+        return Response(self.metrics.render(), media_type=self.metrics.content_type)
+
     async def stats(self, _request: Request) -> Response:
         """``GET /sim/stats``: answers by kind, batch occupancy, budget level."""
         return JSONResponse(
             {
                 "counts": self.counts,
                 "active": self.batch.active,
-                "waiting": self.batch.waiting,
+                "waiting": self.batch.waiting + self.kv.waiting,
+                "kv_cache": self.kv.usage(),
                 "budget_level": self.budget.level,
             }
         )
@@ -237,6 +271,7 @@ def build_app(config: ServerConfig) -> Starlette:
         routes=[
             Route("/v1/chat/completions", llm.chat_completions, methods=["POST"]),
             Route("/sim/stats", llm.stats, methods=["GET"]),
+            Route("/metrics", llm.prometheus, methods=["GET"]),
         ]
     )
     app.state.llm = llm

@@ -62,7 +62,7 @@ async def serve(config: ServerConfig, host: str) -> None:
     """Serve on a port chosen by the kernel; announce it on stdout."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind((host, config.port))
     # Listen before announcing the port: a client that connects the moment it reads the
     # port must be queued, not refused, while uvicorn is still starting.
     sock.listen(4096)

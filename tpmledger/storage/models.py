@@ -48,11 +48,13 @@ __all__ = [
     "MinuteExtra",
     "MinuteMetric",
     "Run",
+    "ServerMetricStream",
     "Snapshot",
     "SnapshotDiagnostics",
     "SnapshotGoodput",
     "ToolSpan",
     "attempts_table",
+    "server_metric_minutes",
 ]
 
 # Stable constraint names so Alembic autogenerate and downgrades agree.
@@ -473,6 +475,55 @@ class GenAiMetricStream(Base):
     attributes), so the next export of it adds only the difference."""
 
     __tablename__ = "genai_metric_streams"
+
+    stream: Mapped[str] = mapped_column(Text, primary_key=True)  # SHA-256 of its identity
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+# The serving side's gauges and counters per server minute; the names are
+# storage.server_metric_store's (docs/metrics.md#serving-side-metrics).
+SERVER_GAUGES = ("running", "waiting", "kv_cache", "gen_throughput")
+SERVER_COUNTERS = (
+    "preemptions", "prompt_tokens", "generation_tokens", "queue_time_s", "queue_count",
+    "ttft_s", "ttft_count",
+)  # fmt: skip
+
+server_metric_minutes = Table(
+    "server_metric_minutes",
+    Base.metadata,
+    Column("instance", Text, primary_key=True),
+    Column("engine", Text, primary_key=True),  # "vllm" | "sglang"
+    Column("model", Text, primary_key=True),  # '' when the series carries no model name
+    Column("run_id", Text, primary_key=True),  # '' unless the series names its run
+    Column("minute_utc", DateTime(timezone=True), primary_key=True),
+    *(
+        column
+        for name in SERVER_GAUGES
+        for column in (
+            Column(f"{name}_sum", Double, nullable=False, server_default="0"),
+            Column(f"{name}_count", Integer, nullable=False, server_default="0"),
+            Column(f"{name}_max", Double, nullable=True),
+        )
+    ),
+    *(Column(name, Double, nullable=True) for name in SERVER_COUNTERS),
+    Index("ix_server_metric_minutes_model_minute", "model", "minute_utc"),
+    Index("ix_server_metric_minutes_minute_utc", "minute_utc"),
+    Index(
+        "ix_server_metric_minutes_run_minute",
+        "run_id",
+        "minute_utc",
+        postgresql_where=text("run_id <> ''"),
+    ),
+)
+
+
+class ServerMetricStream(Base):
+    """The last value of one serving-side counter series, so the next reading adds only its
+    increase (a lower value or a new start time is a counter reset)."""
+
+    __tablename__ = "server_metric_streams"
 
     stream: Mapped[str] = mapped_column(Text, primary_key=True)  # SHA-256 of its identity
     start_ns: Mapped[int] = mapped_column(BigInteger)

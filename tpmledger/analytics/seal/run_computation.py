@@ -45,6 +45,7 @@ from tpmledger.storage.seal_reads import (
     prepare_seal_transaction,
     snapshot_twin,
 )
+from tpmledger.storage.server_minutes_read import fetch_server_minutes, run_models
 from tpmledger.storage.target_minutes import TargetMinute, fetch_target_minutes
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
@@ -245,6 +246,8 @@ def compute_run(
             _walk(walked, stream, files, consumers, timer)
             with timer.stage("targets", cpu=False):  # waiting for the aggregate, if at all
                 targets = pending.result()
+            # The serving side's minutes, joined on the run's models (few rows).
+            servers = fetch_server_minutes(third, run_id, run_models(targets))
     with timer.stage("compute", cpu=False):
         analysis = (
             stream.finish()
@@ -257,7 +260,7 @@ def compute_run(
         tree = build_minute_tree(analysis.minutes, file, digests)
         metrics = {**analysis.figures, "events_sha256": file.sha256}
     whole = analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN)
-    metrics["bottleneck"] = clean(bottleneck_verdict(whole.to_dicts(), targets))
+    metrics["bottleneck"] = clean(bottleneck_verdict(whole.to_dicts(), targets, servers=servers))
     return RunComputation(
         facts,
         analysis,

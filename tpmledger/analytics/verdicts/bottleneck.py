@@ -8,7 +8,10 @@ the rules are tried in order; the first that holds is the verdict:
    headroom (tokens or requests) is at most ``quota_headroom_max`` or whose lowest
    remaining count is at most that share of the limit;
 2. ``serving`` — at least ``serving_failure_share`` of the attempts failed with 5xx,
-   timeouts or cancellations (rate limits are not counted here);
+   timeouts or cancellations (rate limits are not counted here); or, with fewer than
+   ``rate_limited_share`` rate limited, the servers' own metrics show a non-empty queue
+   with a KV cache ≥ ``server_kv_cache_min`` full or preemptions in at least
+   ``server_saturated_minute_share`` of the inner minutes (:mod:`.server_evidence`);
 3. ``concurrency_cap`` — in-flight mean ≥ ``cap_full_fraction`` × cap in at least
    ``cap_bound_minute_share`` of the minutes, fewer than ``rate_limited_share`` of the
    attempts rate limited, and quota headroom ≥ ``cap_headroom_min`` wherever it is known
@@ -18,7 +21,10 @@ the rules are tried in order; the first that holds is the verdict:
 Otherwise ``verdict`` is ``None`` and ``reason`` names what is missing (no inner minute,
 no concurrency cap declared, rate limits without quota telemetry, …). ``minutes`` lists
 the minutes that carry the evidence; ``params`` the thresholds used; ``evidence`` the
-counts behind the rules.
+counts behind the rules — with ``server`` when vLLM / SGLang metrics were joined to the run,
+``serving_signals`` naming what a ``serving`` verdict rests on (``failures``, ``queue``,
+``kv_cache``, ``preemption``) and ``server_confirms_cap`` when an idle server confirms a
+``concurrency_cap`` verdict.
 
 Pure rules over minute rows and :class:`~tpmledger.storage.target_minutes.TargetMinute`\\ s:
 the seal applies them to the sealed minute table, the read API and the run page to the
@@ -35,9 +41,16 @@ from typing import Any, Final
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.verdicts.server_evidence import (
+    KV_CACHE_FULL,
+    evidence_of,
+    server_findings,
+    signals_of,
+)
 from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
 from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.server_minutes_read import ServerMinute, run_models, server_minutes
 from tpmledger.storage.target_minutes import TargetMinute, target_minutes
 from tpmledger.storage.time_text import minute_text_ns
 
@@ -56,9 +69,16 @@ class BottleneckParams:
     cap_full_fraction: float = 0.90
     cap_bound_minute_share: float = 0.5
     cap_headroom_min: float = 0.20
+    server_kv_cache_min: float = KV_CACHE_FULL
+    server_saturated_minute_share: float = 0.5
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "minutes": "inner"}
+    def as_dict(self, *, server: bool = False) -> dict[str, Any]:
+        """The thresholds used: the server rules' only when server minutes were joined
+        (so a verdict without them reads as it did before those rules existed)."""
+        used = asdict(self)
+        if not server:
+            used = {k: v for k, v in used.items() if not k.startswith("server_")}
+        return {**used, "minutes": "inner"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +121,7 @@ def _result(
         "verdict": verdict,
         "reason": reason,
         "minutes": [minute_text_ns(m) for m in sorted(minutes)],
-        "params": params.as_dict(),
+        "params": params.as_dict(server="server" in evidence),
         "evidence": evidence,
     }
 
@@ -110,9 +130,10 @@ def bottleneck_verdict(
     minutes: Sequence[dict[str, Any]],
     targets: Sequence[TargetMinute],
     params: BottleneckParams | None = None,
+    servers: Sequence[ServerMinute] = (),
 ) -> dict[str, Any]:
     """The verdict from the whole-run minute rows (``minute_ns``, ``in_flight_mean``,
-    ``concurrency_cap``) and the run's target-minutes."""
+    ``concurrency_cap``), the run's target-minutes and its server minutes."""
     params = params or BottleneckParams()
     rows = sorted(
         (
@@ -134,6 +155,9 @@ def bottleneck_verdict(
         "serving_failures": serving,
         "quota_values_ignored": sum(t.values_ignored for t in targets),
     }
+    found = server_findings(inner_ns, servers, inner_targets, params)
+    if found is not None:
+        evidence["server"] = evidence_of(found)
     if not inner or attempts == 0:
         return _result(
             None,
@@ -175,12 +199,42 @@ def bottleneck_verdict(
             for m, (bad, total) in per_minute.items()
             if bad and bad >= params.serving_failure_share * total
         ]
+        evidence["serving_signals"] = ["failures"] + (
+            signals_of(found, found["saturated"]) if found else []
+        )
         return _result(
             "serving",
             f"{_pct(serving / attempts)} of attempts failed on the serving side (5xx, "
             f"timeouts, cancellations: {serving} of {attempts}): fix or scale the serving "
             "side before tuning the cap",
             failing or [m for m, (bad, _) in per_minute.items() if bad],
+            params,
+            evidence,
+        )
+    saturated = found["saturated"] if found else []
+    if (
+        found
+        and limited < params.rate_limited_share * attempts
+        and len(saturated) >= params.server_saturated_minute_share * len(inner)
+    ):
+        signals = signals_of(found, saturated)
+        evidence["serving_signals"] = signals
+        full = [
+            what
+            for name, what in (
+                ("kv_cache", f"its KV cache ≥ {_pct(params.server_kv_cache_min)} full"),
+                ("preemption", "preempting requests"),
+            )
+            if name in signals
+        ]
+        return _result(
+            "serving",
+            f"in {len(saturated)} of {len(inner)} minutes the server's own metrics show "
+            f"requests waiting in its queue with {' and '.join(full)}, while "
+            f"{_pct(limited / attempts)} of attempts were rate limited: the serving side "
+            "binds (clients see slow time to first token, not errors); scale or tune the "
+            "servers before raising the cap",
+            saturated,
             params,
             evidence,
         )
@@ -240,7 +294,8 @@ def bottleneck_verdict(
             "concurrency_cap",
             f"in-flight mean ≥ {_pct(params.cap_full_fraction)} of the cap in {len(bound)} of "
             f"{len(capped)} minutes, {_pct(limited / attempts)} rate limited{room}: the "
-            "concurrency cap binds; a higher cap would raise throughput",
+            "concurrency cap binds; a higher cap would raise throughput"
+            + _server_confirms(found, bound_ns, params, evidence),
             bound_ns,
             params,
             evidence,
@@ -253,6 +308,28 @@ def bottleneck_verdict(
         {m.minute_ns for m in free},
         params,
         evidence,
+    )
+
+
+def _server_confirms(
+    found: dict[str, Any] | None,
+    bound_ns: set[int],
+    params: BottleneckParams,
+    evidence: dict[str, Any],
+) -> str:
+    """The reason's ending when the servers were idle while the cap was full: the
+    verdict is then confirmed by the serving side, not inferred from the client alone."""
+    if not found:
+        return ""
+    idle = bound_ns & set(found["idle"])
+    confirms = bool(bound_ns) and len(idle) >= params.cap_bound_minute_share * len(bound_ns)
+    evidence["server_confirms_cap"] = confirms
+    if not confirms:
+        return ""
+    return (
+        f" — confirmed by the server's own metrics: idle (empty queue, KV cache below "
+        f"{_pct(params.server_kv_cache_min)}, no preemptions) in {len(idle)} of those "
+        f"{len(bound_ns)} minutes"
     )
 
 
@@ -279,7 +356,8 @@ def current_bottleneck(
     rows = [{**r, "minute_ns": _minute_ns(r["minute_utc"])} for r in table.shard_rows(WHOLE_RUN)]
     if targets is None:
         targets = target_minutes(session, [run_id])
-    return {**clean(bottleneck_verdict(rows, targets)), "live": table.live}
+    servers = server_minutes(session, run_id, run_models(targets))
+    return {**clean(bottleneck_verdict(rows, targets, servers=servers)), "live": table.live}
 
 
 def counted_words(bottleneck: dict[str, Any] | None, run_attempts: int | None) -> str | None:

@@ -52,12 +52,14 @@ from tpmledger.dashboard.figures.concurrency import (
     work_conserving_text,
 )
 from tpmledger.dashboard.figures.quota import dashboard_minute, headroom_lines, quota_figure
+from tpmledger.dashboard.figures.serving import SERVING_CLIENT_COLUMNS, serving_figure
 from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
 from tpmledger.dashboard.pages.runs import sweep_href
 from tpmledger.storage.database import read_view
 from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.server_minutes_read import run_models, server_minutes
 from tpmledger.storage.target_minutes import target_minutes
 
 
@@ -163,7 +165,8 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
         if table is None:
             header = html.Div([_header(run), live_waiting(run_id)])
             return RunPanels(header, None, empty, "", empty, empty, None, hidden, False)
-    minutes = _whole_run_minutes(session, run, table, CONCURRENCY_COLUMNS + TTFT_COLUMNS)
+    columns = tuple(dict.fromkeys(CONCURRENCY_COLUMNS + TTFT_COLUMNS + SERVING_CLIENT_COLUMNS))
+    minutes = _whole_run_minutes(session, run, table, columns)
     checked = reconciliation(session, run.run_id, run.metrics.get("tokens"))
     version = run.snapshot.version if run.snapshot is not None else None
     extras = run_extras(session, run.run_id, version, config.slo_text)
@@ -174,6 +177,9 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
     verdict = run.metrics.get("bottleneck") or current_bottleneck(
         session, run.run_id, close_after_s=config.close_after_s, table=table, targets=targets
     )
+    # docs/metrics.md#serving-side-metrics: the servers beside the client, one time axis.
+    servers = server_minutes(session, run.run_id, run_models(targets))
+    open_minutes = {dashboard_minute(m) for m in run.metrics.get("open_minutes") or []}
     return RunPanels(
         header=html.Div(
             [
@@ -186,6 +192,7 @@ def _run_panels(session: Session, config: DashboardConfig, run_id: str) -> RunPa
                     id="run-quota-headroom",
                     className="small mb-3",
                 ),
+                dcc.Graph(id="run-serving", figure=serving_figure(minutes, servers, open_minutes)),
                 diagnostics_panel({**run.metrics, **extras}),
             ]
         ),

@@ -50,6 +50,7 @@ _COLUMNS = (
     "Retry rate",
     "TTFT p95",
     "Bottleneck",
+    "Serving side",
     "Verdict of the walk",
 )
 
@@ -59,6 +60,18 @@ def _bottleneck(bottleneck: dict[str, Any] | None) -> Any:
     words = verdict_words(bottleneck)
     reason = (bottleneck or {}).get("reason")
     return html.Span(words, title=reason) if reason else words
+
+
+def server_saturation_text(bottleneck: dict[str, Any] | None) -> str:
+    """Each cap's server saturation from its verdict's server evidence
+    (docs/metrics.md#serving-side-metrics): how many inner minutes the servers were
+    saturated (queue with a full KV cache or preemptions) or idle; "not measured" without
+    server metrics."""
+    server = ((bottleneck or {}).get("evidence") or {}).get("server")
+    if not server or not server.get("minutes"):
+        return NOT_MEASURED
+    minutes = server["minutes"]
+    return f"saturated {server['saturated']} of {minutes} min · idle {server['idle']}"
 
 
 def _later(status: str, text: str) -> str:
@@ -94,6 +107,7 @@ def _points_table(view: SweepResult) -> dbc.Table:
                 html.Td(fmt_rate(p.retry_rate)),
                 html.Td(_later(p.status, fmt_seconds(p.ttft_p95_s))),
                 html.Td(_bottleneck(p.bottleneck), className="small"),
+                html.Td(server_saturation_text(p.bottleneck), className="small"),
                 html.Td(walk_label(p), className="small"),
             ]
         )

@@ -1,0 +1,44 @@
+"""The servers' newest closed minute on /metrics, and the saturation the alert reads
+(docs/operations.md#serving-side-series)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
+from tests.fixtures.servers import RunningIngest
+from tpmledger.ingest.server_scraper import ServerScraper
+
+
+def test_metrics_show_each_servers_last_closed_minute(running_ingest: RunningIngest) -> None:
+    closed = (time.time_ns() // 60_000_000_000 - 1) * 60_000_000_000 + 5_000_000_000
+    full = FakeModelServer(
+        "vllm", model="big", engines=[EngineFigures(running=8, waiting=3, kv_cache=0.95)]
+    ).start()
+    calm = FakeModelServer(
+        "sglang", model="small", engines=[EngineFigures(running=1, kv_cache=0.3)]
+    ).start()
+    try:
+        scraper = ServerScraper(
+            running_ingest.database_url, [full.url, calm.url], clock=lambda: closed
+        )
+        scraper.scrape_once(full.url)
+        scraper.scrape_once(calm.url)
+        # The open minute is not shown (it would read as a drop while it fills).
+        scraper._clock = time.time_ns
+        full.engines[0].waiting = 0
+        scraper.scrape_once(full.url)
+    finally:
+        full.stop()
+        calm.stop()
+    text = httpx.get(f"{running_ingest.http_url}/metrics", timeout=30).text
+    big = f'{{engine="vllm",model="big",server="{full.instance}"}}'
+    small = f'{{engine="sglang",model="small",server="{calm.instance}"}}'
+    assert f"tpmledger_server_saturated{big} 1.0" in text
+    assert f"tpmledger_server_saturated{small} 0.0" in text
+    assert f"tpmledger_server_requests_waiting{big} 3.0" in text
+    assert f"tpmledger_server_kv_cache_usage_ratio{big} 0.95" in text
+    assert f"tpmledger_server_requests_running{small} 1.0" in text
+    assert f"tpmledger_server_preemptions{big}" not in text  # only a baseline: not measured
