@@ -100,6 +100,11 @@ TABLE_ROLES: Final[tuple[TableRole, ...]] = (
     # One row per cumulative metric stream, read and written by its hash alone.
     TableRole("genai_metric_streams", "distributed", column="stream", colocated=False),
     TableRole("ingest_tokens", "reference", column=None),
+    # The serving side's minutes (one row per server, model and minute; a run's id only when
+    # the series carry one) are joined to runs by model and time: a reference table, so the
+    # join stays on the worker that holds the run.
+    TableRole("server_metric_minutes", "reference", column=None),
+    TableRole("server_metric_streams", "distributed", column="stream", colocated=False),
 )
 
 

@@ -23,7 +23,7 @@ from alembic import op
 from tpmledger.ingest.content_filter import CONTENT_KEY_PATTERN
 
 revision: str = "0014"
-down_revision: str | Sequence[str] | None = "0012"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -18,7 +18,7 @@ from alembic import op
 from tpmledger.storage.distribution import distribute_tables, is_citus, undistribute_tables
 
 revision: str = "0020"
-down_revision: str | Sequence[str] | None = "0012"
+down_revision: str | Sequence[str] | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
