@@ -438,6 +438,11 @@ def update_cost(admin_url: str, server: Any, size: int, batches: int, say: Any) 
     return median
 
 
+def _busy_loop() -> None:
+    while True:
+        pass
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--freshness-seconds", type=float, default=60)
@@ -464,6 +469,12 @@ def main() -> int:
     )
     parser.add_argument("--skip-freshness", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument(
+        "--cpu-load",
+        type=int,
+        default=0,
+        help="busy-looping processes competing for the cores during the freshness phases",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/live.txt"))
     args = parser.parse_args()
     lines: list[str] = []
@@ -494,9 +505,21 @@ def main() -> int:
                 if args.checkpoint_every_s is not None:
                     say(f"  worker: TPMLEDGER_CHECKPOINT_EVERY_S={args.checkpoint_every_s:g}")
                 phases = [(SIMULATOR_RATE, low_s), (args.high_rate, args.freshness_seconds)]
-                for rate, seconds in phases:
-                    if seconds > 0:
-                        freshness(ingest.port, rate, seconds, say, worker.pid, worker_log)
+                hogs = [
+                    multiprocessing.get_context("fork").Process(target=_busy_loop, daemon=True)
+                    for _ in range(args.cpu_load)
+                ]
+                for hog in hogs:
+                    hog.start()
+                if hogs:
+                    say(f"  competing load: {len(hogs)} busy-looping processes")
+                try:
+                    for rate, seconds in phases:
+                        if seconds > 0:
+                            freshness(ingest.port, rate, seconds, say, worker.pid, worker_log)
+                finally:
+                    for hog in hogs:
+                        hog.kill()
                 if args.settle_seconds > 0:
                     settle(args.settle_seconds, say, worker.pid, worker_log)
             finally:
@@ -527,6 +550,7 @@ def main() -> int:
             + (f" --settle-seconds {args.settle_seconds:g}" if args.settle_seconds else "")
             + (" --skip-freshness" if args.skip_freshness else "")
             + (" --skip-cost" if args.skip_cost else "")
+            + (f" --cpu-load {args.cpu_load}" if args.cpu_load else "")
         )
     finally:
         server.stop()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import io
 import select
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import polars as pl
 import psycopg
@@ -153,7 +155,12 @@ def copy_select(
 
 
 _DTYPES = {"integer": pl.Int64, "float": pl.Float64, "text": pl.String, "hex": pl.String}
-_CONVERT = {"integer": int, "float": float, "text": str, "hex": lambda v: bytes(v).hex()}
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "integer": int,
+    "float": float,
+    "text": str,
+    "hex": lambda v: bytes(v).hex(),
+}
 
 
 def _fetched(
@@ -161,7 +168,7 @@ def _fetched(
 ) -> pl.DataFrame:
     """The frame :func:`copy_select` gives, read row by row: slower per row, but no
     compiled code (the live path's first updates, while the worker's kernels compile)."""
-    rows = conn.execute(select_query).fetchall()
+    rows = conn.execute(select_query.as_bytes(conn)).fetchall()
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in kinds]
     series = []
     for (name, kind), values in zip(kinds.items(), columns, strict=True):

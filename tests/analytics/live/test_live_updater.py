@@ -187,3 +187,25 @@ def test_live_figures_before_the_kernels_are_compiled_are_the_seals(database_url
     finally:
         compiled_kernels.ready()
     _assert_same(database_url, run_id, updater)
+
+
+def test_older_minute_states_are_kept_within_the_byte_budget() -> None:
+    """The newest two minutes always; older ones newest first while their values fit in
+    KEPT_BYTES (a busy minute alone does not: busy runs keep two, as before)."""
+    import numpy as np
+
+    from tpmledger.analytics.live.live_updater import KEPT_BYTES, _within_budget
+    from tpmledger.analytics.live.minute_state import MinuteState
+    from tpmledger.storage.live_store import MINUTE_NS
+
+    third = KEPT_BYTES // 3 // 8 + 1  # int64 values: three such minutes exceed the budget
+    states = {
+        m * MINUTE_NS: MinuteState(m * MINUTE_NS, latency={"0": np.zeros(third, np.int64)})
+        for m in range(10)
+    }
+    assert sorted(_within_budget(states)) == [m * MINUTE_NS for m in (6, 7, 8, 9)]
+    busy = {
+        m * MINUTE_NS: MinuteState(m * MINUTE_NS, latency={"0": np.zeros(KEPT_BYTES, np.int64)})
+        for m in range(5)
+    }
+    assert sorted(_within_budget(busy)) == [3 * MINUTE_NS, 4 * MINUTE_NS]
