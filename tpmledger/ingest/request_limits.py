@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tpmledger.ingest.body_budget import BodyCharge
-from tpmledger.ingest.error_taxonomy import PayloadTooLarge, UndecodableBody
+from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge, UndecodableBody
 
 #: Spans, metric data points or log records in one request. The OpenTelemetry SDKs send
 #: 512 per batch by default, the Collector's batch processor 8,192.
@@ -135,10 +135,18 @@ async def counted(
 ) -> Counts:
     """:func:`count_request` off the event loop, then the request charged what decoding
     it builds (its estimate, when that is more than the body already charged)."""
-    counts = await asyncio.to_thread(count_request, payload, signal, json)
-    charge.grow_to(
-        max(charge.charged, counts.decoded_bytes()), "what decoding this request builds (estimated)"
-    )
+    try:
+        counts = await asyncio.to_thread(count_request, payload, signal, json)
+        charge.grow_to(
+            max(charge.charged, counts.decoded_bytes()),
+            "what decoding this request builds (estimated)",
+        )
+    except IngestError:
+        # A refused body is dropped now: the exception's traceback would keep it (up to
+        # 64 MiB) until a cyclic garbage collection, which ingest makes rare.
+        if isinstance(payload, bytearray):
+            payload.clear()
+        raise
     return counts
 
 
@@ -166,24 +174,29 @@ def count_request(
         return counts
     limits = {"items": max_items, "attributes": max_attributes}
     schema = {**_SCHEMAS[signal], **_VALUES}
-    try:
-        if signal == "traces":
-            # Spans counted, not entered: an upper bound of their attributes and events
-            # (every byte that could be their tag) settles nearly every request at C speed.
-            shallow = _Walk(
-                memoryview(payload), {**schema, "scope_spans": _SHALLOW_SCOPE_SPANS}, Counts(signal)
-            )
-            shallow.limits = limits
-            shallow.message(0, len(payload), "request", 0)
-            bound = payload.count(_SPAN_ATTRIBUTE_TAG) + payload.count(_SPAN_EVENT_TAG)
-            if bound + shallow.counts.attributes <= max_attributes:
-                shallow.counts.attributes += bound
-                return shallow.counts
-        walk = _Walk(memoryview(payload), schema, counts)
-        walk.limits = limits
-        walk.message(0, len(payload), "request", 0)
-    except (IndexError, ValueError) as exc:
-        raise UndecodableBody(f"invalid protobuf {signal} export request: {exc}") from exc
+    # Released on the way out, even through an exception: the body can then be cleared.
+    with memoryview(payload) as view:
+        try:
+            if signal == "traces":
+                # Spans counted, not entered: an upper bound of their attributes and events
+                # (every byte that could be their tag) settles nearly every request at C
+                # speed.
+                shallow_schema = {**schema, "scope_spans": _SHALLOW_SCOPE_SPANS}
+                shallow = _Walk(view, shallow_schema, Counts(signal))
+                shallow.limits = limits
+                shallow.message(0, len(payload), "request", 0)
+                bound = payload.count(_SPAN_ATTRIBUTE_TAG) + payload.count(_SPAN_EVENT_TAG)
+                if bound + shallow.counts.attributes <= max_attributes:
+                    shallow.counts.attributes += bound
+                    return shallow.counts
+            walk = _Walk(view, schema, counts)
+            walk.limits = limits
+            walk.message(0, len(payload), "request", 0)
+        except (IndexError, ValueError) as exc:
+            raise UndecodableBody(f"invalid protobuf {signal} export request: {exc}") from exc
+        finally:
+            # The walks hold the view: drop them before it is released.
+            shallow = walk = None  # type: ignore[assignment]
     return counts
 
 
