@@ -95,3 +95,38 @@ def test_amplification_probes_are_refused_early_and_healthz_answers(
         watch.join()
     assert watch.slowest < 1.0, f"/healthz took {watch.slowest:.2f} s"
     assert peak < 300 * 2**20, f"ingest reached {peak / 2**20:.0f} MiB"
+
+
+def test_real_sdk_requests_of_every_signal_are_counted_exactly() -> None:
+    """The wire walk follows each point type's own field numbers (a histogram's explicit
+    bounds are not attributes): what the SDK sends counts exactly, and walks whole."""
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"tpmledger.run.id": "r"})
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(resource=resource, metric_readers=[reader]).get_meter("t")
+    meter.create_histogram("h").record(5, {"a": 1, "b": 2})
+    meter.create_counter("c").add(3, {"a": 1})
+    meter.create_up_down_counter("u").add(-1, {"a": 1, "b": [1, 2]})
+    body = encode_metrics(reader.get_metrics_data()).SerializeToString()
+    counts = count_request(body, "metrics", json=False)
+    assert not counts.unwalkable
+    resource_attributes = len(resource.attributes)
+    # Three points; their attributes (the array's two elements count too) and the resource's.
+    assert counts.items == 3
+    assert counts.attributes == 2 + 1 + 2 + 2 + resource_attributes
+
+    logs = InMemoryLogExporter()
+    provider = LoggerProvider(resource=resource)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    provider.get_logger("t").emit(body="hello", attributes={"k": "v"})  # type: ignore[call-arg]
+    body = encode_logs(logs.get_finished_logs()).SerializeToString()
+    counts = count_request(body, "logs", json=False)
+    assert not counts.unwalkable and counts.items == 1
+    assert counts.attributes == 1 + resource_attributes

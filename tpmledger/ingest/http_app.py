@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -137,7 +137,8 @@ def build_app(
                     request.headers.get("content-encoding"), on_growth=charge.grow_to
                 )
                 try:
-                    await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
+                    async for chunk in body_chunks(request, stall_s=stall_s, total_s=read_s):
+                        reader.feed(chunk)
                 except ClientDisconnect:
                     # The sender went away mid-body; nothing was stored, nobody reads it.
                     return Response(status_code=400)
@@ -180,7 +181,8 @@ def build_app(
             with bodies.hold(request.headers.get("content-length")) as charge:
                 encoding = request.headers.get("content-encoding")
                 reader = BodyReader(encoding, on_growth=charge.grow_to)
-                await read_body(request, reader.feed, stall_s=stall_s, total_s=read_s)
+                async for chunk in body_chunks(request, stall_s=stall_s, total_s=read_s):
+                    reader.feed(chunk)
                 payload = reader.finish()
                 del reader
                 await counted(payload, signal, media == JSON, charge)
@@ -282,13 +284,13 @@ def _json_to_protobuf(payload: bytes | bytearray) -> bytes:
     return decode_request(payload, JSON).SerializeToString()
 
 
-async def read_body(
-    request: Request, feed: Callable[[bytes], None], *, stall_s: float, total_s: float
-) -> None:
-    """Feed the body's chunks to ``feed`` as they arrive; :class:`BodyTimeout` (408) when
-    the next chunk takes longer than ``stall_s`` or the whole body longer than
-    ``total_s``. A stalled upload then costs only its own connection: the caller's
-    budget charge is released when the error leaves its ``hold`` block."""
+async def body_chunks(request: Request, *, stall_s: float, total_s: float) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive; :class:`BodyTimeout` (408) when the next chunk
+    takes longer than ``stall_s`` or the whole body longer than ``total_s``. A stalled
+    upload then costs only its own connection: the caller's budget charge is released
+    when the error leaves its ``hold`` block. (A generator, so that no frame of the
+    wait holds the caller's reader: an exception's traceback would keep its decoded
+    body alive until a garbage collection.)"""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + total_s
     chunks = request.stream().__aiter__()
@@ -297,14 +299,14 @@ async def read_body(
         if wait <= 0:
             raise BodyTimeout(f"request body not received within {total_s:g} s")
         try:
-            chunk = await asyncio.wait_for(anext(chunks), wait)
-        except StopAsyncIteration:
-            return
-        except TimeoutError as exc:
+            chunk = await asyncio.wait_for(anext(chunks, None), wait)
+        except TimeoutError:
             raise BodyTimeout(
                 f"no body bytes for {wait:g} s (TPMLEDGER_BODY_STALL_S / TPMLEDGER_BODY_READ_S)"
-            ) from exc
-        feed(chunk)
+            ) from None
+        if chunk is None:
+            return
+        yield chunk
 
 
 def _check_declared_length(content_length: str | None) -> None:

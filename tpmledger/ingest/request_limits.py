@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tpmledger.ingest.body_budget import BodyCharge
-from tpmledger.ingest.error_taxonomy import PayloadTooLarge, UndecodableBody
+from tpmledger.ingest.error_taxonomy import IngestError, PayloadTooLarge
 
 #: Spans, metric data points or log records in one request. The OpenTelemetry SDKs send
 #: 512 per batch by default, the Collector's batch processor 8,192.
@@ -66,23 +66,22 @@ _SCHEMAS: Final[dict[str, dict[str, dict[int, tuple[str | None, str | None]]]]] 
         "scope_metrics": {1: ("scope", None), 2: ("metric", None)},
         "scope": {3: (_KV, "attributes")},
         "metric": {
-            5: ("data", None),  # gauge
-            7: ("data", None),  # sum
-            9: ("data", None),  # histogram
-            10: ("data", None),  # exponential histogram
-            11: ("data", None),  # summary
+            5: ("number_points", None),  # gauge
+            7: ("number_points", None),  # sum
+            9: ("histogram_points", None),  # histogram
+            10: ("exponential_points", None),  # exponential histogram
+            11: ("summary_points", None),  # summary
             12: (_KV, "attributes"),  # metadata
         },
-        "data": {1: ("point", "items")},
-        # Point attributes: NumberDataPoint 7, HistogramDataPoint 9, Exponential… 1,
-        # SummaryDataPoint 7; exemplars (11 / 8 / 11 / –) hold filtered attributes (7).
-        "point": {
-            1: (_KV, "attributes"),
-            7: (_KV, "attributes"),
-            9: (_KV, "attributes"),
-            8: ("exemplar", None),
-            11: ("exemplar", None),
-        },
+        "number_points": {1: ("number_point", "items")},
+        "histogram_points": {1: ("histogram_point", "items")},
+        "exponential_points": {1: ("exponential_point", "items")},
+        "summary_points": {1: ("summary_point", "items")},
+        # Each point type keeps its attributes and exemplars under its own numbers.
+        "number_point": {7: (_KV, "attributes"), 5: ("exemplar", None)},
+        "histogram_point": {9: (_KV, "attributes"), 8: ("exemplar", None)},
+        "exponential_point": {1: (_KV, "attributes"), 11: ("exemplar", None)},
+        "summary_point": {7: (_KV, "attributes")},
         "exemplar": {7: (_KV, "attributes")},
     },
     "logs": {
@@ -120,6 +119,7 @@ class Counts:
     attributes: int = 0
     json_containers: int = 0
     limits: dict[str, int] = field(default_factory=dict)
+    unwalkable: bool = False  # the wire walk failed; decoding will refuse it
 
     def decoded_bytes(self) -> int:
         """An upper estimate of what decoding the request builds, in bytes."""
@@ -135,10 +135,18 @@ async def counted(
 ) -> Counts:
     """:func:`count_request` off the event loop, then the request charged what decoding
     it builds (its estimate, when that is more than the body already charged)."""
-    counts = await asyncio.to_thread(count_request, payload, signal, json)
-    charge.grow_to(
-        max(charge.charged, counts.decoded_bytes()), "what decoding this request builds (estimated)"
-    )
+    try:
+        counts = await asyncio.to_thread(count_request, payload, signal, json)
+        charge.grow_to(
+            max(charge.charged, counts.decoded_bytes()),
+            "what decoding this request builds (estimated)",
+        )
+    except IngestError:
+        # A refused body is dropped now: the exception's traceback would keep it (up to
+        # 64 MiB) until a cyclic garbage collection, which ingest makes rare.
+        if isinstance(payload, bytearray):
+            payload.clear()
+        raise
     return counts
 
 
@@ -153,7 +161,8 @@ def count_request(
 ) -> Counts:
     """Count ``payload`` (an ``Export…ServiceRequest`` of ``signal``: traces, metrics or
     logs; OTLP/JSON when ``json``); :class:`PayloadTooLarge` (413) at the first limit
-    passed. A protobuf body that does not even walk is :class:`UndecodableBody` (400)."""
+    passed. A protobuf body whose wire format does not walk is left to the protobuf
+    parser, which refuses it (400) with its own reason."""
     counts = Counts(signal)
     if json:
         containers = payload.count(b"{") + payload.count(b"[")
@@ -166,24 +175,30 @@ def count_request(
         return counts
     limits = {"items": max_items, "attributes": max_attributes}
     schema = {**_SCHEMAS[signal], **_VALUES}
-    try:
-        if signal == "traces":
-            # Spans counted, not entered: an upper bound of their attributes and events
-            # (every byte that could be their tag) settles nearly every request at C speed.
-            shallow = _Walk(
-                memoryview(payload), {**schema, "scope_spans": _SHALLOW_SCOPE_SPANS}, Counts(signal)
-            )
-            shallow.limits = limits
-            shallow.message(0, len(payload), "request", 0)
-            bound = payload.count(_SPAN_ATTRIBUTE_TAG) + payload.count(_SPAN_EVENT_TAG)
-            if bound + shallow.counts.attributes <= max_attributes:
-                shallow.counts.attributes += bound
-                return shallow.counts
-        walk = _Walk(memoryview(payload), schema, counts)
-        walk.limits = limits
-        walk.message(0, len(payload), "request", 0)
-    except (IndexError, ValueError) as exc:
-        raise UndecodableBody(f"invalid protobuf {signal} export request: {exc}") from exc
+    # Released on the way out, even through an exception: the body can then be cleared.
+    with memoryview(payload) as view:
+        try:
+            if signal == "traces":
+                # Spans counted, not entered: an upper bound of their attributes and events
+                # (every byte that could be their tag) settles nearly every request at C
+                # speed.
+                shallow_schema = {**schema, "scope_spans": _SHALLOW_SCOPE_SPANS}
+                shallow = _Walk(view, shallow_schema, Counts(signal))
+                shallow.limits = limits
+                shallow.message(0, len(payload), "request", 0)
+                bound = payload.count(_SPAN_ATTRIBUTE_TAG) + payload.count(_SPAN_EVENT_TAG)
+                if bound + shallow.counts.attributes <= max_attributes:
+                    shallow.counts.attributes += bound
+                    return shallow.counts
+            walk = _Walk(view, schema, counts)
+            walk.limits = limits
+            walk.message(0, len(payload), "request", 0)
+        except (IndexError, ValueError):
+            # Not a well-formed request: the protobuf parser, the reference, says why (400).
+            counts.unwalkable = True
+        finally:
+            # The walks hold the view: drop them before it is released.
+            shallow = walk = None  # type: ignore[assignment]
     return counts
 
 

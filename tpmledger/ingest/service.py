@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Iterator
@@ -96,7 +97,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     pool.start()
     for cache in ("attributes", "plans"):
-        metrics.cache_bytes.labels(cache).set_function(lambda c=cache: pool.cache_bytes(c))
+        metrics.cache_bytes.labels(cache).set_function(functools.partial(pool.cache_bytes, cache))
     handler = TraceExportHandler(writer, metrics, pool.encode, writer.internal_errors)
     # Both transports draw on it.
     bodies = BodyBudget(settings.body_budget_bytes, retry_after_s=settings.retry_after_s)
