@@ -58,4 +58,19 @@ fi
 echo "== ruff check";        .venv/bin/ruff check .
 echo "== ruff format --check"; .venv/bin/ruff format --check .
 echo "== mypy";              .venv/bin/mypy
+# A native crash must show where it happened (every thread's stack), never pass silently.
+export PYTHONFAULTHANDLER=1
 echo "== pytest ${markers[*]+${markers[*]}}"; .venv/bin/pytest ${markers[@]+"${markers[@]}"} "$@"
+
+# The Numba kernels again with bounds checks compiled in (an out-of-range index raises
+# IndexError instead of reading or writing past an array): the analytics kernels, the seal,
+# the live path and the binary COPY encoder. A cache of their own: kernels compiled without
+# the checks must not be reused. A few minutes; its slow tests are left out.
+if [ $# -eq 0 ]; then
+    bounds_cache=$(mktemp -d)
+    echo "== pytest, Numba bounds-checked (NUMBA_BOUNDSCHECK=1)"
+    NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR="$bounds_cache" .venv/bin/pytest -q -p no:cacheprovider \
+        -m "not slow and not browser and not compose" \
+        tests/analytics/kernels tests/analytics/seal tests/analytics/live tests/storage/test_binary_copy.py
+    rm -rf "$bounds_cache"
+fi
