@@ -95,6 +95,8 @@ finish() {
     exit 130
 }
 trap finish INT TERM
+# A native crash must show where it happened (every thread's stack), never pass silently.
+export PYTHONFAULTHANDLER=1
 echo "== pytest ${markers[*]+${markers[*]}}"
 set -m
 TMPDIR="$run_tmp" "$venv/bin/pytest" ${markers[@]+"${markers[@]}"} "$@" &
@@ -106,9 +108,22 @@ wait "$pytest_pid" || status=$?
 trap - INT TERM
 stop_servers  # none is left after a normal end; a crashed session's would be
 rm -rf "$run_tmp"
+# The Numba kernels again with bounds checks compiled in (an out-of-range index raises
+# IndexError instead of reading or writing past an array): the analytics kernels, the seal,
+# the live path and the binary COPY encoder. A cache of their own: kernels compiled without
+# the checks must not be reused. A few minutes; its slow tests are left out. Not with --fast.
+if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then
+    bounds_cache=$(mktemp -d)
+    echo "== pytest, Numba bounds-checked (NUMBA_BOUNDSCHECK=1)"
+    NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR="$bounds_cache" "$venv/bin/pytest" -q -p no:cacheprovider \
+        -m "not slow and not browser and not compose and not citus" \
+        tests/analytics/kernels tests/analytics/seal tests/analytics/live \
+        tests/storage/test_binary_copy.py || status=$?
+    rm -rf "$bounds_cache"
+fi
 # The Citus lane: the suites that matter against a coordinator and two workers (root only,
 # not with --fast; scripts/citus-lane.sh).
-if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ]; then
+if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "== Citus lane"; TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh || status=$?
     else

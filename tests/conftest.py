@@ -29,6 +29,14 @@ pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.fault_servers"]
 
 TEMPLATE = "tpmledger_test_template"
 
+if os.environ.get("NUMBA_BOUNDSCHECK") == "1":
+    # The bounds-checked lane (scripts/test.sh): kernels compile on their first example and
+    # run slower, so a property test's per-example deadline would measure that, not a bug.
+    from hypothesis import settings
+
+    settings.register_profile("numba-boundscheck", deadline=None)
+    settings.load_profile("numba-boundscheck")
+
 
 def _database_url(server_url: str, name: str) -> str:
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class _VersionAction(argparse.Action):
@@ -55,22 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=CommandParser
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
-    _accept_verbose_anywhere(subparsers)
     return parser
 
 
-def _accept_verbose_anywhere(subparsers: argparse._SubParsersAction) -> None:
-    """``tpmledger up -v`` works like ``tpmledger -v up`` (on nested commands too)."""
-    for sub in set(subparsers.choices.values()):
-        sub.add_argument(
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every (sub)command: ``tpmledger up -v`` works like ``tpmledger -v up``.
+
+    Nested commands' parsers are of this class too: ``add_subparsers`` makes its parsers
+    of the class of the parser it is called on (argparse's documented ``parser_class``
+    default), so no argparse internals are walked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
         )
-        for action in sub._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                _accept_verbose_anywhere(action)
 
 
 # Libraries whose INFO lines are for debugging us, not for users: the embedded server's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
 
 from tests.analytics.oracle.live_window import _value_summary
 from tpmledger.analytics.kernels import value_sketch
@@ -19,20 +20,41 @@ def _values(seed: int, count: int) -> np.ndarray:
     return values
 
 
-def test_bins_are_the_librarys_own() -> None:
+def test_the_owned_mapping_is_the_librarys_own() -> None:
+    """Guard: value_sketch owns DDSketch's logarithmic mapping (no private attribute of
+    ``ddsketch`` is read); if the library's mapping ever changes, this fails loudly, since
+    the stored bins would no longer mean what DDSketch readers take them to mean."""
+    mapping = LogarithmicMapping(ALPHA)
+    assert mapping.gamma == value_sketch.GAMMA
+    assert mapping.min_possible == value_sketch.MIN_MAPPED
+    rng = np.random.default_rng(11)
+    values = np.concatenate([rng.lognormal(-1.0, 3.0, 20_000), [1e-300, 1e-9, 1.0, 2.0, 1e12]])
+    for v in values.tolist():
+        assert value_sketch.key(v) == mapping.key(v), v
+    for k in range(-2_000, 2_000, 7):
+        assert value_sketch.key_value(k) == mapping.value(k), k
+
+
+def test_bins_and_quantiles_are_the_librarys_own() -> None:
     values = _values(1, 5_000)
     part = _value_summary(values)
     assert part is not None
     reference = DDSketch(ALPHA)
     for v in values:
         reference.add(float(v))
-    ours = value_sketch.as_sketch(value_sketch.Summary.from_json(part))
-    assert ours.count == reference.count and ours._zero_count == reference._zero_count
-    # Same keys, same counts (the vectorized key is LogarithmicMapping.key).
-    for rank in range(0, 5_000, 37):
-        assert ours._store.key_at_rank(rank) == reference._store.key_at_rank(rank)
-    for q in (0.0, 0.5, 0.9, 1.0):
-        assert ours.get_quantile_value(q) == reference.get_quantile_value(q)
+    ours = value_sketch.Summary.from_json(part)
+    assert ours.n == reference.count and ours.zero == int((values == 0).sum())
+    assert ours.counts.sum() == ours.n - ours.zero
+    # Every rank's value, and the library's own (lower) quantiles, are the library's.
+    for q in (0.0, 0.01, 0.5, 0.9, 0.999, 1.0):
+        rank = q * (ours.n - 1)
+        if rank == int(rank):
+            assert value_sketch.quantile(ours, q) == reference.get_quantile_value(q), q
+    for q in (0.5, 0.95, 0.99):  # interpolated between the library's two ranks
+        rank = q * (ours.n - 1)
+        low = reference.get_quantile_value(int(rank) / (ours.n - 1))
+        high = reference.get_quantile_value(min(int(rank) + 1, ours.n - 1) / (ours.n - 1))
+        assert min(low, high) <= value_sketch.quantile(ours, q) <= max(low, high)
 
 
 def test_merged_minutes_equal_one_summary_of_all_values_and_stay_within_alpha() -> None:

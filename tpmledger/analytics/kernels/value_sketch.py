@@ -2,10 +2,14 @@
 percentiles (docs/metrics.md#live-approximations).
 
 A live run's run-level percentiles cannot be kept exactly without holding every value,
-so each live minute keeps a DDSketch (the ``ddsketch`` library's logarithmic mapping,
-relative accuracy :data:`RELATIVE_ACCURACY`) next to the exact count, sum and sum of
-squared deviations. Minutes merge by adding bins (sketch) and by Chan's parallel update
-(moments), so the run's figures follow from its minutes alone.
+so each live minute keeps a DDSketch (Masson, Rim & Lee, VLDB 2019: the logarithmic
+mapping of the ``ddsketch`` library, relative accuracy :data:`RELATIVE_ACCURACY`) next to
+the exact count, sum and sum of squared deviations. The mapping and the rank lookup are
+the few lines below, owned here rather than read from the library's private attributes;
+tests/analytics/kernels/test_value_sketch.py checks them against ``ddsketch`` itself, so a
+change there fails loudly instead of changing the stored bins' meaning. Minutes merge by
+adding bins (sketch) and by Chan's parallel update (moments), so the run's figures follow
+from its minutes alone.
 
 A minute's summary is stored as a JSON object ``{"n", "sum", "m2", "zero", "offset",
 "counts"}``: ``counts`` is base64 of little-endian int32 counts of the keys ``offset``,
@@ -19,21 +23,35 @@ from __future__ import annotations
 
 import base64
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
-from ddsketch import DDSketch
-from ddsketch.mapping import LogarithmicMapping
 
 #: The sketches' relative accuracy α: a sketched percentile is within α × the exact one.
 RELATIVE_ACCURACY: Final = 0.01
-MAPPING: Final = LogarithmicMapping(RELATIVE_ACCURACY)
-# log2(v) × this, rounded up, is v's key (LogarithmicMapping.key, vectorizable).
-KEY_MULTIPLIER: Final = MAPPING._multiplier
-MIN_MAPPED: Final = MAPPING.min_possible
+# DDSketch's logarithmic mapping, computed as ddsketch's LogarithmicMapping does (same
+# operations in the same order, so the same keys to the last bit): γ = (1 + α) / (1 − α);
+# a value v > 0 has key ⌈log2(v) × KEY_MULTIPLIER⌉ and a key k stands for the value
+# 2^(k / KEY_MULTIPLIER) × 2 / (1 + γ).
+_GAMMA_MANTISSA: Final = 2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY)
+GAMMA: Final = 1 + _GAMMA_MANTISSA
+KEY_MULTIPLIER: Final = (1 / math.log1p(_GAMMA_MANTISSA)) * math.log(2)
+#: The smallest value the mapping tells from zero (smaller ones count as zeros).
+MIN_MAPPED: Final = sys.float_info.min * GAMMA
+
+
+def key(value: float) -> int:
+    """The bin key of a value above :data:`MIN_MAPPED`."""
+    return math.ceil(math.log(value, 2) * KEY_MULTIPLIER)
+
+
+def key_value(bin_key: int) -> float:
+    """The value a bin key stands for (within α of every value mapped to it)."""
+    return math.pow(2.0, bin_key / KEY_MULTIPLIER) * (2.0 / (1 + GAMMA))
 
 
 @dataclass(frozen=True)
@@ -96,33 +114,27 @@ def merged(stored: Iterable[dict[str, Any] | None]) -> Summary | None:
     return Summary(n, total, m2, zero, low, dense)
 
 
-def as_sketch(part: Summary) -> DDSketch:
-    """The summary's values as a ``ddsketch.DDSketch`` (same mapping, same bins)."""
-    sketch = DDSketch(RELATIVE_ACCURACY)
-    for i in np.flatnonzero(part.counts).tolist():
-        sketch._store.add(part.offset + i, int(part.counts[i]))
-    sketch._zero_count = float(part.zero)
-    sketch._count = float(part.n)
-    sketch._sum = float(part.total)
-    return sketch
-
-
-def quantile(sketch: DDSketch, q: float) -> float:
+def quantile(part: Summary, q: float) -> float:
     """The q-quantile with linear interpolation between the two ranks around
     q × (n − 1), as the exact figures use; each rank's value is the sketch's (within α),
     so the interpolation is within α of the exact interpolated value too."""
-    rank = q * (sketch.count - 1)
+    rank = q * (part.n - 1)
     low, high = math.floor(rank), math.ceil(rank)
-    below = _value_at(sketch, low)
+    below = _value_at(part, low)
     if high == low:
         return below
-    return below + (rank - low) * (_value_at(sketch, high) - below)
+    return below + (rank - low) * (_value_at(part, high) - below)
 
 
-def _value_at(sketch: DDSketch, rank: int) -> float:
-    if rank < sketch._zero_count:
+def _value_at(part: Summary, rank: int) -> float:
+    """The value of the ``rank``-th smallest value (0-based): zero for the zeros, else the
+    value of the first bin whose running count passes the rank (DDSketch's
+    ``key_at_rank``)."""
+    if rank < part.zero:
         return 0.0
-    return float(sketch._mapping.value(sketch._store.key_at_rank(rank - sketch._zero_count)))
+    running = np.cumsum(part.counts)
+    index = int(np.searchsorted(running, rank - part.zero, side="right"))
+    return key_value(part.offset + min(index, part.counts.size - 1))
 
 
 def figures(part: Summary | None, *, variance: bool) -> dict[str, Any]:
@@ -131,11 +143,10 @@ def figures(part: Summary | None, *, variance: bool) -> dict[str, Any]:
     keys = ("p50", "p95", "p99", "mean", *(("variance",) if variance else ()))
     if part is None:
         return {**dict.fromkeys(keys), "approximate": True, "relative_accuracy": None}
-    sketch = as_sketch(part)
     out: dict[str, Any] = {
-        "p50": quantile(sketch, 0.50),
-        "p95": quantile(sketch, 0.95),
-        "p99": quantile(sketch, 0.99),
+        "p50": quantile(part, 0.50),
+        "p95": quantile(part, 0.95),
+        "p99": quantile(part, 0.99),
         "mean": part.total / part.n,
     }
     if variance:
