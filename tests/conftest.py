@@ -94,19 +94,24 @@ def _citus_only(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def template_database(pg_server_url: str) -> str:
+def template_database(pg_server_url: str) -> Iterator[str]:
     workers = citus_workers(pg_server_url)
     if workers is not None:
-        citus_nodes.drop_database(pg_server_url, workers, TEMPLATE)
-        citus_nodes.create_database(pg_server_url, workers, TEMPLATE, None)
+        # A cluster is shared by whoever points at it: one template per test session.
+        name = f"{TEMPLATE}_{os.getpid()}"
+        citus_nodes.drop_database(pg_server_url, workers, name)
+        citus_nodes.create_database(pg_server_url, workers, name, None)
     else:
+        name = TEMPLATE
         with _admin(pg_server_url) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    url = _database_url(pg_server_url, TEMPLATE)
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+    url = _database_url(pg_server_url, name)
     migrate.upgrade(url)
     get_engine(url).dispose()
-    return TEMPLATE
+    yield name
+    if workers is not None:
+        citus_nodes.drop_database(pg_server_url, workers, name)
 
 
 def create_test_database(pg_server_url: str, template: str | None) -> str:

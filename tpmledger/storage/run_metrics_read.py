@@ -68,6 +68,8 @@ def _chosen(shards: str) -> str:
         "(w.low IS NULL OR {t}.minute_utc >= w.low) "
         "AND (w.high IS NULL OR {t}.minute_utc <= w.high)"
     )
+    # DISTINCT ON names the run (one per lateral call anyway): Citus pushes a DISTINCT ON
+    # down to the shards only when it holds the distribution column.
     return f"""
 w AS (
     SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:versions AS integer[]),
@@ -76,7 +78,8 @@ w AS (
 ),
 sealed AS (
     SELECT w.run_id, m.* FROM w CROSS JOIN LATERAL (
-        SELECT DISTINCT ON (mm.shard_id, mm.minute_utc) mm.shard_id, mm.minute_utc, {cols}
+        SELECT DISTINCT ON (mm.run_id, mm.shard_id, mm.minute_utc) mm.shard_id, mm.minute_utc,
+               {cols}
         FROM minute_metrics mm
         WHERE mm.run_id = w.run_id AND mm.version <= w.version AND ({shards.format(t="mm")})
           AND {bounded.format(t="mm")}
@@ -85,7 +88,7 @@ sealed AS (
               WHERE lw.run_id = mm.run_id AND lw.minute_utc = mm.minute_utc
                 AND lw.shard_id = '{WHOLE_RUN}'
           )
-        ORDER BY mm.shard_id, mm.minute_utc, mm.version DESC
+        ORDER BY mm.run_id, mm.shard_id, mm.minute_utc, mm.version DESC
     ) m
 ),
 chosen AS (
