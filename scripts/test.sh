@@ -57,5 +57,5 @@ fi
 
 echo "== ruff check";        .venv/bin/ruff check .
 echo "== ruff format --check"; .venv/bin/ruff format --check .
-echo "== mypy";              .venv/bin/mypy
+echo "== mypy";              MYPY=.venv/bin/mypy bash scripts/typecheck.sh
 echo "== pytest ${markers[*]+${markers[*]}}"; .venv/bin/pytest ${markers[@]+"${markers[@]}"} "$@"
