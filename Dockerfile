@@ -33,8 +33,13 @@ RUN groupadd --system --gid 10001 tpmledger \
 
 COPY --from=dependencies /opt/tpmledger/venv /opt/tpmledger/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY tpmledger/ tpmledger/
+COPY ingest/ ingest/
+COPY storage/ storage/
+COPY analytics/ analytics/
+COPY dashboard/ dashboard/
+COPY migrations/ migrations/
 # tpmledger itself on the pinned dependencies (requirements.lock's setuptools builds it), then
 # compile the analytics kernels into the image (about 6 s), readable by the service user.
 RUN pip install --no-deps --no-build-isolation . && cd / && rm -rf /src \

@@ -63,7 +63,7 @@ fi
 
 echo "== ruff check";        "$venv/bin/ruff" check .
 echo "== ruff format --check"; "$venv/bin/ruff" format --check .
-echo "== mypy";              "$venv/bin/mypy"
+echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 
 # pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored), with
 # its temporary files (the embedded PostgreSQL's data directories among them) in a

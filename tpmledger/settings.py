@@ -8,6 +8,7 @@ refused at start-up with a message that says how to fix them.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tpmledger.durations import parse_age
+from tpmledger.slo import optional_slo
 
 
 def default_data_dir() -> Path:
@@ -256,18 +258,14 @@ class Settings(BaseSettings):
     @property
     def checkpoint_origin(self) -> str:
         """``log_origin``, else this host's name."""
-        from tpmledger.provenance.checkpoint import default_log_origin
-
-        return self.log_origin or default_log_origin()
+        return self.log_origin or socket.gethostname() or "localhost"
 
     @field_validator("slo")
     @classmethod
     def _check_slo(cls, value: str | None) -> str | None:
         """Refuse an unreadable TPMLEDGER_SLO at start-up; store its canonical text."""
         if value is None:
-            return None  # the ingest process then never loads analytics
-        from tpmledger.analytics.verdicts.slo import optional_slo
-
+            return None
         slo = optional_slo(value)
         return slo.text if slo is not None else None
 

@@ -7,7 +7,7 @@ from typing import Any
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.slo import Slo
 
 SECOND_NS = 1_000_000_000
 

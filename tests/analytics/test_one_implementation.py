@@ -9,9 +9,9 @@ import ast
 from pathlib import Path
 
 from tests.analytics.oracle import whole_run
+from tests.package_tree import source_files
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ROOT / "tpmledger"
 
 # The whole-run pass: its entry points and the parts only it used.
 WHOLE_RUN = {
@@ -43,11 +43,7 @@ def _offences(path: Path, forbidden: str = "tests") -> list[str]:
 
 
 def test_no_product_module_defines_or_imports_the_whole_run_pass() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): found
-        for path in sorted(PRODUCT.rglob("*.py"))
-        if (found := _offences(path))
-    }
+    offenders = {module: found for module, path in source_files() if (found := _offences(path))}
     assert offenders == {}
 
 

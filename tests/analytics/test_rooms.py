@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ANALYTICS = Path(__file__).resolve().parents[2] / "tpmledger" / "analytics"
+from tests.package_tree import package_dir, source_files
+
+ANALYTICS = package_dir("analytics")
 
 # What each room may import of analytics (itself always). The worker runs live and seal.
 ALLOWED = {
@@ -52,11 +54,10 @@ def test_rooms_import_only_the_rooms_below_them() -> None:
 
 
 def test_no_layer_below_the_cli_imports_it() -> None:
-    package = ANALYTICS.parent
     offenders = sorted(
-        str(path.relative_to(package))
-        for path in package.rglob("*.py")
-        if path.parts[len(package.parts)] != "cli"
+        module
+        for module, path in source_files()
+        if module.split(".")[1:2] != ["cli"]
         and any(n == "tpmledger.cli" or n.startswith("tpmledger.cli.") for n in _imports(path))
     )
     assert offenders == []

@@ -13,6 +13,7 @@ import polars as pl
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.analytics.golden_events import golden_records
+from tests.package_tree import subpackages
 from tpmledger.analytics.proofs.summary_export import summary_from_events, write_export
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
 from tpmledger.provenance.signing_keys import SigningKey
@@ -21,11 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tpmledger"
 PROVENANCE = PACKAGE / "provenance"
 # Every package of the project but provenance itself, by its full import name.
-SIBLINGS = sorted(
-    f"tpmledger.{p.name}"
-    for p in PACKAGE.iterdir()
-    if (p / "__init__.py").is_file() and p.name != "provenance"
-)
+SIBLINGS = sorted(f"tpmledger.{name}" for name in subpackages() if name != "provenance")
 # What the verifier must run without (server and fast-path dependencies).
 SERVER_ONLY = ("sqlalchemy", "psycopg", "numba", "alembic", "fastapi", "pgserver")
 

@@ -10,8 +10,8 @@ from tests.analytics.compare_builders import seed_profile
 from tests.analytics.pitfall_runs import deadline_rows, seed_tool_run
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
-from tpmledger.analytics.verdicts.slo import parse_slo
 from tpmledger.settings import Settings
+from tpmledger.slo import parse_slo
 
 
 def client(url: str, slo: str | None = None) -> TestClient:

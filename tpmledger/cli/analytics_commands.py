@@ -139,9 +139,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.run_computation import UnknownRun
     from tpmledger.analytics.seal.sealing import seal_run
-    from tpmledger.analytics.verdicts.slo import SloError, optional_slo
     from tpmledger.analytics.views.run_extras import reconciliation, run_extras
     from tpmledger.analytics.views.target_views import targets_object
+    from tpmledger.slo import SloError, optional_slo
     from tpmledger.storage.database import read_view
     from tpmledger.storage.retention_store import RunArchived
 

@@ -116,7 +116,7 @@ def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
-    from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+    from tpmledger.slo import SloError, optional_slo
     from tpmledger.storage.database import in_one_snapshot
     from tpmledger.storage.runs_read import UnknownRun
 

@@ -44,7 +44,7 @@ def build_router(database_url: str, default_slo: str | None = None) -> APIRouter
             NotComparable,
             compare_runs,
         )
-        from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+        from tpmledger.slo import SloError, optional_slo
 
         for run_id in (a, b):
             if "\x00" in run_id:

@@ -35,8 +35,8 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
     slot_held_by_tool,
     target_saturation,
 )
-from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_schema import EVENT_COLUMNS, EVENT_SCHEMA, ORDER_COLUMNS
+from tpmledger.slo import Slo
 from tpmledger.storage.pitfall_attributes import Declarations, Target
 
 QUARTER_NS = 250_000_000

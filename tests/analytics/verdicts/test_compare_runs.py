@@ -8,7 +8,7 @@ from tests.analytics.compare_builders import seed_profile
 from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
-from tpmledger.analytics.verdicts.slo import parse_slo
+from tpmledger.slo import parse_slo
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.runs_read import UnknownRun
 

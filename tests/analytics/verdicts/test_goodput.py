@@ -9,8 +9,8 @@ import pytest
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.analytics.verdicts.slo import Slo, SloError, parse_slo
 from tpmledger.analytics.views.run_extras import run_extras
+from tpmledger.slo import Slo, SloError, parse_slo
 from tpmledger.storage.database import in_one_snapshot
 from tpmledger.storage.sealed_figures_store import read_goodput
 

@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.slo import Slo
 from tpmledger.storage.time_text import minute_text_ns
 
 MINUTE_NS = 60_000_000_000

@@ -8,33 +8,23 @@ stay small (no Polars).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels import value_sketch
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.run_level import (
+    peak_minute,
+    ratio,
+    shard_balance,
+    sustained_tpm_total,
+)
 from tpmledger.analytics.views.current_table import SETTLED, CurrentTable, current_table
 from tpmledger.analytics.views.live_diagnostics import live_diagnostics
 from tpmledger.storage.live_read import run_state
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
-
-
-def _peak(whole: list[dict[str, Any]], by: str) -> dict[str, Any] | None:
-    active = [r for r in whole if r["calls_in_minute"] > 0 and r["state"] in SETTLED]
-    if not active:
-        return None
-    row = min(active, key=lambda r: (-r[by], r["minute_utc"]))  # ties: earliest
-    return {
-        "minute_utc": minute_text(row["minute_utc"]),
-        "shard_count": row["shards_active"],
-        "calls_in_minute": row["calls_in_minute"],
-        "completion_tpm_out": row["completion_tpm_out"],
-        "prompt_tpm_in": row["prompt_tpm_in"],
-        "tpm_total": row["tpm_total"],
-    }
 
 
 def live_figures(table: CurrentTable) -> dict[str, Any]:
@@ -46,13 +36,8 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
     prompt = sum(r["prompt_tpm_in"] for r in whole)
     completion = sum(r["completion_tpm_out"] for r in whole)
     # Open minutes are still filling: never a peak, never part of the sustained rate.
+    settled = [r for r in whole if r["state"] in SETTLED]
     inner = [r["tpm_total"] for r in whole[1:-1] if r["state"] in SETTLED]
-    tokens = {s: table.shard_tokens(s) for s in table.shard_ids}
-    total = sum(tokens.values())
-    balance: dict[str, Any] = {"shares": None, "imbalance": None}
-    if total:
-        shares = {s: t / total for s, t in tokens.items()}
-        balance = {"shares": shares, "imbalance": max(shares.values()) * len(shares)}
     retries = sum(r["retries"] or 0 for r in whole)
     figures: dict[str, Any] = {
         "run_id": state.run_id,
@@ -61,12 +46,14 @@ def live_figures(table: CurrentTable) -> dict[str, Any]:
         "first_event_utc": ns_to_rfc3339(state.first_event_ns),
         "last_event_utc": ns_to_rfc3339(state.last_event_ns),
         "active_minutes": sum(1 for r in whole if r["calls_in_minute"] > 0),
-        "peak_minute": _peak(whole, "tpm_total"),
-        "peak_completion_minute": _peak(whole, "completion_tpm_out"),
-        "sustained_tpm_total": float(statistics.median(inner)) if inner else None,
-        "attempt_success_rate": successes / calls if calls else None,
-        "retry_rate": retries / calls if calls and table.retries_measured else None,
-        "shard_balance": balance,
+        "peak_minute": peak_minute(settled, "tpm_total", "minute_utc", minute_text),
+        "peak_completion_minute": peak_minute(
+            settled, "completion_tpm_out", "minute_utc", minute_text
+        ),
+        "sustained_tpm_total": sustained_tpm_total(inner),
+        "attempt_success_rate": ratio(successes, calls),
+        "retry_rate": ratio(retries, calls) if table.retries_measured else None,
+        "shard_balance": shard_balance({s: table.shard_tokens(s) for s in table.shard_ids}),
         "declared_shard_count": state.declared_shard_count,
         "concurrency_cap": state.concurrency_cap,
         "sweep_id": state.sweep_id,
@@ -110,7 +97,7 @@ def _call_figures(table: CurrentTable, attempts: int) -> dict[str, Any]:
         causes = dict(sorted(causes.items()))
     return {
         "logical_calls": calls,
-        "call_success_rate": ok_calls / calls if calls else None,
+        "call_success_rate": ratio(ok_calls, calls),
         "retry_causes": causes,
         "ttft_s": value_sketch.figures(
             value_sketch.merged(f["ttft"] for f in facts), variance=True

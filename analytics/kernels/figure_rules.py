@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tpmledger.analytics.kernels.figure_registry import figure
+
 SIGNIFICANT_DIGITS = 12
 SAG_FRACTION_OF_CAP = 0.9
 SAG_PASS_SHARE = 0.05
@@ -31,6 +33,7 @@ def clean(value: Any) -> Any:
     return value
 
 
+@figure("work_conserving")
 def work_conserving_result(queued: int | None = None, sag: int = 0) -> dict[str, Any]:
     """The check's published object; ``None`` figures when it cannot be measured."""
     result: dict[str, Any] = {
@@ -57,6 +60,7 @@ def is_retry_storm_minute(
     return bool(retried) and (first <= 0 or retried / first > budget)
 
 
+@figure("retry_storm")
 def retry_storm_result(
     minutes: Iterable[tuple[str, int, int | None]], budget: float = DEFAULT_RETRY_BUDGET
 ) -> dict[str, Any]:

@@ -41,8 +41,8 @@ from tpmledger.analytics.seal.run_computation import (
 from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
 from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream, read_figure_inputs
 from tpmledger.analytics.seal.stored_leaves import store_version_leaves
-from tpmledger.analytics.verdicts.slo import Slo
 from tpmledger.provenance.event_file import EVENTS_FORMAT
+from tpmledger.slo import Slo
 from tpmledger.storage.database import in_one_snapshot, transaction
 from tpmledger.storage.live_read import run_state
 from tpmledger.storage.live_store import drop_sealed_live_rows

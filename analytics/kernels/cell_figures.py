@@ -24,7 +24,7 @@ import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import EventArrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS
+from tpmledger.analytics.kernels.event_plans import MINUTE_NS, derived_counts
 from tpmledger.analytics.kernels.group_kernels import group_totals
 from tpmledger.analytics.kernels.group_quantiles import (
     SortedGroups,
@@ -195,17 +195,19 @@ def cell_figures(
     calls, successes, retries = (counts[n] for n in ("calls_in_minute", "successes", "retries"))
     if not arrays.retries_measured:
         retries = retries.clear(retries.len())  # not measured: null, never 0
-    rows = cell_keys(grid, cells).with_columns(
-        calls_in_minute=calls,
-        prompt_tpm_in=counts["prompt_tpm_in"],
-        completion_tpm_out=counts["completion_tpm_out"],
-        tpm_total=counts["prompt_tpm_in"] + counts["completion_tpm_out"],
-        successes=successes,
-        failures=calls - successes,
-        retries=retries,
-        shards_active=pl.Series(shards_active),
-        **_value_columns(ttft, "ttft"),
-        **_value_columns(latency, "latency"),
+    rows = (
+        cell_keys(grid, cells)
+        .with_columns(
+            calls_in_minute=calls,
+            prompt_tpm_in=counts["prompt_tpm_in"],
+            completion_tpm_out=counts["completion_tpm_out"],
+            successes=successes,
+            retries=retries,
+            shards_active=pl.Series(shards_active),
+            **_value_columns(ttft, "ttft"),
+            **_value_columns(latency, "latency"),
+        )
+        .with_columns(derived_counts())
     )
     tokens = np.zeros(grid.shard_count, dtype=np.int64)
     np.add.at(tokens, cells.shard_codes, totals[:, 1] + totals[:, 2])

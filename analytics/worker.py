@@ -40,9 +40,9 @@ from tpmledger import compiled_kernels
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
-from tpmledger.analytics.verdicts.slo import Slo, optional_slo
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
+from tpmledger.slo import Slo, optional_slo
 from tpmledger.storage.database import in_one_snapshot, role_url
 from tpmledger.storage.snapshot_store import sealing_claim
 from tpmledger.storage.snapshots_read import runs_due_for_seal

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the caller never loads the seal path: only the child does
     from tpmledger.analytics.seal.sealing import SealResult
-    from tpmledger.analytics.verdicts.slo import Slo
+    from tpmledger.slo import Slo
 
 #: Where the child finds the database URL.
 URL_VARIABLE = "TPMLEDGER_SEAL_DATABASE_URL"
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.run_computation import StageTimer
     from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current
-    from tpmledger.analytics.verdicts.slo import optional_slo
+    from tpmledger.slo import optional_slo
 
     run_id, options = argv[0], argv[1:]
     url = os.environ[URL_VARIABLE]

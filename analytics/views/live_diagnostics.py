@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from tpmledger.analytics.kernels.figure_rules import (
-    DEFAULT_RETRY_BUDGET,
-    clean,
-    retry_storm_result,
+from tpmledger.analytics.kernels.diagnostic_figures import (
+    deadline_overrun_figures,
+    slot_held_by_tool_figures,
+    target_saturation_figures,
 )
+from tpmledger.analytics.kernels.figure_rules import DEFAULT_RETRY_BUDGET, retry_storm_result
 from tpmledger.analytics.views.current_table import SETTLED, CurrentTable
 from tpmledger.storage.minute_keys import WHOLE_RUN
 from tpmledger.storage.time_text import minute_text
@@ -62,18 +63,12 @@ def _slot_held_by_tool(table: CurrentTable, settled: set[datetime]) -> dict[str,
     if tool_spans == 0:
         return None
     mine = [f["tools"] for f in facts if f["minute_utc"] in settled]
-    slot_seconds = float(sum(t["slot_ns"] for t in mine))
-    held = float(sum(t["held_ns"] for t in mine))
-    result: dict[str, Any] = clean(
-        {
-            "share": held / slot_seconds if slot_seconds else None,
-            "tool_slot_seconds": held / 1e9,
-            "slot_seconds": slot_seconds / 1e9,
-            "tool_spans": tool_spans,
-            "attempts_holding_for_tools": sum(t["holding"] for t in mine),
-        }
+    return slot_held_by_tool_figures(
+        sum(t["slot_ns"] for t in mine),
+        sum(t["held_ns"] for t in mine),
+        tool_spans,
+        sum(t["holding"] for t in mine),
     )
-    return result
 
 
 def _target_saturation(table: CurrentTable, settled: set[datetime]) -> list[dict[str, Any]] | None:
@@ -112,18 +107,7 @@ def _target_saturation(table: CurrentTable, settled: set[datetime]) -> list[dict
                 for level, seconds in t["levels"]:
                     levels[level] = levels.get(level, 0) + seconds
         seconds = max(highs) - min(lows) if lows else 0
-        figures: dict[str, Any] = dict.fromkeys(
-            ("seconds", "in_flight_mean", "in_flight_max", "share_at_cap", "share_over_cap")
-        )
-        if seconds > 0:
-            figures = {
-                "seconds": seconds,
-                "in_flight_mean": float(sum(v * n for v, n in levels.items()) / seconds),
-                "in_flight_max": max(levels, default=0),
-                "share_at_cap": float(sum(n for v, n in levels.items() if v >= cap) / seconds),
-                "share_over_cap": float(sum(n for v, n in levels.items() if v > cap) / seconds),
-            }
-        out.append(clean({"provider": provider, "model": model, "cap": cap, **figures}))
+        out.append(target_saturation_figures(provider, model, cap, seconds, levels))
     return out
 
 
@@ -146,14 +130,4 @@ def _deadline_overrun(table: CurrentTable, settled: set[datetime]) -> dict[str, 
         if f["minute_utc"] in settled:
             checked, over = checked + fold["attempts"], over + fold["over"]
             wasted += fold["wasted_s"]
-    if checked == 0:
-        return None
-    result: dict[str, Any] = clean(
-        {
-            "share": over / checked,
-            "slot_seconds_wasted": wasted,
-            "attempts_with_deadline": checked,
-            "attempts_over_deadline": over,
-        }
-    )
-    return result
+    return deadline_overrun_figures(checked, over, wasted)

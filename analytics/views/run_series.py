@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minute
+from tpmledger.analytics.kernels.run_level import ratio
 from tpmledger.storage.live_read import RunState, run_states_in_window
 from tpmledger.storage.run_metrics_read import (
     NewestMinute,
@@ -237,7 +238,7 @@ def _series(
         "completion": whole.completion_tpm_out if whole else 0,
     }
     if totals.retry_evidence:
-        series.minute_retry_rate = clean(retries / calls) if calls else None
+        series.minute_retry_rate = clean(ratio(retries, calls))
         series.retry_storm = is_retry_storm_minute(calls, retries)
     if whole is not None:
         series.minute_ttft_p95_s = whole.ttft_p95_s

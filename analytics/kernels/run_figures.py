@@ -22,9 +22,14 @@ from tpmledger.analytics.kernels.cell_figures import (
     WHOLE_RUN,
 )
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.run_level import (
+    PEAK_FIELDS,
+    peak_minute,
+    ratio,
+    shard_balance,
+    sustained_tpm_total,
+)
 from tpmledger.storage.time_text import minute_text_ns, ns_to_rfc3339
-
-PEAK_FIELDS = ("calls_in_minute", "completion_tpm_out", "prompt_tpm_in", "tpm_total")
 
 
 @dataclass(frozen=True)
@@ -44,41 +49,6 @@ class RunAnalysis:
 
     minutes: pl.DataFrame
     figures: dict[str, Any]
-
-
-def _ratio(part: int | None, whole: int | None) -> float | None:
-    if part is None or not whole:
-        return None
-    return part / whole
-
-
-def _peak(whole: pl.DataFrame, by: str) -> dict[str, Any] | None:
-    active = whole.filter(pl.col("calls_in_minute") > 0)
-    if active.height == 0:
-        return None
-    # Ties go to the earliest minute (docs/metrics.md).
-    row = active.sort([by, "minute_ns"], descending=[True, False]).row(0, named=True)
-    return {
-        "minute_utc": minute_text_ns(row["minute_ns"]),
-        "shard_count": row["shards_active"],
-        **{name: row[name] for name in PEAK_FIELDS},
-    }
-
-
-def _shard_balance(shard_ids: tuple[str, ...], tokens: npt.NDArray[np.int64]) -> dict[str, Any]:
-    total = int(tokens.sum())
-    if total == 0:
-        return {"shares": None, "imbalance": None}
-    share = {s: int(t) / total for s, t in zip(shard_ids, tokens.tolist(), strict=True)}
-    mean = 1 / len(share)
-    return {"shares": share, "imbalance": max(share.values()) / mean}
-
-
-def _sustained(whole: pl.DataFrame) -> float | None:
-    # Median tpm_total over minutes strictly between the first and the last minute.
-    inner = whole.get_column("tpm_total").slice(1, max(whole.height - 2, 0))
-    value = inner.median() if inner.len() else None
-    return float(value) if value is not None else None  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -108,7 +78,12 @@ def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> di
     """The run object (docs/metrics.md) from the minute table (``minute_ns``) and totals."""
     calls, ok_calls, causes = t.calls
     v = t.values
-    whole = table.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
+    whole = (
+        table.filter(pl.col("shard_id") == WHOLE_RUN)
+        .sort("minute_ns")
+        .select("minute_ns", "shards_active", *PEAK_FIELDS)
+        .to_dicts()
+    )
     figures: dict[str, Any] = {
         "run_id": t.run_id,
         "attempts": t.attempts,
@@ -116,13 +91,15 @@ def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> di
         "shard_count": len(t.shard_ids),
         "first_event_utc": ns_to_rfc3339(t.first_ns),
         "last_event_utc": ns_to_rfc3339(t.last_ns),
-        "active_minutes": whole.filter(pl.col("calls_in_minute") > 0).height,
-        "peak_minute": _peak(whole, "tpm_total"),
-        "peak_completion_minute": _peak(whole, "completion_tpm_out"),
-        "sustained_tpm_total": _sustained(whole),
-        "attempt_success_rate": _ratio(t.successes, t.attempts),
-        "call_success_rate": _ratio(ok_calls, calls),
-        "retry_rate": _ratio(t.retries, t.attempts) if t.retries_measured else None,
+        "active_minutes": sum(1 for r in whole if r["calls_in_minute"] > 0),
+        "peak_minute": peak_minute(whole, "tpm_total", "minute_ns", minute_text_ns),
+        "peak_completion_minute": peak_minute(
+            whole, "completion_tpm_out", "minute_ns", minute_text_ns
+        ),
+        "sustained_tpm_total": sustained_tpm_total([r["tpm_total"] for r in whole[1:-1]]),
+        "attempt_success_rate": ratio(t.successes, t.attempts),
+        "call_success_rate": ratio(ok_calls, calls),
+        "retry_rate": ratio(t.retries, t.attempts) if t.retries_measured else None,
         "retry_causes": causes,
         "ttft_s": {
             "p50": v["ttft_p50"],
@@ -131,7 +108,9 @@ def run_figures_of(table: pl.DataFrame, t: RunTotals, context: RunContext) -> di
             "mean": v["ttft_mean"],
             "variance": v["ttft_var"],
         },
-        "shard_balance": _shard_balance(t.shard_ids, t.shard_tokens),
+        "shard_balance": shard_balance(
+            dict(zip(t.shard_ids, t.shard_tokens.tolist(), strict=True))
+        ),
         "declared_shard_count": context.declared_shard_count,
         "concurrency_cap": context.concurrency_cap,
         "sweep_id": context.sweep_id,

@@ -46,7 +46,7 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
     diagnostics_params,
     retry_storm,
 )
-from tpmledger.analytics.verdicts.slo import Slo
+from tpmledger.slo import Slo
 from tpmledger.storage.database import driver_connection
 from tpmledger.storage.pitfall_attributes import (
     Declarations,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tpmledger.analytics.kernels.event_plans import rate_columns
+from tpmledger.analytics.kernels.event_plans import derived_counts, rate_columns
 from tpmledger.analytics.kernels.minute_schema import (
     MINUTE_FIGURE_SCHEMA,
     ROUNDED_FIGURES,
@@ -53,10 +53,7 @@ def finished_rows(table: pl.DataFrame) -> pl.DataFrame:
     table = table.with_columns(
         *(pl.col(n).cast(LIVE_ROW_SCHEMA[n]).fill_null(0) for n in _ZERO_FILLED),
         pl.col("retry_evidence").fill_null(False),
-    ).with_columns(
-        tpm_total=pl.col("prompt_tpm_in") + pl.col("completion_tpm_out"),
-        failures=pl.col("calls_in_minute") - pl.col("successes"),
-    )
+    ).with_columns(derived_counts())
     table = table.with_columns(rate_columns())
     table = table.with_columns(pl.col(ROUNDED_FIGURES).round_sig_figs(SIGNIFICANT_DIGITS))
     columns = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]

@@ -26,7 +26,7 @@ class DashboardConfig:
 def declared_slo() -> str | None:
     """``TPMLEDGER_SLO`` in canonical form, or ``None`` (unset, or unreadable: the services
     refuse an unreadable one at start-up)."""
-    from tpmledger.analytics.verdicts.slo import SloError, optional_slo
+    from tpmledger.slo import SloError, optional_slo
 
     try:
         slo = optional_slo(os.environ.get("TPMLEDGER_SLO"))

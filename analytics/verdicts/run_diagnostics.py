@@ -33,12 +33,16 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tpmledger.analytics.kernels.diagnostic_figures import (
+    deadline_overrun_figures,
+    slot_held_by_tool_figures,
+    target_saturation_figures,
+)
 from tpmledger.analytics.kernels.diagnostic_params import (
     diagnostics_params as diagnostics_params,  # the seal imports it from here
 )
 from tpmledger.analytics.kernels.figure_rules import (
     DEFAULT_RETRY_BUDGET,
-    clean,
     retry_storm_result,
 )
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
@@ -171,17 +175,7 @@ class DeadlineOverrun:
 
     def figures(self) -> dict[str, Any] | None:
         """The published overrun; ``None`` when no attempt added has a deadline."""
-        if self.attempts == 0:
-            return None
-        result: dict[str, Any] = clean(
-            {
-                "share": self.over / self.attempts,
-                "slot_seconds_wasted": self.wasted_s,
-                "attempts_with_deadline": self.attempts,
-                "attempts_over_deadline": self.over,
-            }
-        )
-        return result
+        return deadline_overrun_figures(self.attempts, self.over, self.wasted_s)
 
 
 def deadline_overrun(events: pl.DataFrame, declared: Declarations) -> dict[str, Any] | None:
@@ -238,17 +232,9 @@ class SlotHeldByTool:
 
     def figures(self) -> dict[str, Any]:
         """The published tool share of the slots added."""
-        slot_seconds, held = float(self.slot_ns), float(self.held_ns)
-        result: dict[str, Any] = clean(
-            {
-                "share": held / slot_seconds if slot_seconds else None,
-                "tool_slot_seconds": held / SECOND_NS,
-                "slot_seconds": slot_seconds / SECOND_NS,
-                "tool_spans": self._tools.height,
-                "attempts_holding_for_tools": self.attempts_holding,
-            }
+        return slot_held_by_tool_figures(
+            self.slot_ns, self.held_ns, self._tools.height, self.attempts_holding
         )
-        return result
 
 
 def slot_held_by_tool(
@@ -262,8 +248,9 @@ def slot_held_by_tool(
     return held.figures()
 
 
-def _in_flight(starts: np.ndarray, ends: np.ndarray, cap: int) -> dict[str, Any]:
-    """In-flight at whole seconds t with start ≤ t < end, as a step function (exact)."""
+def _levels(starts: np.ndarray, ends: np.ndarray) -> tuple[int, dict[int, int]]:
+    """In-flight at whole seconds t with start ≤ t < end, as a step function (exact): the
+    seconds from the first start to the last end and the seconds spent at each level."""
     up = -(-starts // SECOND_NS)  # ceil: start ≤ t  ⇔  ceil(start) ≤ t
     down = -(-ends // SECOND_NS)  # t < end  ⇔  t < ceil(end)
     times = np.concatenate([up, down])
@@ -272,18 +259,11 @@ def _in_flight(starts: np.ndarray, ends: np.ndarray, cap: int) -> dict[str, Any]
     times, level = times[order], np.cumsum(steps[order])
     lengths = np.diff(times)  # level[i] holds from times[i] to times[i + 1]
     level = level[:-1]
-    seconds = int(lengths.sum())
-    if seconds == 0:
-        return dict.fromkeys(
-            ("seconds", "in_flight_mean", "in_flight_max", "share_at_cap", "share_over_cap")
-        )
-    return {
-        "seconds": seconds,
-        "in_flight_mean": float((level * lengths).sum() / seconds),
-        "in_flight_max": int(level[lengths > 0].max()),
-        "share_at_cap": float(lengths[level >= cap].sum() / seconds),
-        "share_over_cap": float(lengths[level > cap].sum() / seconds),
-    }
+    levels: dict[int, int] = {}
+    for value, length in zip(level.tolist(), lengths.tolist(), strict=True):
+        if length > 0:
+            levels[value] = levels.get(value, 0) + length
+    return int(lengths.sum()), levels
 
 
 class TargetSaturation:
@@ -334,8 +314,8 @@ class TargetSaturation:
             self._caps.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))
         ):
             slots = np.concatenate([np.zeros((0, 2), np.int64), *self._slots[provider, model]])
-            figures = _in_flight(slots[:, 0], slots[:, 1], cap)
-            out.append(clean({"provider": provider, "model": model, "cap": cap, **figures}))
+            seconds, levels = _levels(slots[:, 0], slots[:, 1])
+            out.append(target_saturation_figures(provider, model, cap, seconds, levels))
         return out
 
 

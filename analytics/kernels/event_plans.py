@@ -90,6 +90,14 @@ def prepared_events(
     return prepared(events.lazy(), measured=measured, all_resend_known=all_known), measured
 
 
+def derived_counts() -> list[pl.Expr]:
+    """A minute's counts that follow from others: total tokens and failed attempts."""
+    return [
+        (pl.col("prompt_tpm_in") + pl.col("completion_tpm_out")).alias("tpm_total"),
+        (pl.col("calls_in_minute") - pl.col("successes")).alias("failures"),
+    ]
+
+
 def rate_columns() -> list[pl.Expr]:
     """Rates as fractions; null for a minute with no calls (nothing to divide)."""
     calls = pl.col("calls_in_minute")

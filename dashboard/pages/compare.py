@@ -21,13 +21,13 @@ from tpmledger.analytics.verdicts.compare_runs import (
     compare,
     load_run_minutes,
 )
-from tpmledger.analytics.verdicts.slo import SloError, optional_slo
 from tpmledger.dashboard.components.bottleneck_panel import verdict_words
 from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.data.sealed_runs import list_sealed_run_ids
 from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_seconds
 from tpmledger.dashboard.figures.chart_style import Figure, message_figure
 from tpmledger.dashboard.figures.compare import compare_figure
+from tpmledger.slo import SloError, optional_slo
 from tpmledger.storage.database import read_view
 from tpmledger.storage.runs_read import UnknownRun
 
