@@ -17,7 +17,7 @@ of millions of attempts takes hundreds of MB, its own budget, and a long-running
 would keep much of it. The worker's own memory is the live path's
 (docs/configuration.md#memory).
 
-Every connection is bounded by its role (:func:`storage.database.role_url`): the live loop's
+Every connection is bounded by its role (:func:`storage.server.database.role_url`): the live loop's
 statements and lock waits by ``live``, seals and checkpoints by ``seal``, the prune by
 ``prune`` (docs/operations.md#bounded-queries), so no background query can run for an hour
 or queue ingest's commits behind a lock it waits for.
@@ -43,9 +43,9 @@ from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
 from tpmledger.durations import parse_age
 from tpmledger.settings import Settings
 from tpmledger.slo import Slo, optional_slo
-from tpmledger.storage.database import in_one_snapshot, role_url
-from tpmledger.storage.snapshot_store import sealing_claim
-from tpmledger.storage.snapshots_read import runs_due_for_seal
+from tpmledger.storage.readers.snapshots_read import runs_due_for_seal
+from tpmledger.storage.server.database import in_one_snapshot, role_url
+from tpmledger.storage.writers.snapshot_store import sealing_claim
 
 if TYPE_CHECKING:
     from tpmledger.analytics.seal.sealing import SealResult

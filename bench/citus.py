@@ -45,8 +45,8 @@ import ingest_workload as workload
 import seal_workload
 
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine, libpq_url
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url
 
 
 def _at(url: str, port: int, database: str) -> str:

@@ -44,8 +44,8 @@ from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.pages.run_panels import run_panels, throughput_view
 from tpmledger.dashboard.pages.runs import runs_table_view
 from tpmledger.dashboard.pages.sweep import sweep_panels
-from tpmledger.storage import migrate
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import raw_transaction
 
 RUN_ID = seal_bench.RUN_ID
 WIDE_RUN_ID = "bench_dashboard_wide"
@@ -58,7 +58,7 @@ def _database() -> tuple[str, Any]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="tpmledger-bench-dashboard-")))
     return server.start(), server

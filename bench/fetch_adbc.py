@@ -8,7 +8,7 @@ Loads the run ``bench/seal.py`` generates (or reuses it from ``--database-dir``)
 fetches every attempt of it into a Polars frame with the columns the seal reads, best of
 ``--repeat``, each way:
 
-- ``hand, one backend``: :func:`storage.attempt_frames.fetch_run_attempts` — binary COPY
+- ``hand, one backend``: :func:`storage.readers.attempt_frames.fetch_run_attempts` — binary COPY
   received through libpq and parsed by compiled code (ids as lowercase hex);
 - ``hand, two backends``: the same split over two backends in one snapshot (what a seal
   of a run this large does);
@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import seal as seal_bench  # bench/seal.py: the generated run and its loader
 
-from tpmledger.storage import migrate
-from tpmledger.storage.attempt_frames import ATTEMPT_FRAME_SCHEMA, fetch_run_attempts
-from tpmledger.storage.database import libpq_url, raw_transaction
+from tpmledger.storage.readers.attempt_frames import ATTEMPT_FRAME_SCHEMA, fetch_run_attempts
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import libpq_url, raw_transaction
 
 RESULTS = Path("bench/results/fetch_adbc.txt")
 ID_COLUMNS = ("trace_id", "span_id", "parent_span_id")

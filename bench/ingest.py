@@ -10,8 +10,9 @@
    spans are committed (docs/ingest.md), so spans / (first send → last 200) is *durable* spans/s;
    the row count is then checked against the spans sent.
 3. Ingest is stopped; the same bodies are normalized and COPY-encoded
-   (``ingest.request_encoding.encode_request``, untimed) and ``storage.bulk_writer.copy_blocks``
-   COPYs those rows into the emptied ``attempts`` table in one transaction. Only the COPY
+   (``ingest.request_encoding.encode_request``, untimed) and
+   ``storage.writers.bulk_writer.copy_blocks`` COPYs those rows into the emptied
+   ``attempts`` table in one transaction. Only the COPY
    and its commit are timed: that is the raw ceiling.
 4. durable / raw is the ratio README.md#benchmarks asks for (target ≥ 0.5, and ≥ 30,000 spans/s).
 
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_workload as workload
 
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 RESULTS = workload.REPO / "bench" / "results" / "ingest.txt"
 
@@ -58,7 +59,7 @@ class RawCopy:
 def raw_copy(url: str, bodies: list[bytes]) -> RawCopy:
     """Normalize and encode every body (untimed), then time one COPY (+ commit) of all rows."""
     from tpmledger.ingest.request_encoding import encode_request
-    from tpmledger.storage.bulk_writer import copy_blocks
+    from tpmledger.storage.writers.bulk_writer import copy_blocks
 
     t0 = time.perf_counter()
     blocks = [encode_request(body).block for body in bodies]

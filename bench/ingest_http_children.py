@@ -39,7 +39,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench
 sys.path.insert(0, str(_ROOT))
 
 from tests.otlp_values import key_value  # noqa: E402
-from tpmledger.storage.database import libpq_url  # noqa: E402
+from tpmledger.storage.server.database import libpq_url  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("ingest_quick", _ROOT / "bench" / "ingest_quick.py")
 assert _spec is not None and _spec.loader is not None
@@ -162,7 +162,7 @@ def main() -> int:
     server = None
     admin_url = args.admin_url
     if not admin_url:
-        from tpmledger.storage.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))

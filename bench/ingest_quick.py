@@ -33,8 +33,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy.engine import make_url
 
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine, libpq_url
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 
@@ -196,7 +196,7 @@ def main() -> int:
     server = None
     admin_url = args.admin_url
     if not admin_url:
-        from tpmledger.storage.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.otlp_values import key_value  # noqa: E402
-from tpmledger.storage import migrate  # noqa: E402 - after the sys.path fix for `python bench/x.py`
-from tpmledger.storage.database import get_engine, libpq_url  # noqa: E402
+from tpmledger.storage.server import migrate  # noqa: E402 - after the sys.path fix for `python bench/x.py`
+from tpmledger.storage.server.database import get_engine, libpq_url  # noqa: E402
 
 SHARDS = 8
 MODELS = ("llama-3.1-70b-instruct", "qwen2.5-72b-instruct")
@@ -181,7 +181,7 @@ def fresh_database() -> Iterator[BenchDatabase]:
     if external:
         admin_url = external
     else:
-        from tpmledger.storage.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))

@@ -57,11 +57,11 @@ from seal_workload import generate
 
 from tests.otlp_values import key_value as _kv
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.storage import migrate
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import get_engine, libpq_url, raw_transaction
-from tpmledger.storage.embedded_postgres import EmbeddedPostgres
-from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url, raw_transaction
+from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 SECOND = 1_000_000_000
 SIMULATOR_RATE = 64  # 8 shards x 16 in flight / ~2 s per call

@@ -30,10 +30,10 @@ from live import BATCH, SECOND, _new_database, stream_batch
 from seal import _postgres_cpu
 
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import get_engine, raw_transaction
-from tpmledger.storage.embedded_postgres import EmbeddedPostgres
-from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.server.database import get_engine, raw_transaction
+from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 _AT = {c: i for i, c in enumerate(ATTEMPT_COPY_COLUMNS)}
 

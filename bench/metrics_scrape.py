@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 MINUTE_NS = 60_000_000_000
 SECOND_NS = 1_000_000_000

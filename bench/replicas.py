@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ingest_quick import build_batch, fresh_database, start_ingest
 
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 
 def send_split(bases: list[str], bodies: list[bytes], senders: int, batch: int) -> dict[str, float]:
@@ -247,7 +247,7 @@ def main() -> int:
     server = None
     admin_url = args.admin_url
     if not admin_url:
-        from tpmledger.storage.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import throwaway_server
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))

@@ -61,15 +61,15 @@ from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.run_computation import StageTimer, load_run
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage import migrate
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import raw_transaction
 
 
 def _database(keep_dir: Path | None) -> tuple[str, object | None]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     data_dir = keep_dir or Path(tempfile.mkdtemp(prefix="tpmledger-bench-seal-"))
     server = EmbeddedPostgres(data_dir)
@@ -123,7 +123,7 @@ def _copy_floor(url: str, run_id: str) -> float | None:
     """Seconds PostgreSQL alone needs to produce the run's fetch COPY (to /dev/null)."""
     from psycopg import sql
 
-    from tpmledger.storage.attempt_frames import _copy_query
+    from tpmledger.storage.readers.attempt_frames import _copy_query
 
     try:
         with raw_transaction(url) as conn:

@@ -19,7 +19,7 @@ import zlib
 
 import polars as pl
 
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 RUN_ID = "bench_seal_1m"
 BASE_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z

@@ -58,7 +58,7 @@ import ingest_workload as workload
 import seal_workload
 from grpc_bombs import RssWatch, proc_status_kib
 
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 RESULTS = workload.REPO / "bench" / "results" / "stream_outputs.txt"
 TARGET_MB = 400

@@ -49,7 +49,7 @@ from tpmledger.provenance.event_file import read_events
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_recompute import recompute_from_events
 from tpmledger.provenance.summary_verify import verify_export
-from tpmledger.storage import migrate
+from tpmledger.storage.server import migrate
 
 TARGET_RATIO = 3.0
 
@@ -92,7 +92,7 @@ def _database() -> tuple[str, Any, Path | None]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None, None
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="tpmledger-bench-verify-"))
     server = EmbeddedPostgres(data_dir)

@@ -35,16 +35,16 @@ from seal_workload import load  # the generated run shared with bench/seal.py
 
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.bottleneck import run_object_with_bottleneck
-from tpmledger.storage import migrate
-from tpmledger.storage.database import raw_transaction, read_view
-from tpmledger.storage.target_minutes import fetch_target_minutes, target_minutes
+from tpmledger.storage.readers.target_minutes import fetch_target_minutes, target_minutes
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import raw_transaction, read_view
 
 
 def _database() -> tuple[str, Any]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="tpmledger-bench-targets-")))
     return server.start(), server

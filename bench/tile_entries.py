@@ -37,8 +37,8 @@ from seal_workload import load, run_id_for, seal_peak_rss  # the seal bench's ru
 
 from tpmledger.provenance.merkle import leaf_hash, root_from_leaf_hashes
 from tpmledger.provenance.tiles import TileRef, parse_entry_bundle, tree_tiles
-from tpmledger.storage import migrate
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import raw_transaction
 
 
 def _database() -> tuple[str, Any, Path | None]:
@@ -46,7 +46,7 @@ def _database() -> tuple[str, Any, Path | None]:
     url = os.environ.get("TPMLEDGER_DATABASE_URL")
     if url:
         return url, None, None
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="tpmledger-bench-tiles-"))
     server = EmbeddedPostgres(data_dir)

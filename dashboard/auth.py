@@ -29,8 +29,8 @@ from urllib.parse import urlencode
 
 from flask import Request, Response, g
 
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.ingest_tokens import active_tokens
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.ingest_tokens import active_tokens
 from tpmledger.token_scopes import COOKIE, READ, ScopedTokens, scoped_tokens
 
 REALM = 'Basic realm="tpmledger dashboard: any user name, a read token as password"'

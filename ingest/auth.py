@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterable
 
 from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Forbidden, Unauthenticated
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.ingest_tokens import active_tokens
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.ingest_tokens import active_tokens
 from tpmledger.token_scopes import INGEST, ScopedTokens, scoped_tokens
 
 log = logging.getLogger(__name__)

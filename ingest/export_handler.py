@@ -23,7 +23,7 @@ from tpmledger.ingest.internal_errors import InternalErrors, payload_run_ids
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.normalize_pool import NormalizePool
 from tpmledger.ingest.request_encoding import EncodedRequest
-from tpmledger.storage.attempt_encoding import UnstorableValue
+from tpmledger.storage.codecs.attempt_encoding import UnstorableValue
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ The outcome columns of an attempt (docs/conventions.md#failures): ``status`` (``
 (``RateLimitError``), else ``error.code``, else ``http_<status>``, else ``error``.
 ``http_status``, when no attribute gives it, is read from a description that quotes one
 (``Error code: 429``). Which failures are rate limits or serving failures is decided
-from these columns where figures are made (storage/target_minutes.py).
+from these columns where figures are made (storage/readers/target_minutes.py).
 """
 
 from __future__ import annotations

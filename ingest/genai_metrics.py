@@ -46,6 +46,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
+from tpmledger.durations import MINUTE_NS
 from tpmledger.ingest.attribute_values import any_value_to_python, as_text, key_values_to_dict
 from tpmledger.ingest.conventions import FIELD_KEYS
 
@@ -71,8 +72,7 @@ _DECLARED_TYPES: Final = {"input": "input", "output": "output", "completion": "o
 # Shapes in the order they are preferred for input and output tokens.
 _HISTOGRAM, _COUNTER, _OPERATION = 0, 1, 2
 _CUMULATIVE = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
-_MINUTE_NS = 60_000_000_000
-#: The largest token count one point may carry: beyond it a double no longer counts
+
 #: whole tokens exactly (and sums could overflow).
 MAX_POINT_TOKENS: Final = float(2**53)
 _MAX_NS: Final = 2**63 - 1  # timestamps are stored as bigint
@@ -248,7 +248,7 @@ def _add_metric(
             TokenPoint(
                 run_id=run,
                 shard_id=shard,
-                minute_ns=point.time_unix_nano // _MINUTE_NS * _MINUTE_NS,
+                minute_ns=point.time_unix_nano // MINUTE_NS * MINUTE_NS,
                 token_type=token_type,
                 value=value,
                 cumulative=cumulative,

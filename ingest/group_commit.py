@@ -2,10 +2,10 @@
 committed").
 
 Requests wait in a BOUNDED queue (counted in spans), each as one COPY-encoded
-:class:`~storage.attempt_encoding.AttemptBlock`. A writer task takes as many waiting
+:class:`~storage.codecs.attempt_encoding.AttemptBlock`. A writer task takes as many waiting
 requests as fit into ``max_commit_spans`` and stores all their rows with
-:func:`storage.bulk_writer.write_attempt_blocks` inside one
-:func:`storage.database.in_transaction`; every request's future resolves only after that
+:func:`storage.writers.bulk_writer.write_attempt_blocks` inside one
+:func:`storage.server.database.in_transaction`; every request's future resolves only after that
 transaction committed. While one group commits, the next one accumulates, so the number
 of transactions per second adapts to the database's speed instead of to the request rate.
 
@@ -46,9 +46,9 @@ from tpmledger.ingest.error_taxonomy import (
 )
 from tpmledger.ingest.internal_errors import InternalErrors
 from tpmledger.ingest.metrics import IngestMetrics
-from tpmledger.storage.attempt_encoding import AttemptBlock
-from tpmledger.storage.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
-from tpmledger.storage.database import connect_raw, in_transaction
+from tpmledger.storage.codecs.attempt_encoding import AttemptBlock
+from tpmledger.storage.server.database import connect_raw, in_transaction
+from tpmledger.storage.writers.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
 
 log = logging.getLogger(__name__)
 

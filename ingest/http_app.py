@@ -49,7 +49,7 @@ from tpmledger.ingest.request_limits import counted
 from tpmledger.ingest.run_metrics import RunSeriesCollector
 from tpmledger.ingest.server_series import ServerSeriesCollector
 from tpmledger.settings import Settings
-from tpmledger.storage import migrate
+from tpmledger.storage.server import migrate
 from tpmledger.token_scopes import COOKIE, INGEST, READ
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ requests, aiohttp, urllib3), each request is a CLIENT span, child of the LLM spa
 its own times, status and captured response headers. Ingest stores those spans as
 attempts (``convention`` ``http``, ``call_id`` = the parent's span id, so the requests of
 one call form one logical call); which LLM span they belong to, and which of them carries
-the call's tokens, is resolved where figures are made (storage/call_attempts.py), since
+the call's tokens, is resolved where figures are made (storage/readers/call_attempts.py), since
 a trace's spans arrive in any order and batching.
 
 Only requests that look like inference and ran under a span are kept: the URL path ends

@@ -34,13 +34,13 @@ from tpmledger.ingest.quota_headers import NO_QUOTA, quota_values
 from tpmledger.ingest.span_plan import PLAN_CACHE, ResourceContext, plan_for
 from tpmledger.ingest.tool_spans import ToolSpanRow, is_tool_span, tool_span_row
 from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
-from tpmledger.storage.attempt_row import (
+from tpmledger.storage.codecs.attempt_row import (
     attempt_row,
     description_part,
     identity_part,
     measures_part,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 MAX_REASONS: Final = 5
 _ZERO_SPAN_ID: Final = bytes(8)
@@ -61,7 +61,7 @@ def cache_bytes() -> dict[str, int]:
 class NormalizedBatch:
     """The outcome of normalizing one export request."""
 
-    rows: list[tuple[Any, ...]]  # attempt rows in storage.attempt_columns order
+    rows: list[tuple[Any, ...]]  # attempt rows in storage.schema.attempt_columns order
     ignored: int  # spans that are not LLM calls (counted, not stored)
     rejected: int  # invalid spans (reported via OTLP partial success)
     reject_reasons: list[str]  # distinct human-readable reasons, at most MAX_REASONS
@@ -250,7 +250,7 @@ def normalize_span(
         if span.events:
             content.count_events(span.events)
 
-    # Every column by name (storage/attempt_row.py puts them in COPY order).
+    # Every column by name (storage/codecs/attempt_row.py puts them in COPY order).
     return attempt_row(
         identity=identity_part(
             trace_id=trace_id,

@@ -2,8 +2,8 @@
 signal to ``OTEL_EXPORTER_OTLP_ENDPOINT`` do not log failures (docs/ingest.md#other-signals).
 
 Metrics: the GenAI token-usage points are stored per run, shard and minute
-(:mod:`ingest.genai_metrics`, :mod:`storage.genai_metric_store`), vLLM / SGLang points per
-server and minute (:mod:`ingest.server_metrics_otlp`, :mod:`storage.server_metric_store`);
+(:mod:`ingest.genai_metrics`, :mod:`storage.writers.genai_metric_store`), vLLM / SGLang points per
+server and minute (:mod:`ingest.server_metrics_otlp`, :mod:`storage.writers.server_metric_store`);
 other points are counted and dropped. Logs are counted and dropped: none is stored, so the
 message content that GenAI events sent as log records carry (``gen_ai.user.message`` …
 bodies) never reaches the database; those records are counted as content dropped too. Both
@@ -35,8 +35,8 @@ from tpmledger.ingest.genai_metrics import token_points
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.otlp_http_codec import PROTOBUF
 from tpmledger.ingest.server_metrics_otlp import REASON, server_readings
-from tpmledger.storage.genai_metric_store import add_token_points
-from tpmledger.storage.server_metric_store import add_server_readings
+from tpmledger.storage.writers.genai_metric_store import add_token_points
+from tpmledger.storage.writers.server_metric_store import add_server_readings
 
 log = logging.getLogger(__name__)
 

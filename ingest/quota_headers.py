@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from tpmledger.storage.attempt_row import quota_part, quota_part_from
+from tpmledger.storage.codecs.attempt_row import quota_part, quota_part_from
 
 HEADER: Final = "http.response.header."
 _HEADER_LENGTH: Final = len(HEADER)

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 
 from tpmledger.ingest.normalize import cache_bytes, normalize_payload
-from tpmledger.storage.attempt_encoding import AttemptBlock, encode_attempts
-from tpmledger.storage.tool_span_encoding import encode_tool_spans
+from tpmledger.storage.codecs.attempt_encoding import AttemptBlock, encode_attempts
+from tpmledger.storage.codecs.tool_span_encoding import encode_tool_spans
 
 
 @dataclass(slots=True)

@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.error_classes import error_class
+from tpmledger.error_classes import error_class
+from tpmledger.storage.server.database import in_one_snapshot
 
 if TYPE_CHECKING:
     from tpmledger.analytics.views.run_series import RunSeries, SealedCache

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tpmledger.durations import MINUTE_NS
 from tpmledger.ingest.server_metrics import (
     GAUGES,
     HISTOGRAMS,
@@ -76,7 +77,7 @@ def readings_from_exposition(text: str, instance: str, time_ns: int) -> ServerRe
         readings.counters.append(
             CounterReading(
                 key=key,
-                minute_ns=at // 60_000_000_000 * 60_000_000_000,
+                minute_ns=at // MINUTE_NS * MINUTE_NS,
                 field=reading,
                 stream=stream_id(instance, name, sample.labels),
                 start_ns=int(start_s * _NS) if start_s and usable(start_s) else 0,

@@ -11,7 +11,7 @@ in: a scrape (:mod:`ingest.server_scraper`) or an OTLP metrics export
 Gauges of one reading are combined across the series of one key (vLLM labels each engine
 of a data-parallel server apart): running, waiting and throughput add up, KV-cache use is
 their mean. Counters stay one stream per series; storage turns their values into
-increases (``storage.server_metric_store``).
+increases (``storage.writers.server_metric_store``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-MINUTE_NS: Final = 60_000_000_000
+from tpmledger.durations import MINUTE_NS
+
 _MAX_ID_CHARS: Final = 512  # as for spans (ingest/span_validation.py)
 
 #: Gauge name → (engine, field). ``kv_cache`` is a fraction of the KV-cache pool (1 = full).

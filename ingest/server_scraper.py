@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from tpmledger.ingest.server_exposition import readings_from_exposition
 from tpmledger.ingest.server_metrics import ServerReadings
-from tpmledger.storage.server_metric_store import add_server_readings
+from tpmledger.storage.writers.server_metric_store import add_server_readings
 
 log = logging.getLogger(__name__)
 

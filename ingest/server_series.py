@@ -1,7 +1,7 @@
 """The servers' newest closed minute on ``/metrics`` (docs/operations.md#serving-side-series).
 
 A prometheus_client collector: at each scrape it reads, in one snapshot, each vLLM / SGLang
-server's newest closed minute of the last five (:mod:`storage.server_minutes_read`) — one
+server's newest closed minute of the last five (:mod:`storage.readers.server_minutes_read`) — one
 series per server (label ``server``: its instance; ``instance`` is Prometheus' own label),
 engine and model — and whether it was *saturated* by the rule the bottleneck verdict uses
 (:func:`analytics.verdicts.server_evidence.is_saturated`, imported on the first scrape so
@@ -20,8 +20,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.server_minutes_read import ServerMinute, newest_server_minutes
+from tpmledger.storage.readers.server_minutes_read import ServerMinute, newest_server_minutes
+from tpmledger.storage.server.database import in_one_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ _STATUS_ERROR: Final = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERRO
 
 
 class ToolSpanRow(NamedTuple):
-    """One tool span, in ``storage.tool_span_encoding.TOOL_SPAN_COPY_COLUMNS`` order."""
+    """One tool span, in ``storage.codecs.tool_span_encoding.TOOL_SPAN_COPY_COLUMNS`` order."""
 
     trace_id: bytes
     span_id: bytes

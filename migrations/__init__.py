@@ -1,1 +1,1 @@
-"""Alembic migrations; run them with ``tpmledger migrate`` (see :mod:`storage.migrate`)."""
+"""Alembic migrations; run them with ``tpmledger migrate`` (see :mod:`storage.server.migrate`)."""

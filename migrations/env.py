@@ -1,12 +1,12 @@
-"""Alembic environment: the URL comes from the config that storage.migrate builds."""
+"""Alembic environment: the URL comes from the config that storage.server.migrate builds."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from tpmledger.storage.database import sqlalchemy_url
-from tpmledger.storage.models import Base
+from tpmledger.storage.schema.models import Base
+from tpmledger.storage.server.database import sqlalchemy_url
 
 config = context.config
 target_metadata = Base.metadata

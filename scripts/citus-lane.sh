@@ -43,9 +43,9 @@ started=$(date +%s)
 # read API and /metrics, replicas. The PostgreSQL-restart fault test runs its own
 # single-node server, so it is left to the main lane.
 TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p no:cacheprovider \
-    tests/storage/test_distribution.py \
+    tests/storage/server/test_distribution.py \
     tests/storage/test_citus_same_bytes.py \
-    tests/storage/test_bulk_writer.py \
+    tests/storage/writers/test_bulk_writer.py \
     tests/ingest/test_faults.py \
     --deselect tests/ingest/test_faults.py::test_postgres_restart_during_load_loses_nothing \
     tests/ingest/test_grpc_ingest.py \

@@ -118,7 +118,7 @@ if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then
     NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR="$bounds_cache" "$venv/bin/pytest" -q -p no:cacheprovider \
         -m "not slow and not browser and not compose and not citus" \
         tests/analytics/kernels tests/analytics/seal tests/analytics/live \
-        tests/storage/test_binary_copy.py || status=$?
+        tests/storage/codecs/test_binary_copy.py || status=$?
     rm -rf "$bounds_cache"
 fi
 # The Citus lane: the suites that matter against a coordinator and two workers (root only,

@@ -22,8 +22,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.fixtures import citus_nodes
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine, libpq_url
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url
 
 pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.fault_servers"]
 
@@ -51,7 +51,7 @@ def pg_server_url() -> Iterator[str]:
     if external:
         yield external
         return
-    from tpmledger.storage.embedded_postgres import throwaway_server
+    from tpmledger.storage.server.embedded_postgres import throwaway_server
 
     # Outside pytest's basetemp: pytest prunes old basetemps, and a concurrent pytest
     # session doing so would pull the data directory from under a running server.

@@ -6,5 +6,5 @@ diagnostics are computed, and the run object's assembly
 (:func:`run_figures.run_figures_of`); the seal's walk (``seal/run_stream.py``) is what
 composes them into a run's table and figures. Pure functions of their inputs: no
 database, no sessions, no files. May import ``tpmledger.provenance`` (the event schema)
-and ``tpmledger.storage.binary_copy`` for the compiled row codec; nothing else of analytics.
+and ``tpmledger.storage.codecs.binary_copy`` for the compiled row codec; nothing else of analytics.
 """

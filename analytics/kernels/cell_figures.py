@@ -35,7 +35,7 @@ from tpmledger.analytics.kernels.group_quantiles import (
     merged,
     sort_groups,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 PERCENTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 QUANTILES = list(PERCENTILES.values())

@@ -14,8 +14,8 @@ from typing import Any
 
 from tpmledger.analytics.kernels.figure_registry import figure
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.durations import SECOND_NS
 
-SECOND_NS = 1_000_000_000
 SATURATION_FIELDS = ("seconds", "in_flight_mean", "in_flight_max", "share_at_cap", "share_over_cap")
 
 

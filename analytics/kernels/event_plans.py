@@ -18,9 +18,8 @@ from typing import Literal
 
 import polars as pl
 
-SECOND_NS = 1_000_000_000
-MINUTE_NS = 60 * SECOND_NS
-# Interpolation of every percentile (recorded in the snapshot params).
+from tpmledger.durations import MINUTE_NS, SECOND_NS
+
 QUANTILE_METHOD: Literal["linear"] = "linear"
 
 OK = pl.col("status") == "ok"

@@ -14,11 +14,12 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from tpmledger.durations import SECOND_NS
+
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
-SECOND_NS = 1_000_000_000
 
 _kernel = numba.njit(nogil=True, cache=True)
 

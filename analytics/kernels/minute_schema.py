@@ -1,5 +1,5 @@
 """The minute table's Polars types, from the column declaration
-(:mod:`storage.minute_columns`): counts ``bigint`` → Int64, samples and caps ``integer`` →
+(:mod:`storage.schema.minute_columns`): counts ``bigint`` → Int64, samples and caps ``integer`` →
 Int32, figures ``double precision`` → Float64 (rounded to :data:`SIGNIFICANT_DIGITS`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Final
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
-from tpmledger.storage.minute_columns import MINUTE_FIGURES
+from tpmledger.storage.schema.minute_columns import MINUTE_FIGURES
 
 __all__ = ["MINUTE_FIGURE_SCHEMA", "ROUNDED_FIGURES", "SIGNIFICANT_DIGITS", "ZERO_WHEN_EMPTY"]
 

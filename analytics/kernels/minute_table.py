@@ -19,8 +19,8 @@ from __future__ import annotations
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
-from tpmledger.storage.minute_columns import MINUTE_COLUMNS  # the table's column order
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_columns import MINUTE_COLUMNS  # the table's column order
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 __all__ = [
     "EMPTY_COUNTS",

@@ -29,7 +29,7 @@ from tpmledger.analytics.kernels.run_level import (
     shard_balance,
     sustained_tpm_total,
 )
-from tpmledger.storage.time_text import minute_text_ns, ns_to_rfc3339
+from tpmledger.storage.codecs.time_text import minute_text_ns, ns_to_rfc3339
 
 
 @dataclass(frozen=True)

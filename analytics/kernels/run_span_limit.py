@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from typing import Final
 
+from tpmledger.durations import MINUTE_NS
+
 # Read at import, like the span limits: every service process inherits the environment.
 MAX_RUN_DAYS: Final = float(os.environ.get("TPMLEDGER_MAX_RUN_DAYS") or 31)
 MAX_RUN_MINUTES: Final = int(MAX_RUN_DAYS * 24 * 60)
-_MINUTE_NS = 60_000_000_000
 
 
 class RunTooLong(ValueError):
@@ -36,4 +37,4 @@ def check_run_minutes(run_id: str, first_minute: int, last_minute: int) -> None:
 
 def check_run_span_ns(run_id: str, first_ns: int, last_ns: int) -> None:
     """:func:`check_run_minutes` of two end times in nanoseconds."""
-    check_run_minutes(run_id, first_ns // _MINUTE_NS, last_ns // _MINUTE_NS)
+    check_run_minutes(run_id, first_ns // MINUTE_NS, last_ns // MINUTE_NS)

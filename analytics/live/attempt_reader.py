@@ -15,14 +15,14 @@ import psycopg
 from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
-from tpmledger.storage.live_store import LiveRunFacts
-from tpmledger.storage.live_window import (
+from tpmledger.storage.readers.live_window import (
     fetch_attempts,
     fetch_window,
     fetch_window_page,
     probe_flags,
 )
-from tpmledger.storage.tool_span_store import (
+from tpmledger.storage.writers.live_store import LiveRunFacts
+from tpmledger.storage.writers.tool_span_store import (
     count_tools_by_start_minute,
     fetch_trace_tools,
     run_has_tool_spans,

@@ -20,9 +20,9 @@ from tpmledger.analytics.kernels.minute_schema import (
     SIGNIFICANT_DIGITS,
     ZERO_WHEN_EMPTY,
 )
-from tpmledger.storage.minute_columns import MINUTE_COLUMNS
+from tpmledger.storage.schema.minute_columns import MINUTE_COLUMNS
 
-# Columns of a live row beyond the minute table's (storage.models.LiveMinute).
+# Columns of a live row beyond the minute table's (storage.schema.models.LiveMinute).
 EXTRA_COLUMNS = (
     "queue_reports",
     "retry_evidence",

@@ -1,6 +1,6 @@
 """Keeps the live minute table current: drains ingest's marks, recomputes touched minutes.
 
-One update of one run is one REPEATABLE READ transaction (:mod:`storage.live_store`):
+One update of one run is one REPEATABLE READ transaction (:mod:`storage.writers.live_store`):
 take the run's marks, bring the state of each touched minute up to date, and replace
 those minutes' live rows, run facts and extras with what the state gives. The cost
 follows the touched minutes and the new rows, never the run's size
@@ -50,8 +50,15 @@ from tpmledger.analytics.live.minute_state_figures import (
     minute_facts,
     minute_rows,
 )
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.live_store import (
+from tpmledger.durations import SECOND_NS
+from tpmledger.storage.readers.live_window import (
+    Dependent,
+    dependents,
+    dependents_in_range,
+)
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.live_store import (
     MINUTE_NS,
     Mark,
     dirty_run_ids,
@@ -66,22 +73,15 @@ from tpmledger.storage.live_store import (
     summarize_new_batches,
     take_marks,
 )
-from tpmledger.storage.live_window import (
-    Dependent,
-    dependents,
-    dependents_in_range,
-)
-from tpmledger.storage.minute_extras_store import replace_extras
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.tool_span_store import (
+from tpmledger.storage.writers.minute_extras_store import replace_extras
+from tpmledger.storage.writers.tool_span_store import (
     fetch_new_tools,
     tool_dependents,
 )
 
 log = logging.getLogger("tpmledger.analytics.live")
 
-SECOND_NS = 1_000_000_000
-# A live update aborted by a concurrent transaction is tried again at once, this often.
+
 SERIALIZATION_TRIES = 5
 # Touched minutes further apart than this are read as separate windows.
 WINDOW_GAP_MINUTES = 10

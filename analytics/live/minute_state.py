@@ -142,7 +142,7 @@ def _declared(text: str) -> pl.Expr:
 
 
 def _cap_declared() -> pl.Expr:
-    """A target cap as :func:`storage.pitfall_attributes._cap` reads it: a positive whole
+    """A target cap as :func:`storage.readers.pitfall_attributes._cap` reads it: a positive whole
     number, else not declared."""
     value = _declared("target_cap_text")
     return pl.when(value == value.floor()).then(value).cast(pl.Int64)

@@ -29,7 +29,7 @@ from tpmledger.analytics.live.minute_state import (
     Ints,
     MinuteState,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
@@ -135,7 +135,7 @@ def _counts(sums: Ints) -> dict[str, Any]:
 
 
 def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any]:
-    """The minute's run facts (storage.models.LiveRunMinute), as
+    """The minute's run facts (storage.schema.models.LiveRunMinute), as
     the window recomputation gives them."""
     attempts = sum(int(s[0]) for s in state.sums.values())
     ttft, latency = state.whole_values()

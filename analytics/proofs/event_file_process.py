@@ -26,7 +26,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Final
 
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
 
 URL_VARIABLE: Final = "TPMLEDGER_EVENTS_DATABASE_URL"
 #: Bytes passed on per read of the child's output.

@@ -58,16 +58,16 @@ from tpmledger.analytics.proofs.summary_export import (
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import VerifyReport, verify_archive
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.models import Snapshot
-from tpmledger.storage.retention_store import (
+from tpmledger.storage.readers.snapshots_read import latest_snapshot
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.retention_store import (
     ArrivedMeanwhile,
     OldRun,
     delete_archived_spans,
     prune_lock,
     runs_older_than,
 )
-from tpmledger.storage.snapshots_read import latest_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,15 @@ import polars as pl
 
 from tpmledger.analytics.seal.run_chunks import canonical_events, chunk_ranges
 from tpmledger.provenance.event_file import FileDigests, FileDigestStream
-from tpmledger.storage.attempt_frames import begin_repeatable_read, fetch_run_facts
-from tpmledger.storage.database import raw_transaction
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.seal_reads import (
+from tpmledger.storage.readers.attempt_frames import begin_repeatable_read, fetch_run_facts
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.readers.seal_reads import (
     SealScope,
     fetch_attempts_ending,
     fetch_rollup_ids,
     fetch_seal_plan,
 )
+from tpmledger.storage.server.database import raw_transaction
 
 #: Attempts read, written and hashed at a time (a few KB each while held): some tens of MB
 #: above the process at rest, whatever the run's size.

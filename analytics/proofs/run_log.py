@@ -45,9 +45,9 @@ from tpmledger.provenance.tiles import (
     level_hashes,
     tile_data,
 )
-from tpmledger.storage.models import Snapshot
-from tpmledger.storage.runs_read import run_is_known
-from tpmledger.storage.snapshots_read import snapshot_at
+from tpmledger.storage.readers.runs_read import run_is_known
+from tpmledger.storage.readers.snapshots_read import snapshot_at
+from tpmledger.storage.schema.models import Snapshot
 
 
 def version_checkpoint(

@@ -52,11 +52,11 @@ from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.sigstore_bundle import bundle_from_envelope
 from tpmledger.provenance.summary_text import summary_text
 from tpmledger.provenance.tiles import tree_tile_files
-from tpmledger.storage.database import read_session, read_view
-from tpmledger.storage.models import Snapshot
-from tpmledger.storage.runs_read import run_is_known
-from tpmledger.storage.snapshots_read import busy_minute_rows, snapshot_at
-from tpmledger.storage.time_text import minute_text_ns, utc_ms
+from tpmledger.storage.codecs.time_text import minute_text_ns, utc_ms
+from tpmledger.storage.readers.runs_read import run_is_known
+from tpmledger.storage.readers.snapshots_read import busy_minute_rows, snapshot_at
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import read_session, read_view
 
 EXPORT_FILES = (
     "events.jsonl",

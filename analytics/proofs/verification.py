@@ -24,13 +24,13 @@ from tpmledger.analytics.kernels.minute_table import with_minute_utc
 from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
 from tpmledger.analytics.seal.sealing import seal_of
 from tpmledger.provenance.summary_verify import verify_archive
-from tpmledger.storage.database import read_view
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.models import Snapshot
-from tpmledger.storage.retention_store import archived
-from tpmledger.storage.runs_read import run_is_known
-from tpmledger.storage.snapshots_read import minute_rows
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
+from tpmledger.storage.readers.runs_read import run_is_known
+from tpmledger.storage.readers.snapshots_read import minute_rows
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import read_view
+from tpmledger.storage.writers.retention_store import archived
 
 REL_TOLERANCE = 1e-9
 

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from tpmledger.analytics.seal.minute_log import changed_minutes, first_minute, leaf_list
 from tpmledger.provenance.consistency_document import check_consistency, consistency_document
 from tpmledger.provenance.merkle import consistency_proof, root_from_leaf_hashes
-from tpmledger.storage.snapshots_read import snapshot_at
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
+from tpmledger.storage.readers.snapshots_read import snapshot_at
 
 MAX_VERSION = 2**31 - 1
 
@@ -42,7 +42,7 @@ def _leaves(blob: bytes | None, version: int, run_id: str) -> list[bytes]:
 
 def prove_consistency(session: Session, run_id: str, old: int, new: int) -> dict[str, Any]:
     """The proof that version ``new``'s minute tree extends version ``old``'s, from the
-    versions ``session`` (a :func:`storage.database.read_view`) sees."""
+    versions ``session`` (a :func:`storage.server.database.read_view`) sees."""
     for version in (old, new):
         if not 1 <= version <= MAX_VERSION:  # versions are PostgreSQL integers from 1
             raise VersionNotFound(f"run {run_id!r} has no sealed version {version}")

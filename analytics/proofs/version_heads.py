@@ -14,7 +14,7 @@ from tpmledger.provenance.checkpoint import (
     sign_checkpoint,
 )
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.storage.models import Snapshot
+from tpmledger.storage.schema.models import Snapshot
 
 
 class RunNotSealed(LookupError):

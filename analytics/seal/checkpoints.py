@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from tpmledger.analytics.seal.minute_log import MINUTE
 from tpmledger.analytics.seal.seal_process import ChildSeal, SealFailed, seal_run_in_child
 from tpmledger.slo import Slo
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.snapshot_store import sealing_claim
-from tpmledger.storage.snapshots_read import runs_due_for_checkpoint
+from tpmledger.storage.readers.snapshots_read import runs_due_for_checkpoint
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.snapshot_store import sealing_claim
 
 if TYPE_CHECKING:
     from tpmledger.analytics.seal.sealing import SealResult

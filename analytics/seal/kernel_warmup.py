@@ -1,6 +1,6 @@
 """Compile every kernel a seal uses once (or load it from Numba's on-disk cache).
 
-The compiled loops of :mod:`storage.binary_copy`, :mod:`analytics.kernels` (through the
+The compiled loops of :mod:`storage.codecs.binary_copy`, :mod:`analytics.kernels` (through the
 seal's own walk, :func:`~analytics.seal.memory_run.fold_events`) and
 :mod:`provenance.line_writer` take several seconds to compile on first use and a
 fraction of a second to load from the cache afterwards. The analytics worker warms them
@@ -17,8 +17,8 @@ import polars as pl
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
-from tpmledger.storage.attempt_frames import ATTEMPT_COPY_KINDS
-from tpmledger.storage.binary_copy import SIGNATURE, parse_binary_copy
+from tpmledger.storage.codecs.binary_copy import SIGNATURE, parse_binary_copy
+from tpmledger.storage.readers.attempt_frames import ATTEMPT_COPY_KINDS
 
 log = logging.getLogger("tpmledger.analytics")
 

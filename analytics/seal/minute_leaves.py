@@ -19,8 +19,8 @@ from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.provenance.event_file import EventFile, FileDigests, build_event_file
 from tpmledger.provenance.minute_proofs import LEAF_FIGURES
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 @dataclass(frozen=True)

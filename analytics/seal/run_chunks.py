@@ -27,7 +27,7 @@ from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
 from tpmledger.analytics.kernels.rollups import as_events
 from tpmledger.analytics.kernels.run_span_limit import check_run_span_ns
 from tpmledger.analytics.seal.seal_chunk import SealChunk
-from tpmledger.storage.seal_reads import (
+from tpmledger.storage.readers.seal_reads import (
     SealPlan,
     SealScope,
     fetch_attempts_ending,
@@ -119,7 +119,7 @@ class CallOrder:
 @dataclass
 class RunChunks:
     """Reads one run's chunks. ``conn`` and ``twin`` see one snapshot (the caller's
-    REPEATABLE READ transaction and :func:`storage.seal_reads.snapshot_twin`): the call set
+    REPEATABLE READ transaction and :func:`storage.readers.seal_reads.snapshot_twin`): the call set
     is read on ``twin`` while ``conn`` reads the plan (:func:`fetch_seal_plan`: extent,
     caps, shards; a run longer than the span limit is refused) and the rollups, and
     :meth:`prefetched` reads each next chunk on ``twin`` while the caller computes the

@@ -30,23 +30,23 @@ from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict
 from tpmledger.provenance.event_file import EVENT_SCHEMA, FileDigests, FileDigestStream
-from tpmledger.storage.attempt_frames import (
+from tpmledger.storage.readers.attempt_frames import (
     SPLIT_FETCH_MIN_ATTEMPTS,
     RunFacts,
     begin_repeatable_read,
     fetch_run_attempts,
     fetch_run_facts,
 )
-from tpmledger.storage.database import raw_transaction
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.seal_reads import (
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.readers.seal_reads import (
     SealScope,
     prepare_seal_transaction,
     snapshot_twin,
 )
-from tpmledger.storage.server_minutes_read import fetch_server_minutes, run_models
-from tpmledger.storage.target_minutes import TargetMinute, fetch_target_minutes
+from tpmledger.storage.readers.server_minutes_read import fetch_server_minutes, run_models
+from tpmledger.storage.readers.target_minutes import TargetMinute, fetch_target_minutes
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.database import raw_transaction
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")

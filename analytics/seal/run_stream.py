@@ -54,8 +54,8 @@ from tpmledger.analytics.kernels.run_figures import (
     run_figures_of,
 )
 from tpmledger.analytics.seal.seal_chunk import SealChunk
-from tpmledger.storage.minute_columns import MINUTE_COLUMNS
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_columns import MINUTE_COLUMNS
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 Ints = npt.NDArray[np.int64]
 _TABLE_COLUMNS = [c if c != "minute_utc" else "minute_ns" for c in MINUTE_COLUMNS]

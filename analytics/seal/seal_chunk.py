@@ -24,6 +24,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from tpmledger.durations import MINUTE_NS
+
 
 @dataclass(frozen=True)
 class SealChunk:
@@ -38,7 +40,7 @@ class SealChunk:
 
     @property
     def minute_count(self) -> int:
-        return (self.high_ns - self.low_ns) // 60_000_000_000
+        return (self.high_ns - self.low_ns) // MINUTE_NS
 
     def with_reach(self) -> pl.DataFrame:
         """``events`` then ``reach``: every attempt that can overlap the chunk's seconds."""

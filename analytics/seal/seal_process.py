@@ -17,7 +17,7 @@ itself:
   attempts, stage times, its own peak memory) and returns (the :class:`SealResult`).
 
 The caller keeps the replica rules: it holds the run's sealing claim
-(``storage.snapshot_store.sealing_claim``) around the child, and the child's seal takes the
+(``storage.writers.snapshot_store.sealing_claim``) around the child, and the child's seal takes the
 run's sealing lock when it stores a version, as an in-process seal does.
 
 The child reads the database URL from its environment (never its command line, which

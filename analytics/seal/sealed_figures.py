@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.sealed_figures_store import store_diagnostics, store_goodput
+from tpmledger.storage.writers.sealed_figures_store import store_diagnostics, store_goodput
 
 
 @dataclass(frozen=True)

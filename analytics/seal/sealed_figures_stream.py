@@ -47,13 +47,13 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
     retry_storm,
 )
 from tpmledger.slo import Slo
-from tpmledger.storage.database import driver_connection
-from tpmledger.storage.pitfall_attributes import (
+from tpmledger.storage.readers.pitfall_attributes import (
     Declarations,
     fetch_declarations,
     fetch_target_attempts,
 )
-from tpmledger.storage.tool_span_store import fetch_run_tool_intervals
+from tpmledger.storage.server.database import driver_connection
+from tpmledger.storage.writers.tool_span_store import fetch_run_tool_intervals
 
 ToolIntervals = Sequence[tuple[str, int, int]]  # (trace_id hex, start_ns, end_ns)
 TargetRows = Sequence[tuple[str, str, str | None, str | None]]  # (trace, span, provider, model)

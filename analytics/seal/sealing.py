@@ -43,20 +43,20 @@ from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream, 
 from tpmledger.analytics.seal.stored_leaves import store_version_leaves
 from tpmledger.provenance.event_file import EVENTS_FORMAT
 from tpmledger.slo import Slo
-from tpmledger.storage.database import in_one_snapshot, transaction
-from tpmledger.storage.live_read import run_state
-from tpmledger.storage.live_store import drop_sealed_live_rows
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.models import Snapshot
-from tpmledger.storage.retention_store import refuse_if_archived
-from tpmledger.storage.snapshot_store import (
+from tpmledger.storage.codecs.time_text import minute_text, minute_text_ns, utc_ms
+from tpmledger.storage.readers.live_read import run_state
+from tpmledger.storage.readers.target_minutes import SEALED_TARGETS_KEY, encode_target_minutes
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import in_one_snapshot, transaction
+from tpmledger.storage.writers.live_store import drop_sealed_live_rows
+from tpmledger.storage.writers.retention_store import refuse_if_archived
+from tpmledger.storage.writers.snapshot_store import (
     insert_snapshot,
     late_attempts_by_minute,
     latest_version,
     lock_run_for_sealing,
 )
-from tpmledger.storage.target_minutes import SEALED_TARGETS_KEY, encode_target_minutes
-from tpmledger.storage.time_text import minute_text, minute_text_ns, utc_ms
 
 GENERATOR = {"name": "tpmledger", "version": __version__}
 

@@ -2,7 +2,7 @@
 (docs/provenance.md#tiles), never rebuilt from the run's attempts.
 
 The seal stores the leaf bytes of the minutes whose leaf differs from what the versions
-before it hold (storage/minute_leaf_store.py), except minutes without attempts that no
+before it hold (storage/writers/minute_leaf_store.py), except minutes without attempts that no
 earlier row covers: an empty minute's leaf is determined by its minute and whether the run
 measures retries (``retries`` 0 or null), so it is rebuilt when served. Every served leaf
 is checked against the leaf hashes the version sealed.
@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 from tpmledger.analytics.seal.minute_log import MINUTE
 from tpmledger.provenance.merkle import leaf_hash
 from tpmledger.provenance.minute_proofs import LEAF_FIGURES, leaf_bytes
-from tpmledger.storage.minute_leaf_store import insert_minute_leaves, leaves_as_of
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
+from tpmledger.storage.writers.minute_leaf_store import insert_minute_leaves, leaves_as_of
 
 if TYPE_CHECKING:  # the serving side imports this module without the analytics engine
     from tpmledger.analytics.seal.minute_tree import MinuteTree

@@ -26,7 +26,7 @@ counts behind the rules — with ``server`` when vLLM / SGLang metrics were join
 ``kv_cache``, ``preemption``) and ``server_confirms_cap`` when an idle server confirms a
 ``concurrency_cap`` verdict.
 
-Pure rules over minute rows and :class:`~tpmledger.storage.target_minutes.TargetMinute`\\ s:
+Pure rules over minute rows and :class:`~tpmledger.storage.readers.target_minutes.TargetMinute`\\ s:
 the seal applies them to the sealed minute table, the read API and the run page to the
 current one (:func:`current_bottleneck`).
 """
@@ -49,12 +49,11 @@ from tpmledger.analytics.verdicts.server_evidence import (
 )
 from tpmledger.analytics.views.current_table import CurrentTable, current_table
 from tpmledger.analytics.views.run_views import run_object
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.server_minutes_read import ServerMinute, run_models, server_minutes
-from tpmledger.storage.target_minutes import TargetMinute, target_minutes
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.server_minutes_read import ServerMinute, run_models, server_minutes
+from tpmledger.storage.readers.target_minutes import TargetMinute, target_minutes
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
-MINUTE_NS: Final = 60_000_000_000
 VERDICTS: Final = ("provider_quota", "serving", "concurrency_cap", "demand")
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from tpmledger.analytics.verdicts.bottleneck import current_bottleneck
 from tpmledger.analytics.views.current_table import current_table
 from tpmledger.analytics.views.live_view import live_figures
-from tpmledger.storage.live_read import RunState, run_states
+from tpmledger.storage.readers.live_read import RunState, run_states
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def load_sweep(
 ) -> SweepResult:
     """The sweep from its runs' final snapshots or live figures, walked with ``thresholds``.
 
-    ``session`` is a :func:`storage.database.read_view`, so every run of the sweep is read
+    ``session`` is a :func:`storage.server.database.read_view`, so every run of the sweep is read
     from one snapshot."""
     rule = thresholds or SweepThresholds()
     result = SweepResult(sweep_id=sweep_id, thresholds=rule)

@@ -40,11 +40,15 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.sealed_figures_store import read_diagnostics, read_goodput, run_exists
-from tpmledger.storage.snapshots_read import latest_snapshot, minute_rows
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.readers.snapshots_read import latest_snapshot, minute_rows
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.writers.sealed_figures_store import (
+    read_diagnostics,
+    read_goodput,
+    run_exists,
+)
 
 Floats = npt.NDArray[np.float64]
 
@@ -447,7 +451,7 @@ def compare_runs(
     slo_text: str | None = None,
 ) -> dict[str, Any]:
     """Load both runs' newest sealed versions and compare them (B − A); ``session`` is a
-    :func:`storage.database.read_view`, so both runs are read from one snapshot."""
+    :func:`storage.server.database.read_view`, so both runs are read from one snapshot."""
     a = load_run_minutes(session, run_a, slo_text)
     b = load_run_minutes(session, run_b, slo_text)
     return compare(a, b, params or CompareParams(), slo_text)

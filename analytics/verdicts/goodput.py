@@ -22,10 +22,9 @@ from typing import Any
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.durations import MINUTE_NS
 from tpmledger.slo import Slo
-from tpmledger.storage.time_text import minute_text_ns
-
-MINUTE_NS = 60_000_000_000
+from tpmledger.storage.codecs.time_text import minute_text_ns
 
 
 def _good(slo: Slo) -> pl.Expr:

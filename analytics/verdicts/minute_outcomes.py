@@ -22,9 +22,9 @@ import polars as pl
 
 from tpmledger.analytics.kernels.event_plans import CALL_ORDER
 from tpmledger.analytics.kernels.logical_calls import repeated
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.durations import MINUTE_NS
+from tpmledger.storage.codecs.time_text import minute_text_ns
 
-MINUTE_NS: Final = 60_000_000_000
 STALL_MARKERS: Final = ("timeout", "timed_out", "timedout", "deadline", "cancel")
 STALL_HTTP_TYPES: Final = ("http_408", "http_499", "http_504")
 

@@ -46,10 +46,10 @@ from tpmledger.analytics.kernels.figure_rules import (
     retry_storm_result,
 )
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
-from tpmledger.storage.pitfall_attributes import Declarations, Target
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.durations import SECOND_NS
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.pitfall_attributes import Declarations, Target
 
-SECOND_NS: Final = 1_000_000_000
 _KEY: Final = ["trace_id", "span_id"]
 
 DIAGNOSTIC_KEYS: Final = (

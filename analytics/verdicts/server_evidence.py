@@ -1,7 +1,7 @@
 """The serving side's own evidence for the bottleneck verdict (docs/metrics.md#bottleneck).
 
 Over the run's inner minutes, from the server minutes joined to the run
-(:mod:`storage.server_minutes_read`), a minute is
+(:mod:`storage.readers.server_minutes_read`), a minute is
 
 - ``queue`` — some server's waiting queue was non-empty (mean waiting > 0);
 - ``kv_cache`` — some server's KV-cache use averaged ≥ ``server_kv_cache_min``;
@@ -24,8 +24,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from tpmledger.storage.server_minutes_read import ServerMinute
-from tpmledger.storage.target_minutes import TargetMinute
+from tpmledger.storage.readers.server_minutes_read import ServerMinute
+from tpmledger.storage.readers.target_minutes import TargetMinute
 
 #: KV-cache use from which a server minute counts as full (``server_kv_cache_min``).
 KV_CACHE_FULL: Final = 0.90

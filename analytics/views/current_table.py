@@ -28,14 +28,14 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, work_conserving_result
 from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
-from tpmledger.storage.live_read import (
+from tpmledger.storage.readers.live_read import (
     RunState,
     live_minute_rows,
     live_run_minute_rows,
     run_state,
     sealed_minute_rows,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 if TYPE_CHECKING:
     from tpmledger.analytics.views.minute_window import MinuteWindow
@@ -94,7 +94,7 @@ class CurrentTable:
     queue_shards: set[str]
     work_conserving: dict[str, Any] = field(default_factory=dict)
     sealed_minutes: int = 0  # minutes taken from the newest snapshot
-    # Per-minute run facts (storage.live_read.live_run_minute_rows), every minute's.
+    # Per-minute run facts (storage.readers.live_read.live_run_minute_rows), every minute's.
     run_facts: list[dict[str, Any]] = field(default_factory=list)
     hidden_cap: int = 0  # caps of shards the snapshot's '*' counts but lists no rows of
     # What the rows are made from (set by merge_tables).

@@ -16,8 +16,8 @@ from tpmledger.analytics.kernels.diagnostic_figures import (
 )
 from tpmledger.analytics.kernels.figure_rules import DEFAULT_RETRY_BUDGET, retry_storm_result
 from tpmledger.analytics.views.current_table import SETTLED, CurrentTable
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 def live_diagnostics(table: CurrentTable) -> dict[str, Any]:

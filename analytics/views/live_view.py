@@ -22,9 +22,9 @@ from tpmledger.analytics.kernels.run_level import (
 )
 from tpmledger.analytics.views.current_table import SETTLED, CurrentTable, current_table
 from tpmledger.analytics.views.live_diagnostics import live_diagnostics
-from tpmledger.storage.live_read import run_state
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+from tpmledger.storage.codecs.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+from tpmledger.storage.readers.live_read import run_state
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 def live_figures(table: CurrentTable) -> dict[str, Any]:

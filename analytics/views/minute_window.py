@@ -13,16 +13,16 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.run_span_limit import MAX_RUN_MINUTES
 from tpmledger.analytics.views.current_table import MINUTE, current_table
-from tpmledger.storage.live_read import (
+from tpmledger.storage.readers.live_read import (
     RunState,
     run_state,
     sealed_minute_rows,
     sealed_minute_span,
     sealed_shard_row,
 )
-from tpmledger.storage.minute_columns import EMPTY_FIGURES
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.minute_versions import MINUTE_ROW_COLUMNS
+from tpmledger.storage.schema.minute_columns import EMPTY_FIGURES
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.writers.minute_versions import MINUTE_ROW_COLUMNS
 
 
 class UnknownShard(LookupError):

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.diagnostic_params import diagnostics_params
-from tpmledger.storage.genai_metric_store import metric_tokens
-from tpmledger.storage.sealed_figures_store import read_diagnostics, read_goodput
+from tpmledger.storage.writers.genai_metric_store import metric_tokens
+from tpmledger.storage.writers.sealed_figures_store import read_diagnostics, read_goodput
 
 DIAGNOSTIC_KEYS = (
     "retry_storm",

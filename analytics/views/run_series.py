@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minute
 from tpmledger.analytics.kernels.run_level import ratio
-from tpmledger.storage.live_read import RunState, run_states_in_window
-from tpmledger.storage.run_metrics_read import (
+from tpmledger.storage.readers.live_read import RunState, run_states_in_window
+from tpmledger.storage.readers.run_metrics_read import (
     NewestMinute,
     RunKey,
     ShardCaps,
@@ -31,7 +31,7 @@ from tpmledger.storage.run_metrics_read import (
     shard_caps,
     whole_run_totals,
 )
-from tpmledger.storage.target_minutes import target_minutes_ending_from
+from tpmledger.storage.readers.target_minutes import target_minutes_ending_from
 
 MINUTE = timedelta(minutes=1)
 #: Shards silent: reported in the last ``SILENT_LOOKBACK`` closed minutes, not in the newest

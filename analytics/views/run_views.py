@@ -21,11 +21,11 @@ from tpmledger.analytics.views.run_extras import (
     run_extras,
 )
 from tpmledger.analytics.views.token_parts import run_token_parts, with_minute_token_parts
-from tpmledger.storage.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
-from tpmledger.storage.live_read import run_state, run_states
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+from tpmledger.storage.codecs.time_text import minute_text, ns_to_rfc3339, utc_ms_or_none
+from tpmledger.storage.readers.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
+from tpmledger.storage.readers.live_read import run_state, run_states
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 # Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order.
 API_MINUTE_KEYS: tuple[str, ...] = (

@@ -2,7 +2,7 @@
 (docs/metrics.md#serving-side-metrics).
 
 The vLLM / SGLang minutes joined to the run — by its request models and time, or by the
-run id the series carry (:mod:`tpmledger.storage.server_minutes_read`) — per server
+run id the series carry (:mod:`tpmledger.storage.readers.server_minutes_read`) — per server
 instance, engine and model. A figure the server did not report in a minute is ``null``.
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.storage.live_read import run_state
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.server_minutes_read import ServerMinute, run_models, server_minutes
-from tpmledger.storage.target_minutes import target_minutes
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.live_read import run_state
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.readers.server_minutes_read import ServerMinute, run_models, server_minutes
+from tpmledger.storage.readers.target_minutes import target_minutes
 
 #: Keys of one server minute, in the documented order.
 SERVER_MINUTE_KEYS: tuple[str, ...] = (

@@ -1,7 +1,7 @@
 """``GET /v1/runs/{run_id}/targets``: used versus quota per target and minute
 (docs/metrics.md#quota-headroom).
 
-Read straight from the stored attempts (:mod:`tpmledger.storage.target_minutes`), live or
+Read straight from the stored attempts (:mod:`tpmledger.storage.readers.target_minutes`), live or
 sealed alike; only minutes in which the target has attempts are listed.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
-from tpmledger.storage.live_read import run_state
-from tpmledger.storage.runs_read import UnknownRun
-from tpmledger.storage.target_minutes import TargetMinute, target_minutes
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.live_read import run_state
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.readers.target_minutes import TargetMinute, target_minutes
 
 #: Keys of one minute of a target, in the documented order.
 TARGET_MINUTE_KEYS: tuple[str, ...] = (

@@ -13,12 +13,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.run_metrics_read import (
+from tpmledger.storage.readers.run_metrics_read import (
     EXTRA_TOKEN_TYPES,
     extra_totals,
     minute_extra_tokens,
 )
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 def token_parts(sums: dict[str, int]) -> dict[str, int | None]:

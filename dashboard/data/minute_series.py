@@ -1,6 +1,6 @@
 """Minute rows of one snapshot version, column-oriented for plotting.
 
-Only ``minute_metrics`` is read (through :mod:`tpmledger.storage.snapshot_minutes_read`):
+Only ``minute_metrics`` is read (through :mod:`tpmledger.storage.readers.snapshot_minutes_read`):
 a 1,000,000-attempt run over ~1,000 minutes and 8 shards is ~9,000 small rows, so
 callbacks stay fast however many spans the run holds. Minutes come back as
 ``YYYY-MM-DD HH:MM`` strings in UTC, which Plotly shows verbatim.
@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.snapshot_minutes_read import shard_minute_rows, whole_run_minute_rows
+from tpmledger.storage.readers.snapshot_minutes_read import shard_minute_rows, whole_run_minute_rows
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 @dataclass

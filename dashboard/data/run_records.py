@@ -1,6 +1,6 @@
 """Runs joined with their latest sealed snapshot, and whether each run is live or sealed.
 
-Reads through :mod:`tpmledger.storage.run_listing_read` and the live minute table only
+Reads through :mod:`tpmledger.storage.readers.run_listing_read` and the live minute table only
 (never raw spans per request). A run is *live* when ingest stored data after its latest
 snapshot was computed (``runs.updated_at > snapshots.data_as_of``, or no snapshot yet);
 its figures then come from the live minute table over the snapshot's rows
@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.run_listing_read import run_row, run_rows, sweep_ids, sweep_run_rows
-from tpmledger.storage.time_text import ns_to_rfc3339
+from tpmledger.storage.codecs.time_text import ns_to_rfc3339
+from tpmledger.storage.readers.run_listing_read import run_row, run_rows, sweep_ids, sweep_run_rows
 
 
 @dataclass(frozen=True)

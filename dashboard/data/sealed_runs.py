@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from tpmledger.storage.run_listing_read import sealed_run_ids
+from tpmledger.storage.readers.run_listing_read import sealed_run_ids
 
 
 def list_sealed_run_ids(session: Session) -> list[str]:

@@ -32,8 +32,8 @@ from tpmledger.dashboard.figures.chart_style import (
     split_open,
     time_axis,
 )
-from tpmledger.storage.target_minutes import TargetMinute
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.target_minutes import TargetMinute
 
 #: Height of one target's panel, and of the figure's title, legend and axis.
 PANEL_PX = 170

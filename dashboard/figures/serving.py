@@ -29,8 +29,8 @@ from tpmledger.dashboard.figures.chart_style import (
     time_axis,
     value_axis,
 )
-from tpmledger.storage.server_minutes_read import ServerMinute
-from tpmledger.storage.time_text import minute_text_ns
+from tpmledger.storage.codecs.time_text import minute_text_ns
+from tpmledger.storage.readers.server_minutes_read import ServerMinute
 
 #: Client columns the figure reads from the whole-run minutes.
 SERVING_CLIENT_COLUMNS = ("in_flight_mean", "tpm_total")

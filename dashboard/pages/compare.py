@@ -28,8 +28,8 @@ from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_sec
 from tpmledger.dashboard.figures.chart_style import Figure, message_figure
 from tpmledger.dashboard.figures.compare import compare_figure
 from tpmledger.slo import SloError, optional_slo
-from tpmledger.storage.database import read_view
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.server.database import read_view
 
 VERDICT_COLORS = {
     "improved": "success",

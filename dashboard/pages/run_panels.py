@@ -57,10 +57,10 @@ from tpmledger.dashboard.figures.shard_balance import shard_balance_figure
 from tpmledger.dashboard.figures.throughput import throughput_figure
 from tpmledger.dashboard.figures.ttft import TTFT_COLUMNS, ttft_figure
 from tpmledger.dashboard.pages.runs import sweep_href
-from tpmledger.storage.database import read_view
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.server_minutes_read import run_models, server_minutes
-from tpmledger.storage.target_minutes import target_minutes
+from tpmledger.storage.readers.server_minutes_read import run_models, server_minutes
+from tpmledger.storage.readers.target_minutes import target_minutes
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.database import read_view
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tpmledger.dashboard.display import (
     fmt_utc,
     short_hash,
 )
-from tpmledger.storage.database import read_view
+from tpmledger.storage.server.database import read_view
 
 HEADERS = (
     "Run",

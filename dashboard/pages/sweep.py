@@ -26,7 +26,7 @@ from tpmledger.dashboard.display import NOT_MEASURED, fmt_int, fmt_rate, fmt_sec
 from tpmledger.dashboard.figures.chart_style import Figure, message_figure
 from tpmledger.dashboard.figures.sweep import sweep_figure
 from tpmledger.dashboard.pages.runs import run_href
-from tpmledger.storage.database import in_one_snapshot, read_view
+from tpmledger.storage.server.database import in_one_snapshot, read_view
 
 
 def thresholds_text(view: SweepResult) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-# The writer sets tpmledger.ingest_batch per transaction (storage/bulk_writer.py).
+# The writer sets tpmledger.ingest_batch per transaction (storage/writers/bulk_writer.py).
 INGEST_BATCH_DEFAULT = "NULLIF(current_setting('tpmledger.ingest_batch', true), '')::bigint"
 
 revision: str = "0003"

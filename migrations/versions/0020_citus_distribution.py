@@ -1,7 +1,7 @@
 """Distributed PostgreSQL: on a Citus coordinator, distribute the per-run tables by
 ``run_id`` (colocated with ``attempts``) and make the small global tables reference
 tables (docs/operations.md#scaling-out). The table roles live in
-:mod:`tpmledger.storage.distribution`.
+:mod:`tpmledger.storage.server.distribution`.
 
 On a database without the ``citus`` extension (single-node PostgreSQL) this revision
 changes nothing. ``tpmledger migrate --distributed`` creates the extension first, so a
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from tpmledger.storage.distribution import distribute_tables, is_citus, undistribute_tables
+from tpmledger.storage.server.distribution import distribute_tables, is_citus, undistribute_tables
 
 revision: str = "0020"
 down_revision: str | Sequence[str] | None = "0019"

@@ -8,8 +8,8 @@ from typing import Any
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
-from tpmledger.storage.database import raw_transaction
-from tpmledger.storage.tool_span_store import write_tool_spans
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.tool_span_store import write_tool_spans
 
 SECOND_NS = 1_000_000_000
 

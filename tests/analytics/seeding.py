@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 
 def store(url: str, rows: Iterable[Sequence[Any]]) -> int:

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from tests.conftest import create_test_database, drop_test_database
 from tests.fixtures.servers import RunningIngest, start_ingest, wait_for
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 pytestmark = pytest.mark.slow
 

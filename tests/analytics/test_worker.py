@@ -17,8 +17,8 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.seal import sealing
 from tpmledger.analytics.worker import ResealLoop, run
 from tpmledger.settings import Settings
-from tpmledger.storage.database import in_one_snapshot, raw_transaction
-from tpmledger.storage.snapshots_read import list_snapshots
+from tpmledger.storage.readers.snapshots_read import list_snapshots
+from tpmledger.storage.server.database import in_one_snapshot, raw_transaction
 
 SECOND = 1_000_000_000
 
@@ -92,7 +92,7 @@ def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -
     )
     try:
         assert _wait_for(lambda: in_one_snapshot(database_url, list_snapshots, "w4"))
-        # Its connections carry their role's bounds (storage/database.py ROLE_BOUNDS).
+        # Its connections carry their role's bounds (storage/server/database.py ROLE_BOUNDS).
         assert _wait_for(lambda: {"tpmledger-live", "tpmledger-seal"} <= _app_names(database_url))
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -170,7 +170,7 @@ def test_live_figures_come_while_the_kernels_still_compile(
     no compiled code (issue 37: 85 s before the first live figure on a cold start)."""
     from tpmledger import compiled_kernels
     from tpmledger.analytics.kernels import group_quantiles
-    from tpmledger.storage import attempt_frames
+    from tpmledger.storage.readers import attempt_frames
 
     class Uncompiled:  # calling a kernel now would compile (or load) it: refused
         def __init__(self, kernel: object) -> None:

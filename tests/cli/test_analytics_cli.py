@@ -13,7 +13,7 @@ import pytest
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.cli.main import main
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 SECOND = 1_000_000_000
 

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import inspect
 
 from tpmledger.cli.main import main
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine, libpq_url
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url
 
 # Each reads or writes the database; none may change its schema.
 COMMANDS = [

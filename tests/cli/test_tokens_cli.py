@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tpmledger.cli.main import main
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.ingest_tokens import active_token_hashes, hash_token
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.ingest_tokens import active_token_hashes, hash_token
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_help_explains_every_action(capsys: pytest.CaptureFixture[str]) -> None:
 def test_create_with_a_scope_and_list_shows_it(
     cli_env: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tpmledger.storage.ingest_tokens import active_tokens
+    from tpmledger.storage.writers.ingest_tokens import active_tokens
 
     assert main(["tokens", "create", "readers", "--scope", "read"]) == 0
     _, err = capsys.readouterr()

@@ -186,7 +186,7 @@ def test_up_restarts_postgres_killed_during_a_long_query_and_stops_it_after(
         # Another command attaches to the embedded server and is killed.
         attach = (
             "import sys, time; from pathlib import Path;"
-            "from tpmledger.storage.embedded_postgres import EmbeddedPostgres;"
+            "from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres;"
             "EmbeddedPostgres(Path(sys.argv[1])).start(); print('attached', flush=True);"
             "time.sleep(600)"
         )

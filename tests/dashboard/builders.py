@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tpmledger.storage.database import transaction
-from tpmledger.storage.models import MinuteMetric, Run, Snapshot
+from tpmledger.storage.schema.models import MinuteMetric, Run, Snapshot
+from tpmledger.storage.server.database import transaction
 
 START = datetime(2026, 2, 1, 3, 44, tzinfo=UTC)
 

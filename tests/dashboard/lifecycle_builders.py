@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 
 from tests.dashboard.builders import START, SeededRun, epoch_ns, fake_digest, seed_sealed_run
-from tpmledger.storage.database import transaction
-from tpmledger.storage.models import MinuteMetric, Run, Snapshot
+from tpmledger.storage.schema.models import MinuteMetric, Run, Snapshot
+from tpmledger.storage.server.database import transaction
 
 
 def seed_unsealed_run(url: str, run_id: str = "run-unsealed", attempts: int = 42) -> None:

@@ -19,7 +19,7 @@ from tests.dashboard.conftest import start_dashboard
 from tests.fixtures.servers import free_port, start_ingest, wait_for
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage.ingest_tokens import create_token
+from tpmledger.storage.writers.ingest_tokens import create_token
 
 
 def test_pages_and_callbacks_need_a_token_when_tokens_are_configured(database_url: str) -> None:

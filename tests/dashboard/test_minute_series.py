@@ -10,7 +10,7 @@ from tpmledger.dashboard.data.minute_series import (
     load_shard_minutes,
     shard_sort_key,
 )
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 
 def test_whole_run_and_per_shard_minutes(database_url: str) -> None:

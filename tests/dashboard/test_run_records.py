@@ -10,7 +10,7 @@ from tpmledger.dashboard.data.run_records import (
     load_runs,
     load_sweep_runs,
 )
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 
 def test_sealed_live_and_unsealed_runs_get_their_status(database_url: str) -> None:

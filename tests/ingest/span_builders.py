@@ -11,7 +11,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from tests.otlp_values import key_values
 from tpmledger.ingest.normalize import NormalizedBatch, normalize_request
-from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS
 
 BASE_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z
 NOW_NS = BASE_NS + 3_600 * 1_000_000_000

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 _COLUMNS = (
     "span_id, trace_id, run_id, shard_id, declared_shard_count, prompt_tokens, "

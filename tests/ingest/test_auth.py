@@ -17,8 +17,8 @@ from tests.ingest.otlp_builders import export_request, llm_span
 from tpmledger.ingest.auth import TokenVerifier, bearer_token
 from tpmledger.ingest.error_taxonomy import DatabaseUnavailable, Unauthenticated
 from tpmledger.settings import Settings, UnsafeConfiguration
-from tpmledger.storage.database import libpq_url
-from tpmledger.storage.ingest_tokens import create_token, revoke_token
+from tpmledger.storage.server.database import libpq_url
+from tpmledger.storage.writers.ingest_tokens import create_token, revoke_token
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 

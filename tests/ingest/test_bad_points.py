@@ -36,8 +36,8 @@ from tests.fixtures.servers import RunningIngest, start_ingest
 from tests.ingest.otlp_builders import export_request, llm_span
 from tests.otlp_values import key_value
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.storage.database import in_one_snapshot, raw_transaction
-from tpmledger.storage.genai_metric_store import metric_tokens
+from tpmledger.storage.server.database import in_one_snapshot, raw_transaction
+from tpmledger.storage.writers.genai_metric_store import metric_tokens
 
 NOW_NS = 1_790_000_000_000_000_000
 

@@ -13,7 +13,7 @@ from tpmledger.ingest.error_taxonomy import InternalFailure, UndecodableBody
 from tpmledger.ingest.export_handler import TraceExportHandler, rejection_message
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.ingest.request_encoding import EncodedRequest
-from tpmledger.storage.attempt_encoding import AttemptBlock
+from tpmledger.storage.codecs.attempt_encoding import AttemptBlock
 
 
 class RecordingWriter:

@@ -29,8 +29,8 @@ from tests.fixtures.servers import RunningIngest, free_port, start_ingest
 from tests.ingest.openai_compatible_server import serve_openai_compatible, usage_for
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.ingest.genai_metrics import attribute_identity
-from tpmledger.storage.database import in_one_snapshot, libpq_url
-from tpmledger.storage.genai_metric_store import metric_tokens
+from tpmledger.storage.server.database import in_one_snapshot, libpq_url
+from tpmledger.storage.writers.genai_metric_store import metric_tokens
 
 USAGE = "gen_ai.client.inference.usage."
 OPERATION = "gen_ai.client.inference.operation."

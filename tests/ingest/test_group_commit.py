@@ -24,8 +24,8 @@ from tpmledger.ingest.error_taxonomy import (
 )
 from tpmledger.ingest.group_commit import GroupCommitWriter
 from tpmledger.ingest.metrics import IngestMetrics
-from tpmledger.storage.attempt_encoding import encode_attempts
-from tpmledger.storage.database import connect_raw, libpq_url
+from tpmledger.storage.codecs.attempt_encoding import encode_attempts
+from tpmledger.storage.server.database import connect_raw, libpq_url
 
 
 def stored_count(url: str) -> int:

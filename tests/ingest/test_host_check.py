@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from tests.fixtures.servers import start_ingest
-from tpmledger.storage.ingest_tokens import create_token
+from tpmledger.storage.writers.ingest_tokens import create_token
 
 
 def status(url: str, host: str | None = None) -> int:

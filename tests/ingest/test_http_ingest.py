@@ -241,7 +241,7 @@ def test_ingest_refuses_to_start_on_a_schema_behind_the_code(empty_database_url:
 def test_readyz_is_503_when_the_schema_falls_behind_and_nothing_migrates_it(
     database_url: str,
 ) -> None:
-    from tpmledger.storage import migrate
+    from tpmledger.storage.server import migrate
 
     server = start_ingest(database_url)
     try:
@@ -301,7 +301,7 @@ def test_readyz_is_not_ready_while_the_commit_writer_is_stuck(database_url: str)
 
     import psycopg
 
-    from tpmledger.storage.database import libpq_url
+    from tpmledger.storage.server.database import libpq_url
 
     server = start_ingest(database_url, env={"TPMLEDGER_COMMIT_STUCK_AFTER_S": "1"})
     body = export_request([llm_span()]).SerializeToString()

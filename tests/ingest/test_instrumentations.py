@@ -32,7 +32,7 @@ from tests.ingest.openai_compatible_server import (
     serve_openai_compatible,
     usage_for,
 )
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 USAGE = usage_for(MESSAGES)

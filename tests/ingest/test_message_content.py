@@ -36,7 +36,7 @@ from tests.fixtures.servers import RunningIngest, free_port, start_ingest
 from tests.ingest.openai_compatible_server import COMPLETION_WORDS, serve_openai_compatible
 from tests.ingest.otlp_builders import json_request, json_span
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 MARKER = "PRIVATE-PROMPT-c0ffee"
 COMPLETION = "".join(COMPLETION_WORDS)  # the server's answer, also content

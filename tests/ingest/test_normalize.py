@@ -22,8 +22,8 @@ from tests.ingest.span_builders import (
 )
 from tpmledger.ingest import conventions as conv
 from tpmledger.ingest.normalize import normalize_payload
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 # (key, attribute value, column, stored value): every key of the docs/conventions.md table.
 KEY_CASES: list[tuple[str, Any, str, Any]] = [

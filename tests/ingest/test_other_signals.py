@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.fixtures.servers import RunningIngest, start_ingest
 from tpmledger.analytics.live.live_updater import LiveUpdater
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.genai_metric_store import metric_tokens
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.genai_metric_store import metric_tokens
 
 
 @pytest.fixture

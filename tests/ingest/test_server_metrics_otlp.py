@@ -34,7 +34,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from tests.fixtures.servers import RunningIngest
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 T0_NS = 1_790_000_040 * 1_000_000_000  # a whole minute
 START_NS = T0_NS - 3_600_000_000_000

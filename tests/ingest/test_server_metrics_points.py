@@ -57,8 +57,8 @@ def test_delta_sums_run_ids_and_bad_points() -> None:
 def test_delta_points_add_their_value_each_time(database_url: str) -> None:
     import psycopg
 
-    from tpmledger.storage.database import libpq_url
-    from tpmledger.storage.server_metric_store import add_server_readings
+    from tpmledger.storage.server.database import libpq_url
+    from tpmledger.storage.writers.server_metric_store import add_server_readings
 
     retracted = metrics_pb2.Metric(name="sglang:num_retracted_requests_total")
     retracted.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA

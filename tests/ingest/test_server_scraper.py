@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
 from tpmledger.ingest.server_scraper import ServerScraper
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 MINUTE_S = 60
 T0_S = 1_790_000_040  # a whole minute

@@ -32,8 +32,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.fixtures.servers import RunningIngest, start_ingest
 from tpmledger.ingest.auth import TokenVerifier
 from tpmledger.ingest.error_taxonomy import Forbidden, Unauthenticated
-from tpmledger.storage.database import libpq_url
-from tpmledger.storage.ingest_tokens import create_token, hash_token
+from tpmledger.storage.server.database import libpq_url
+from tpmledger.storage.writers.ingest_tokens import create_token, hash_token
 from tpmledger.token_scopes import COOKIE
 
 RESOURCE = Resource.create({"tpmledger.run.id": "scoped", "tpmledger.shard.id": "0"})

@@ -13,7 +13,7 @@ from opentelemetry.trace import Status, StatusCode
 from tests.fixtures.servers import RunningIngest
 from tests.ingest.span_builders import normalize, span
 from tests.ingest.stored_rows import stored_attempts
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 RUN = "agent-run"
 

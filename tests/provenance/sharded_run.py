@@ -9,9 +9,9 @@ import polars as pl
 
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.provenance.event_schema import EVENT_SCHEMA
-from tpmledger.storage.attempt_columns import ATTEMPT_COPY_COLUMNS
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.schema.attempt_columns import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 RUN_ID = "newgen_full_20260201_030151_sharded"
 SHARDS = 8

@@ -27,8 +27,8 @@ from tpmledger.provenance.summary_verify import (
     verify_proof_file,
 )
 from tpmledger.settings import Settings
-from tpmledger.storage.database import read_session
-from tpmledger.storage.models import Snapshot
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import read_session
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "provenance.md"
 

@@ -221,7 +221,7 @@ def test_entry_bundles_are_served_from_stored_leaves_without_the_runs_attempts(
 
     import tpmledger.read_api as read_api
     from tpmledger.analytics.proofs.run_archive import prune
-    from tpmledger.storage.database import raw_transaction
+    from tpmledger.storage.server.database import raw_transaction
 
     app = FastAPI()
     app.include_router(read_api.build_router(database_url, Settings(data_dir=tmp_path)))  # type: ignore[call-arg]

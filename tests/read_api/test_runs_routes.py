@@ -278,7 +278,7 @@ def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
 ) -> None:
     from sqlalchemy import text
 
-    from tpmledger.storage.database import read_view
+    from tpmledger.storage.server.database import read_view
 
     _far_apart_run(database_url, "far")
     LiveUpdater(database_url).update_once()

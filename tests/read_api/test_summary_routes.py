@@ -17,8 +17,8 @@ from tpmledger.provenance.dsse import verify_envelope
 from tpmledger.provenance.in_toto_statement import PREDICATE_TYPE
 from tpmledger.provenance.signing_keys import load_public_key_pem, rotate_signing_key
 from tpmledger.settings import Settings
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep
 from tpmledger.analytics.verdicts.compare_runs import compare_runs
 from tpmledger.simulator.demo import demo_configs
 from tpmledger.simulator.fleet import FleetConfig, run_fleets
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from tests.conftest import create_test_database, drop_test_database
 from tests.fixtures.servers import RunningIngest, start_ingest
 from tpmledger.simulator.config import ServerConfig
 from tpmledger.simulator.fleet import FleetConfig, run_fleet
-from tpmledger.storage.database import libpq_url
+from tpmledger.storage.server.database import libpq_url
 
 RUN_ID = "sim_fleet_test_sharded"
 

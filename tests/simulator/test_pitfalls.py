@@ -12,7 +12,7 @@ from tpmledger.cli.main import build_parser
 from tpmledger.cli.simulate_command import fleet_config
 from tpmledger.simulator.config import ServerConfig
 from tpmledger.simulator.fleet import FleetConfig, run_fleet
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 RUN_ID = "sim_pitfalls"
 

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS
 
 MINUTE_NS = 60 * 1_000_000_000
 BASE_NS = 1_769_917_440 * 1_000_000_000  # 2026-02-01T03:44:00Z

@@ -27,9 +27,9 @@ from tpmledger.analytics.proofs.summary_export import build_summary, write_expor
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.settings import Settings
-from tpmledger.storage import migrate
-from tpmledger.storage.database import read_session
-from tpmledger.storage.models import Snapshot
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import read_session
 
 pytestmark = pytest.mark.citus
 
@@ -104,7 +104,7 @@ def single_node_url(pg_server_url: str) -> Iterator[str]:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from tpmledger.storage.database import libpq_url
+    from tpmledger.storage.server.database import libpq_url
 
     name = "t_single_node_same_bytes"
     with psycopg.connect(libpq_url(pg_server_url), autocommit=True) as conn:
@@ -115,7 +115,7 @@ def single_node_url(pg_server_url: str) -> Iterator[str]:
     try:
         yield url
     finally:
-        from tpmledger.storage.database import get_engine
+        from tpmledger.storage.server.database import get_engine
 
         get_engine(url).dispose()
         with psycopg.connect(libpq_url(pg_server_url), autocommit=True) as conn:
@@ -162,8 +162,8 @@ def _send_seal_read(url: str, tmp: Path) -> dict[str, Any]:
 def test_single_node_and_citus_give_the_same_bytes(
     database_url: str, single_node_url: str, tmp_path: Path
 ) -> None:
-    from tpmledger.storage.database import get_engine
-    from tpmledger.storage.distribution import is_citus
+    from tpmledger.storage.server.database import get_engine
+    from tpmledger.storage.server.distribution import is_citus
 
     for url, distributed in ((single_node_url, False), (database_url, True)):
         with get_engine(url).connect() as conn:

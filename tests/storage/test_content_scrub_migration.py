@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine, libpq_url
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine, libpq_url
 
 MARKER = "SECRET-PROMPT-7f3a"
 

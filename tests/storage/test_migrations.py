@@ -1,7 +1,7 @@
 from sqlalchemy import inspect
 
-from tpmledger.storage import migrate
-from tpmledger.storage.database import get_engine
+from tpmledger.storage.server import migrate
+from tpmledger.storage.server.database import get_engine
 
 
 def test_upgrade_creates_every_table_and_downgrade_removes_them(empty_database_url: str) -> None:
@@ -24,10 +24,11 @@ def test_models_and_migrations_agree(database_url: str, on_citus: bool) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from tpmledger.storage.distribution import TABLE_ROLES
-    from tpmledger.storage.models import Base
+    from tpmledger.storage.schema.models import Base
+    from tpmledger.storage.server.distribution import TABLE_ROLES
 
-    # On Citus a unique key without run_id is swapped for one with it (storage/distribution.py).
+    # On Citus a unique key without run_id is swapped for one with it
+    # (storage/server/distribution.py).
     swapped = {n for r in TABLE_ROLES for u in r.unique for n in (u.name, u.citus_name)}
     with get_engine(database_url).connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)

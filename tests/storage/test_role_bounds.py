@@ -1,4 +1,4 @@
-"""Background roles' statements and lock waits are bounded (storage/database.py role_url)."""
+"""Background roles' statements and lock waits are bounded (storage/server/database.py role_url)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from tpmledger.storage import database
-from tpmledger.storage.database import (
+from tpmledger.storage.server import database
+from tpmledger.storage.server.database import (
     ROLE_BOUNDS,
     RoleBounds,
     get_engine,

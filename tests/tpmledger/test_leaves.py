@@ -9,7 +9,14 @@ import pytest
 
 from tests.package_tree import source_files
 
-LEAVES = {"tpmledger.settings", "tpmledger.durations", "tpmledger.slo", "tpmledger.token_scopes"}
+LEAVES = {
+    "tpmledger.settings",
+    "tpmledger.durations",
+    "tpmledger.slo",
+    "tpmledger.token_scopes",
+    "tpmledger.error_classes",
+    "tpmledger.host_names",
+}
 
 
 def _project_imports(source: str) -> set[str]:

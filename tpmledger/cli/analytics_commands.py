@@ -142,8 +142,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     from tpmledger.analytics.views.run_extras import reconciliation, run_extras
     from tpmledger.analytics.views.target_views import targets_object
     from tpmledger.slo import SloError, optional_slo
-    from tpmledger.storage.database import read_view
-    from tpmledger.storage.retention_store import RunArchived
+    from tpmledger.storage.server.database import read_view
+    from tpmledger.storage.writers.retention_store import RunArchived
 
     settings = settings_from_args(args)
     try:
@@ -211,9 +211,9 @@ def _print_targets(targets: list[dict[str, Any]]) -> None:
 
 
 def run_snapshots(args: argparse.Namespace) -> int:
-    from tpmledger.storage.database import read_view
-    from tpmledger.storage.snapshots_read import list_snapshots
-    from tpmledger.storage.time_text import minute_text
+    from tpmledger.storage.codecs.time_text import minute_text
+    from tpmledger.storage.readers.snapshots_read import list_snapshots
+    from tpmledger.storage.server.database import read_view
 
     with database(settings_from_args(args), migrate_to_head=True) as url, read_view(url) as session:
         rows = list_snapshots(session, args.run_id)
@@ -282,7 +282,7 @@ def run_events(args: argparse.Namespace) -> int:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from tpmledger.analytics.verdicts.cap_sweep import SweepThresholds, load_sweep, walk_label
-    from tpmledger.storage.database import in_one_snapshot
+    from tpmledger.storage.server.database import in_one_snapshot
 
     rule = SweepThresholds(args.min_throughput_gain, args.max_retry_rise, args.max_success_drop)
     with database(settings_from_args(args), migrate_to_head=True) as url:

@@ -36,7 +36,7 @@ def print_checkpoint(args: argparse.Namespace) -> int:
     """Print (or write) the signed checkpoint; no new seal is made."""
     from tpmledger.analytics.proofs.run_log import version_checkpoint
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-    from tpmledger.storage.database import in_one_snapshot
+    from tpmledger.storage.server.database import in_one_snapshot
 
     settings = settings_from_args(args)
     try:

@@ -102,9 +102,9 @@ def print_result(result: dict[str, Any]) -> None:
 def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
     """Analyze ``run_id`` under ``slo`` when its newest version lacks that goodput."""
     from tpmledger.analytics.seal.sealing import seal_run
-    from tpmledger.storage.database import read_view
-    from tpmledger.storage.sealed_figures_store import read_goodput
-    from tpmledger.storage.snapshots_read import latest_snapshot
+    from tpmledger.storage.readers.snapshots_read import latest_snapshot
+    from tpmledger.storage.server.database import read_view
+    from tpmledger.storage.writers.sealed_figures_store import read_goodput
 
     with read_view(url) as session:
         snapshot = latest_snapshot(session, run_id)
@@ -117,8 +117,8 @@ def _ensure_goodput(url: str, run_id: str, slo: Any, quiet_s: float) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
     from tpmledger.slo import SloError, optional_slo
-    from tpmledger.storage.database import in_one_snapshot
-    from tpmledger.storage.runs_read import UnknownRun
+    from tpmledger.storage.readers.runs_read import UnknownRun
+    from tpmledger.storage.server.database import in_one_snapshot
 
     settings = settings_from_args(args)
     try:

@@ -68,7 +68,7 @@ def register(actions: Any) -> None:
 
 def prove_consistency(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.version_consistency import ConsistencyRefused, prove_consistency
-    from tpmledger.storage.database import in_one_snapshot
+    from tpmledger.storage.server.database import in_one_snapshot
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:

@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    from tpmledger.storage import migrate
+    from tpmledger.storage.server import migrate
 
     settings = settings_from_args(args)
     with database(settings, any_schema=True, create=True) as url:  # the one command that changes it
@@ -72,8 +72,8 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def run_runs(args: argparse.Namespace) -> int:
     from tpmledger.analytics.views.run_views import run_list
-    from tpmledger.storage.database import read_view
-    from tpmledger.storage.retention_store import stored_bytes
+    from tpmledger.storage.server.database import read_view
+    from tpmledger.storage.writers.retention_store import stored_bytes
 
     settings = settings_from_args(args)
     with database(settings) as url, read_view(url) as session:

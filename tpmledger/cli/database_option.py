@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tpmledger.settings import Settings
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
 # storage (SQLAlchemy, psycopg, alembic) is imported when a command opens its database,
 # and the settings (pydantic) when a command reads them: every `tpmledger` process builds
@@ -171,8 +171,8 @@ def database_in_use(
     there is none; every other command ends with one line naming the directory instead
     (exit status 2), so a read never leaves an empty database behind.
     """
-    from tpmledger.storage import migrate
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server import migrate
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     del migrate_to_head
     embedded: EmbeddedPostgres | None = None

@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
 def run_prune(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.run_archive import prune
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
-    from tpmledger.storage.database import role_url
+    from tpmledger.storage.server.database import role_url
 
     settings = settings_from_args(args)
     archive_dir = args.archive_dir or settings.archive_dir or settings.data_dir / "archive"

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from tpmledger.cli.database_option import add_data_dir_option, database, settings_from_args
-from tpmledger.storage.time_text import minute_text
+from tpmledger.storage.codecs.time_text import minute_text
 
 
 def register(subparsers: Any) -> None:
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from tpmledger.storage.ingest_tokens import TokenNameTaken, create_token
+    from tpmledger.storage.writers.ingest_tokens import TokenNameTaken, create_token
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
@@ -85,8 +85,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from tpmledger.storage.database import in_one_snapshot
-    from tpmledger.storage.ingest_tokens import list_tokens
+    from tpmledger.storage.server.database import in_one_snapshot
+    from tpmledger.storage.writers.ingest_tokens import list_tokens
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         tokens = in_one_snapshot(url, list_tokens)
@@ -118,7 +118,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    from tpmledger.storage.ingest_tokens import revoke_token
+    from tpmledger.storage.writers.ingest_tokens import revoke_token
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         revoked = revoke_token(url, args.name)

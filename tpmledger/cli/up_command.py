@@ -23,7 +23,7 @@ from tpmledger.cli.supervision import ChildProcess, GaveUp, Part, Supervisor
 
 if TYPE_CHECKING:
     from tpmledger.settings import Settings
-    from tpmledger.storage.embedded_postgres import EmbeddedPostgres
+    from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
 
 def register(subparsers: Any) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.server.database import in_one_snapshot
 
 
 def build_router(database_url: str, default_slo: str | None = None) -> APIRouter:

@@ -17,7 +17,7 @@ from fastapi.responses import PlainTextResponse, Response
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 CHECKPOINT_MEDIA_TYPE = "text/plain; charset=utf-8"
 TILE_MEDIA_TYPE = "application/octet-stream"

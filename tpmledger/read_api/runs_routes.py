@@ -13,9 +13,9 @@ from fastapi.responses import StreamingResponse
 
 from tpmledger.read_api.heavy_requests import HeavyRequests, HeavySlot
 from tpmledger.read_api.run_ids import reject_nul_run_id
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.database import in_one_snapshot
 
 if TYPE_CHECKING:
     from tpmledger.analytics.proofs.event_file_process import EventFileProcess
@@ -227,7 +227,7 @@ def build_router(
     async def get_events(run_id: str) -> StreamingResponse:
         # Written by a child process: the libraries that write it stay out of ingest.
         from tpmledger.analytics.proofs.event_file_process import EventFileProcess
-        from tpmledger.storage.retention_store import RunArchived, refuse_if_archived
+        from tpmledger.storage.writers.retention_store import RunArchived, refuse_if_archived
 
         slot = heavy.take()
         try:

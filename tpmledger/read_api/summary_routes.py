@@ -16,7 +16,7 @@ from fastapi.responses import PlainTextResponse
 from tpmledger.provenance.signing_keys import load_or_create_signing_key, public_keys
 from tpmledger.read_api.run_ids import reject_nul_run_id
 from tpmledger.settings import Settings
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 PEM_MEDIA_TYPE = "application/x-pem-file"
 #: Versions are PostgreSQL ``integer``: a larger one names no version (422, not a 500).

@@ -18,8 +18,8 @@ from tpmledger.analytics.kernels.figure_registry import FigureDeclaredTwice, fig
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import run_view
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.sealed_figures_store import read_diagnostics
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
 
 #: The run object's figures that minute rows and totals decide, and their formulas.
 RUN_LEVEL = {

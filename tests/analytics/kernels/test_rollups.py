@@ -11,7 +11,7 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.kernels.rollups import attempts_to_events, shard_caps
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import EVENT_COLUMNS
-from tpmledger.storage.attempt_frames import ATTEMPT_FRAME_SCHEMA
+from tpmledger.storage.readers.attempt_frames import ATTEMPT_FRAME_SCHEMA
 
 
 def _attempt(trace: str, span: str, parent: str | None, **extra: Any) -> dict[str, Any]:

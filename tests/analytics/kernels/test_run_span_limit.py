@@ -14,7 +14,7 @@ from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.worker import ResealLoop
 from tpmledger.dashboard.data.run_records import load_runs
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 Y2000 = 946_684_800 * SECOND + SECOND

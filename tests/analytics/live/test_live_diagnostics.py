@@ -22,10 +22,10 @@ from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import run_view
-from tpmledger.storage.attempt_columns import ATTEMPT_COPY_COLUMNS
-from tpmledger.storage.database import in_one_snapshot, raw_transaction
-from tpmledger.storage.sealed_figures_store import read_diagnostics
-from tpmledger.storage.tool_span_store import write_tool_spans
+from tpmledger.storage.schema.attempt_columns import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.server.database import in_one_snapshot, raw_transaction
+from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
+from tpmledger.storage.writers.tool_span_store import write_tool_spans
 
 pytestmark = pytest.mark.slow
 SECOND = 1_000_000_000

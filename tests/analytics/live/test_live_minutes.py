@@ -29,9 +29,9 @@ from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.current_table import current_table
 from tpmledger.analytics.views.live_view import live_figures
-from tpmledger.storage import live_window
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.sealed_figures_store import read_diagnostics
+from tpmledger.storage.readers import live_window
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
 
 SECOND = 1_000_000_000
 # Columns compared (the minute table's; state and extras are the live view's own).
@@ -270,8 +270,8 @@ def test_an_update_aborted_by_a_concurrent_transaction_is_retried_at_once(
     SerializationFailure and live figures paused 30 s."""
     import psycopg
 
-    from tpmledger.storage import live_store
-    from tpmledger.storage.database import libpq_url
+    from tpmledger.storage.server.database import libpq_url
+    from tpmledger.storage.writers import live_store
 
     store(database_url, [_call(0), _call(0, 10)])
     updater = LiveUpdater(database_url)

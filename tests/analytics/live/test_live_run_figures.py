@@ -22,8 +22,8 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.live_view import run_view
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.sealed_figures_store import read_diagnostics
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
 
 pytestmark = pytest.mark.slow
 SECOND = 1_000_000_000

@@ -31,13 +31,13 @@ from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED,
 from tpmledger.analytics.live.live_row_schema import finished_rows
 from tpmledger.analytics.live.minute_state import TOKEN_TYPES
 from tpmledger.provenance.event_file import EVENT_SCHEMA
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
 def _canonical(events: pl.DataFrame) -> pl.DataFrame:
     """Canonical event columns, with every resend count known: an attempt without one
     takes 1 when an earlier attempt of its call exists (the probe), else 0."""
-    # Columns no minute figure reads are not fetched (storage.live_store): null here.
+    # Columns no minute figure reads are not fetched (storage.writers.live_store): null here.
     absent = [
         pl.lit(None, dtype=dtype).alias(name)
         for name, dtype in EVENT_SCHEMA.items()
@@ -115,7 +115,7 @@ def live_minute_rows(
 
     ``window`` holds every attempt ending in those minutes and every attempt whose
     interval overlaps them, with the storage probes' ``rollup`` and ``later_in_call``
-    flags (:func:`storage.live_window.fetch_window`). ``caps`` is the run's cap per shard
+    flags (:func:`storage.readers.live_window.fetch_window`). ``caps`` is the run's cap per shard
     as known so far; the rows record which cap their work-conserving seconds used.
     """
     minutes = pl.Series("minute_ns", sorted(set(minutes_ns)), dtype=pl.Int64)
@@ -169,7 +169,7 @@ def _value_summary(values: np.ndarray) -> dict[str, Any] | None:
 
 def _declared_seconds(text: str) -> pl.Expr:
     """A declared deadline or timeout: a finite positive number, else null (as the seal's
-    storage.pitfall_attributes reads them)."""
+    storage.readers.pitfall_attributes reads them)."""
     value = pl.col(text).str.strip_chars().cast(pl.Float64, strict=False)
     return pl.when(value.is_finite() & (value > 0)).then(value)
 
@@ -198,7 +198,7 @@ def run_minute_facts(
     window: pl.DataFrame, minutes_ns: Sequence[int], run_timeout: float | None = None
 ) -> list[dict[str, Any]]:
     """Per minute of ``minutes_ns`` (whole run), the facts run-level figures need
-    (storage.models.LiveRunMinute): calls whose last attempt ends here, how many
+    (storage.schema.models.LiveRunMinute): calls whose last attempt ends here, how many
     succeeded, the causes of the failed attempts a later attempt retried, and the TTFT
     (successful attempts that report one) and latency summaries.
 

@@ -46,7 +46,7 @@ from tpmledger.analytics.kernels.run_figures import (
     RunTotals,
     run_figures_of,
 )
-from tpmledger.storage.minute_keys import WHOLE_RUN
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 # --- logical calls -------------------------------------------------------------------------
 

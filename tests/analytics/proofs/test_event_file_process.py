@@ -12,7 +12,7 @@ from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.proofs.event_file_process import EventFileProcess
 from tpmledger.analytics.proofs.run_events import RunEventFile
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
 
 
 def _written_here(database_url: str, run_id: str) -> bytes:

@@ -32,7 +32,7 @@ from tpmledger.analytics.worker import RetentionSchedule
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.settings import Settings
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 SECOND = 1_000_000_000
 RUNS_PER_ROUND = 4

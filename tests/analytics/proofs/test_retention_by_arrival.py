@@ -27,7 +27,7 @@ from tests.ingest.otlp_builders import export_request, llm_span
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_archive import prune
 from tpmledger.provenance.signing_keys import SigningKey
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 SECOND = 1_000_000_000
 DAY_NS = 86_400 * SECOND

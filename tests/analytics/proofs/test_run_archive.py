@@ -20,8 +20,8 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.cli.main import main
 from tpmledger.provenance.summary_verify import verify_archive, verify_export
-from tpmledger.storage.database import in_one_snapshot, raw_transaction
-from tpmledger.storage.snapshots_read import latest_snapshot
+from tpmledger.storage.readers.snapshots_read import latest_snapshot
+from tpmledger.storage.server.database import in_one_snapshot, raw_transaction
 
 SECOND = 1_000_000_000
 

@@ -12,7 +12,7 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_events import RunEventFile, load_run_events
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import build_event_file, file_digests
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
 
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND

@@ -9,7 +9,7 @@ from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage.database import transaction
+from tpmledger.storage.server.database import transaction
 
 SECOND = 1_000_000_000
 DAY = 86_400 * SECOND

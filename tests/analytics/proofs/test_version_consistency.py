@@ -17,7 +17,7 @@ from tpmledger.analytics.proofs.version_consistency import ConsistencyRefused, p
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.cli.main import main
 from tpmledger.provenance.consistency_document import check_consistency
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 
@@ -114,7 +114,7 @@ def test_cli_and_api(
 def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
     versions: str,
 ) -> None:
-    from tpmledger.storage.snapshots_read import snapshot_at
+    from tpmledger.storage.readers.snapshots_read import snapshot_at
 
     documents = {v: in_one_snapshot(versions, snapshot_at, "grow", v).document for v in (1, 2, 3)}  # type: ignore[union-attr]
     assert documents[1]["minutes"]["through_minute_utc"] == "2026-02-01T03:46:00Z"
@@ -130,7 +130,7 @@ def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
 def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
     database_url: str,
 ) -> None:
-    from tpmledger.storage.live_read import run_state
+    from tpmledger.storage.readers.live_read import run_state
 
     store(database_url, _calls(range(5)))
     checkpoint = seal_run(database_url, "grow", end_before_ns=BASE_NS + 3 * MINUTE_NS)

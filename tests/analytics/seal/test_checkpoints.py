@@ -13,9 +13,9 @@ from tests.analytics.seeding import store
 from tpmledger.analytics.seal import sealing
 from tpmledger.analytics.seal.checkpoints import Checkpointer, closed_before
 from tpmledger.analytics.seal.sealing import seal_run
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.snapshot_store import sealing_claim
-from tpmledger.storage.snapshots_read import latest_snapshot
+from tpmledger.storage.readers.snapshots_read import latest_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.snapshot_store import sealing_claim
 
 # The calls of _calls end in minutes 03:44 .. 03:48 of 2026-02-01.
 NOW = datetime(2026, 2, 1, 3, 50, 30, tzinfo=UTC)  # 03:48 ended 90 s ago: still open

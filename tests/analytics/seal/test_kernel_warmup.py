@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from tpmledger.analytics.seal.kernel_warmup import warm
-from tpmledger.storage import binary_copy
+from tpmledger.storage.codecs import binary_copy
 
 
 def test_the_warm_up_compiles_the_parser_for_the_buffers_reads_hand_it() -> None:

@@ -36,9 +36,9 @@ from tpmledger.analytics.seal.run_chunks import CallOrder, chunk_ranges, fetch_s
 from tpmledger.analytics.seal.run_computation import RunComputation, compute_run, load_run
 from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.provenance.event_file import build_event_file
-from tpmledger.storage.database import raw_transaction
-from tpmledger.storage.minute_keys import WHOLE_RUN
-from tpmledger.storage.seal_reads import SealPlan, SealScope, fetch_seal_plan
+from tpmledger.storage.readers.seal_reads import SealPlan, SealScope, fetch_seal_plan
+from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.database import raw_transaction
 
 MINUTE = 60_000_000_000
 

@@ -15,8 +15,8 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.seal import seal_process, sealing
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.cli.main import main
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.snapshots_read import latest_snapshot
+from tpmledger.storage.readers.snapshots_read import latest_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 SECOND = 1_000_000_000
 

@@ -37,7 +37,7 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
 )
 from tpmledger.provenance.event_schema import EVENT_COLUMNS, EVENT_SCHEMA, ORDER_COLUMNS
 from tpmledger.slo import Slo
-from tpmledger.storage.pitfall_attributes import Declarations, Target
+from tpmledger.storage.readers.pitfall_attributes import Declarations, Target
 
 QUARTER_NS = 250_000_000
 MINUTE_NS = 60_000_000_000

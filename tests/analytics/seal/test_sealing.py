@@ -18,8 +18,8 @@ from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
 from tpmledger.analytics.seal.sealing import PARAMS, seal_run
 from tpmledger.provenance.event_file import build_event_file, read_events
 from tpmledger.provenance.merkle import leaf_hash, verify_inclusion
-from tpmledger.storage.database import in_one_snapshot, libpq_url
-from tpmledger.storage.snapshots_read import latest_snapshot, list_snapshots, minute_rows
+from tpmledger.storage.readers.snapshots_read import latest_snapshot, list_snapshots, minute_rows
+from tpmledger.storage.server.database import in_one_snapshot, libpq_url
 
 SECOND = 1_000_000_000
 

@@ -23,8 +23,8 @@ from tpmledger.analytics.seal.stored_leaves import (
 )
 from tpmledger.provenance.merkle import leaf_hash, root_from_leaf_hashes
 from tpmledger.provenance.minute_proofs import leaf_bytes
-from tpmledger.storage.database import raw_transaction, read_session
-from tpmledger.storage.models import Snapshot
+from tpmledger.storage.schema.models import Snapshot
+from tpmledger.storage.server.database import raw_transaction, read_session
 
 SECOND = 1_000_000_000
 FIRST = datetime.fromtimestamp(BASE_NS // SECOND, UTC)

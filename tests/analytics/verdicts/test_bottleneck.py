@@ -29,7 +29,7 @@ from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.proofs.summary_export import snapshot_predicate
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.bottleneck import BottleneckParams, bottleneck_verdict
-from tpmledger.storage.target_minutes import TargetMinute
+from tpmledger.storage.readers.target_minutes import TargetMinute
 
 EXPECTED = {
     "quota-bound": "provider_quota",

@@ -13,7 +13,7 @@ from tpmledger.analytics.verdicts.cap_sweep import (
     walk_caps,
     walk_label,
 )
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 RULE = SweepThresholds()
 

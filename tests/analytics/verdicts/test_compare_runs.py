@@ -9,8 +9,8 @@ from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.verdicts.compare_runs import CompareParams, NotComparable, compare_runs
 from tpmledger.slo import parse_slo
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.runs_read import UnknownRun
+from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.server.database import in_one_snapshot
 
 BASE = {"calls": 20, "tokens": 100, "retried": 2}
 

@@ -11,8 +11,8 @@ from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.run_extras import run_extras
 from tpmledger.slo import Slo, SloError, parse_slo
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.sealed_figures_store import read_goodput
+from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.writers.sealed_figures_store import read_goodput
 
 SECOND_NS = 1_000_000_000
 SLO = parse_slo("ttft=0.5,latency=10")

@@ -17,7 +17,7 @@ from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.run_extras import run_extras
-from tpmledger.storage.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot
 
 
 def sealed_diagnostics(url: str, run_id: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def test_target_saturation_against_a_declared_target_cap(database_url: str) -> N
 def test_a_version_sealed_before_diagnostics_says_how_to_get_them(database_url: str) -> None:
     store(database_url, [attempt_row(run_id="old")])
     result = seal_run(database_url, "old")
-    from tpmledger.storage.database import raw_transaction
+    from tpmledger.storage.server.database import raw_transaction
 
     with raw_transaction(database_url) as conn:
         conn.execute("DELETE FROM snapshot_diagnostics WHERE run_id = 'old'")

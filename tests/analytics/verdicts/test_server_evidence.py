@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.analytics.verdicts.test_bottleneck import _minutes, _target
 from tpmledger.analytics.verdicts.bottleneck import bottleneck_verdict
-from tpmledger.storage.server_minutes_read import ServerMinute
+from tpmledger.storage.readers.server_minutes_read import ServerMinute
 
 MINUTE_NS = 60_000_000_000
 

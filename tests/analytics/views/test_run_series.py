@@ -13,8 +13,8 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.current_table import current_table
 from tpmledger.analytics.views.live_view import live_figures
 from tpmledger.analytics.views.run_series import RunSeries, SealedCache, run_series
-from tpmledger.storage.database import in_one_snapshot
-from tpmledger.storage.models import ATTEMPT_COPY_COLUMNS as COLUMNS
+from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS as COLUMNS
+from tpmledger.storage.server.database import in_one_snapshot
 
 SECOND_NS = 1_000_000_000
 BASE = datetime.fromtimestamp(BASE_NS / 1e9, UTC)

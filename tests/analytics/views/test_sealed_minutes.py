@@ -11,7 +11,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.current_table import current_table
 from tpmledger.analytics.views.minute_window import UnknownShard, minutes_view
 from tpmledger.analytics.views.run_views import _api_minute
-from tpmledger.storage.database import read_session
+from tpmledger.storage.server.database import read_session
 
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND

@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.storage.builders import BASE_NS, MINUTE_NS
 from tpmledger.dashboard.figures.quota import headroom_lines, quota_figure
-from tpmledger.storage.target_minutes import TargetMinute
+from tpmledger.storage.readers.target_minutes import TargetMinute
 
 
 def _minute(i: int, model: str = "m", **fields: Any) -> TargetMinute:

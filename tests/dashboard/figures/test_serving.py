@@ -7,7 +7,7 @@ from typing import Any
 from tests.storage.builders import BASE_NS, MINUTE_NS
 from tpmledger.dashboard.data.minute_series import MinuteSeries
 from tpmledger.dashboard.figures.serving import serving_figure
-from tpmledger.storage.server_minutes_read import ServerMinute
+from tpmledger.storage.readers.server_minutes_read import ServerMinute
 
 
 def _server(i: int, **fields: Any) -> ServerMinute:

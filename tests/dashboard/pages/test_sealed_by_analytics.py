@@ -13,8 +13,8 @@ from tests.dashboard.conftest import RunningDashboard
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.dashboard.display import fmt_int, fmt_rate
-from tpmledger.storage.bulk_writer import write_attempts
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.writers.bulk_writer import write_attempts
 
 pytestmark = pytest.mark.browser
 RUN_ID = "sealed-by-analytics"

@@ -12,7 +12,7 @@ from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wai
 from tests.dashboard.conftest import RunningDashboard
 from tests.dashboard.lifecycle_builders import seed_sweep
 from tests.fixtures.servers import wait_for
-from tpmledger.storage.database import raw_transaction
+from tpmledger.storage.server.database import raw_transaction
 
 pytestmark = pytest.mark.browser
 

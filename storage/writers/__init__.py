@@ -1,0 +1,3 @@
+"""storage/writers: Every write: the COPY bulk path, live marks and rows, snapshots, versions,
+leaves, retention, tokens, metrics.
+"""

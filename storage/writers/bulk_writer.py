@@ -1,0 +1,240 @@
+"""The bulk write path: COPY rows into ``attempts``, idempotent on (trace_id, span_id).
+
+Rows arrive as tuples in :data:`storage.schema.models.ATTEMPT_COPY_COLUMNS` order, or already
+encoded as COPY text blocks (:mod:`storage.codecs.attempt_encoding`) with their run tallies.
+
+Re-sent spans are rare (an exporter retrying after a lost answer), so the common case is
+optimistic: COPY straight into ``attempts`` inside a savepoint. If any row is already
+stored (or repeated in the batch) the savepoint rolls back and the batch takes the slow
+path: COPY into a staging table and ``INSERT … ON CONFLICT DO NOTHING``. Either way the
+``runs`` table is updated only with rows that were actually inserted, so a re-send
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors
+
+from tpmledger.storage.codecs.attempt_encoding import (
+    ENCODED_COLUMNS,
+    AttemptBlock,
+    RunTally,
+    encode_attempts,
+    merge_runs,
+)
+from tpmledger.storage.schema.attempt_columns import ATTEMPT_COPY_COLUMNS
+from tpmledger.storage.writers.tool_span_store import write_tool_blocks
+
+_COLUMNS = ", ".join(ATTEMPT_COPY_COLUMNS)
+_ENCODED = ", ".join(ENCODED_COLUMNS)
+
+_CREATE_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS attempts_staging "
+    "(LIKE attempts INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+)
+
+_UPSERT_RUNS_ON_CONFLICT = """
+    ON CONFLICT (run_id) DO UPDATE SET
+        first_event_ns = LEAST(r.first_event_ns, excluded.first_event_ns),
+        last_event_ns = GREATEST(r.last_event_ns, excluded.last_event_ns),
+        shard_ids = ARRAY(SELECT DISTINCT s FROM unnest(r.shard_ids || excluded.shard_ids) s
+                          ORDER BY s),
+        declared_shard_count = GREATEST(excluded.declared_shard_count, r.declared_shard_count),
+        concurrency_cap = GREATEST(excluded.concurrency_cap, r.concurrency_cap),
+        sweep_id = COALESCE(excluded.sweep_id, r.sweep_id),
+        attempts = r.attempts + excluded.attempts,
+        max_slot_ns = GREATEST(r.max_slot_ns, excluded.max_slot_ns),
+        updated_at = excluded.updated_at
+    RETURNING r.archived_at IS NOT NULL AS archived
+"""
+
+_RUNS_COLUMNS = (
+    "run_id, first_event_ns, last_event_ns, shard_ids, declared_shard_count, "
+    "concurrency_cap, sweep_id, attempts, max_slot_ns, updated_at"
+)
+
+_MERGE_FROM_STAGING = f"""
+WITH inserted AS (
+    INSERT INTO attempts ({_COLUMNS})
+    SELECT {_COLUMNS} FROM attempts_staging
+    ON CONFLICT DO NOTHING
+    RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
+              end_ns - start_ns
+              + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns
+), per_run AS (
+    INSERT INTO runs AS r ({_RUNS_COLUMNS})
+    SELECT run_id, min(end_ns), max(end_ns), array_agg(DISTINCT shard_id ORDER BY shard_id),
+           max(declared_shard_count), max(concurrency_cap), max(sweep_id), count(*),
+           max(slot_ns), clock_timestamp()
+    FROM inserted GROUP BY run_id ORDER BY run_id
+    {_UPSERT_RUNS_ON_CONFLICT}
+)
+SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_run WHERE archived)
+"""
+
+_UPSERT_RUNS = f"""
+INSERT INTO runs AS r ({_RUNS_COLUMNS})
+SELECT run_id, first_ns, last_ns, shard_ids, declared, cap, sweep, n, slot, clock_timestamp()
+FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::int[],
+            %s::text[], %s::bigint[], %s::bigint[])
+     AS u(run_id, first_ns, last_ns, shard_csv, declared, cap, sweep, n, slot)
+CROSS JOIN LATERAL (SELECT string_to_array(shard_csv, chr(31)) AS shard_ids) s
+ORDER BY run_id
+{_UPSERT_RUNS_ON_CONFLICT}
+"""
+
+# The live minute table's queue (docs/metrics.md#live-figures): which minutes this commit
+# touched, drained by the analytics worker. Marking minutes of re-sent rows too is harmless
+# (the worker recomputes a minute from what is stored).
+_MARK_DIRTY = """
+INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id)
+SELECT u.*, %s FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS u
+"""
+# Runs archived by ``tpmledger prune`` refuse new spans (docs/operations.md#retention-and-archives).
+_ARCHIVED = (
+    "SELECT run_id, archived_at, archive_dir FROM runs "
+    "WHERE archived_at IS NOT NULL AND run_id = ANY(%s)"
+)
+# Every row this transaction stores gets this batch id (the column's default reads it).
+_NEW_BATCH = "SELECT set_config('tpmledger.ingest_batch', nextval('ingest_batches')::text, true)"
+
+
+def copy_blocks(conn: psycopg.Connection, table: str, blocks: Iterable[AttemptBlock]) -> None:
+    """COPY pre-encoded attempt blocks into ``table``; used by the benchmark too."""
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({_ENCODED}) FROM STDIN") as copy:
+        for block in blocks:
+            copy.write(block.text)
+
+
+def write_attempts(conn: psycopg.Connection, rows: Iterable[Sequence[Any]]) -> int:
+    """Store attempt rows idempotently inside the caller's transaction; returns how many were new.
+
+    Rows are tuples in ``ATTEMPT_COPY_COLUMNS`` order. Must run inside
+    :func:`storage.server.database.in_transaction` or
+    :func:`storage.server.database.raw_transaction`.
+    """
+    return write_attempt_blocks(conn, [encode_attempts(rows)])
+
+
+class RunArchivedMeanwhile(RuntimeError):
+    """A run of the batch was archived while the batch was being written: the transaction
+    must roll back and be written again (the second time its spans are refused)."""
+
+
+def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
+    """Like :func:`write_attempts`, for rows already encoded by
+    :func:`storage.codecs.attempt_encoding.encode_attempts` (ingest encodes per request).
+    The blocks' tool spans are stored too (not counted in the result).
+
+    Spans of archived runs are never stored: they are taken out of their block and
+    recorded in its ``refused`` (the request's answer reports them). A run archived after
+    that check but before this transaction's ``runs`` upsert (which waits for the prune's
+    row lock) raises :class:`RunArchivedMeanwhile`; the caller rolls back and retries.
+    """
+    _refuse_archived(conn, blocks)
+    write_tool_blocks(conn, blocks)
+    blocks = [block for block in blocks if block.rows]
+    if not blocks:
+        return 0
+    row = conn.execute(_NEW_BATCH).fetchone()
+    batch = int(row[0]) if row else None
+    try:
+        with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
+            copy_blocks(conn, "attempts", blocks)
+    except (errors.UniqueViolation, errors.InternalError_) as exc:
+        if not _is_duplicate(exc):
+            raise
+        stored = _write_through_staging(conn, blocks)
+        _mark_dirty(conn, merge_runs(blocks), batch)
+        return stored
+    runs = merge_runs(blocks)
+    _upsert_runs(conn, runs)
+    _mark_dirty(conn, runs, batch)
+    return sum(block.rows for block in blocks)
+
+
+def _is_duplicate(exc: psycopg.Error) -> bool:
+    """A stored (or repeated) span: PostgreSQL's unique violation, or the same error as a
+    Citus coordinator relays it from a worker during COPY (its text, without the code)."""
+    if isinstance(exc, errors.UniqueViolation):
+        return True
+    message = exc.diag.message_primary or ""
+    return message.startswith("duplicate key value violates unique constraint")
+
+
+def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock]) -> int:
+    with conn.cursor() as cur:
+        cur.execute(_CREATE_STAGING)
+    copy_blocks(conn, "attempts_staging", blocks)
+    with conn.cursor() as cur:
+        cur.execute(_MERGE_FROM_STAGING)
+        result = cur.fetchone()
+        cur.execute("TRUNCATE attempts_staging")
+    if result and result[1]:
+        raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
+    return int(result[0]) if result else 0
+
+
+def _refuse_archived(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> None:
+    run_ids: set[str] = set()
+    for block in blocks:
+        run_ids.update(block.runs)
+        if block.tool_rows:
+            run_ids.update(block.tool_run_ids())
+    if not run_ids:
+        return
+    rows = conn.execute(_ARCHIVED, (sorted(run_ids),)).fetchall()
+    if not rows:
+        return
+    reasons = {
+        str(run_id): (
+            f"run {run_id!r} was archived on {when:%Y-%m-%d %H:%M} UTC into {where} "
+            "(tpmledger prune); its new spans are refused"
+        )
+        for run_id, when, where in rows
+    }
+    for block in blocks:
+        block.refuse_runs(reasons)
+
+
+def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
+    """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock)."""
+    columns: list[list[Any]] = [[] for _ in range(9)]
+    for run_id in sorted(runs):
+        t = runs[run_id]
+        values = (
+            run_id,
+            t.first_ns,
+            t.last_ns,
+            "\x1f".join(sorted(t.shard_ids)),
+            t.declared_shard_count,
+            t.concurrency_cap,
+            t.sweep_id,
+            t.attempts,
+            t.max_slot_ns,
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    with conn.cursor() as cur:
+        cur.execute(_UPSERT_RUNS, columns)
+        if any(archived for (archived,) in cur.fetchall()):
+            raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
+
+
+def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally], batch: int | None) -> None:
+    """Queue the (run, minute) cells the batch touched for the live minute table."""
+    run_ids: list[str] = []
+    ends: list[int] = []
+    froms: list[int] = []
+    for run_id in sorted(runs):
+        for end_minute, from_minute in runs[run_id].touched.items():
+            run_ids.append(run_id)
+            ends.append(end_minute)
+            froms.append(from_minute)
+    if run_ids:
+        with conn.cursor() as cur:
+            cur.execute(_MARK_DIRTY, (batch, run_ids, ends, froms))

@@ -1,0 +1,152 @@
+import pytest
+from sqlalchemy import select
+
+from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.schema.models import Attempt, Run
+from tpmledger.storage.server.database import raw_transaction, read_session
+from tpmledger.storage.writers.bulk_writer import write_attempts
+
+
+def test_write_is_idempotent_and_keeps_runs_current(database_url: str) -> None:
+    rows = [
+        attempt_row(shard_id="0", end_ns=BASE_NS + 5),
+        attempt_row(shard_id="1", end_ns=BASE_NS + 9),
+        attempt_row(run_id="run-b", shard_id="7"),
+    ]
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, rows) == 3
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, [*rows, rows[0]]) == 0  # re-send stores nothing twice
+
+    with read_session(database_url) as session:
+        assert session.scalar(select(Attempt).where(Attempt.shard_id == "7")) is not None
+        runs = {r.run_id: r for r in session.scalars(select(Run))}
+    assert runs["run-a"].attempts == 2
+    assert runs["run-a"].shard_ids == ["0", "1"]
+    assert runs["run-a"].first_event_ns == BASE_NS + 5
+    assert runs["run-a"].last_event_ns == BASE_NS + 9
+    assert runs["run-b"].attempts == 1
+
+
+def test_failed_transaction_stores_nothing(database_url: str) -> None:
+    rows = [attempt_row(), attempt_row()]
+    try:
+        with raw_transaction(database_url) as conn:
+            write_attempts(conn, rows)
+            raise RuntimeError("writer crashed before commit")
+    except RuntimeError:
+        pass
+    with read_session(database_url) as session:
+        assert session.scalars(select(Attempt)).all() == []
+
+
+def test_batch_mixing_stored_and_new_spans_stores_only_the_new(database_url: str) -> None:
+    first = [attempt_row(shard_id="0"), attempt_row(shard_id="1")]
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, first) == 2
+    fresh = attempt_row(shard_id="2", end_ns=BASE_NS + 99 * 10**9)
+    with raw_transaction(database_url) as conn:
+        # One re-sent span sends the batch down the staging path; the new one still lands.
+        assert write_attempts(conn, [first[1], fresh, fresh]) == 1
+    with read_session(database_url) as session:
+        assert len(session.scalars(select(Attempt)).all()) == 3
+        run = session.get(Run, "run-a")
+    assert run is not None
+    assert run.attempts == 3
+    assert run.shard_ids == ["0", "1", "2"]
+    assert run.last_event_ns == BASE_NS + 99 * 10**9
+
+
+def test_run_facts_from_the_fast_path(database_url: str) -> None:
+    rows = [
+        attempt_row(run_id="r", shard_id="b", end_ns=BASE_NS + 3, concurrency_cap=None),
+        attempt_row(run_id="r", shard_id="a", end_ns=BASE_NS + 1, sweep_id="sw", concurrency_cap=8),
+        attempt_row(run_id="r", shard_id="a", end_ns=BASE_NS + 2, declared_shard_count=None),
+    ]
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, rows) == 3
+    with raw_transaction(database_url) as conn:
+        later = attempt_row(run_id="r", shard_id="c", end_ns=BASE_NS - 5, concurrency_cap=32)
+        assert write_attempts(conn, [later]) == 1
+    with read_session(database_url) as session:
+        run = session.get(Run, "r")
+    assert run is not None
+    assert (run.first_event_ns, run.last_event_ns) == (BASE_NS - 5, BASE_NS + 3)
+    assert run.shard_ids == ["a", "b", "c"]
+    assert (run.declared_shard_count, run.sweep_id, run.attempts) == (8, "sw", 4)
+    assert run.concurrency_cap == 32  # the newest batch's cap wins, as in the staging path
+
+
+def _archive(url: str, run_id: str) -> None:
+    with raw_transaction(url) as conn:
+        conn.execute(
+            "UPDATE runs SET archived_at = now(), archive_dir = '/archive/x' WHERE run_id = %s",
+            (run_id,),
+        )
+
+
+def test_spans_of_an_archived_run_are_refused_and_counted(database_url: str) -> None:
+    from tpmledger.storage.codecs.attempt_encoding import encode_attempts
+    from tpmledger.storage.writers.bulk_writer import write_attempt_blocks
+
+    gone = "gone\trun\\x"  # escaped in COPY text: refused all the same
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, [attempt_row(run_id=gone)])
+    _archive(database_url, gone)
+    block = encode_attempts(
+        [attempt_row(run_id=gone), attempt_row(run_id="alive"), attempt_row(run_id=gone)]
+    )
+    with raw_transaction(database_url) as conn:
+        assert write_attempt_blocks(conn, [block]) == 1
+    assert block.refused_spans == 2 and "/archive/x" in block.refused[gone][1]
+    with raw_transaction(database_url) as conn:
+        counts = dict(conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id"))
+        runs = dict(conn.execute("SELECT run_id, attempts FROM runs"))
+    assert counts == {gone: 1, "alive": 1} and runs == {gone: 1, "alive": 1}
+
+
+def test_a_run_archived_during_the_write_rolls_it_back(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prune holds the runs row while it deletes; a commit that checked before the
+    archive and upserts after it must not store the run's spans invisibly."""
+    from tpmledger.storage.codecs.attempt_encoding import encode_attempts
+    from tpmledger.storage.writers import bulk_writer
+
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, [attempt_row(run_id="racing")])
+    block = encode_attempts([attempt_row(run_id="racing")])
+    # The run is archived right after this commit's check found it was not.
+    monkeypatch.setattr(
+        bulk_writer, "_refuse_archived", lambda *_: _archive(database_url, "racing")
+    )
+    with pytest.raises(bulk_writer.RunArchivedMeanwhile), raw_transaction(database_url) as conn:
+        bulk_writer.write_attempt_blocks(conn, [block])
+    with raw_transaction(database_url) as conn:
+        [(count,)] = conn.execute("SELECT count(*) FROM attempts WHERE run_id = 'racing'")
+    assert count == 1
+
+
+@pytest.mark.parametrize("order", [(8, 32), (32, 8)])
+def test_a_runs_cap_and_shard_count_are_the_largest_declared_in_any_order(
+    database_url: str, order: tuple[int, int]
+) -> None:
+    """Issue 41: they followed the last commit (the same data in two orders gave 8 and 32)."""
+    from tests.analytics.seeding import store
+    from tests.storage.builders import attempt_row
+    from tpmledger.storage.server.database import raw_transaction
+
+    run_id = f"order-{order[0]}-{order[1]}"
+    for declared in order:
+        store(
+            database_url,
+            [attempt_row(run_id=run_id, concurrency_cap=declared, declared_shard_count=declared)],
+        )
+    store(
+        database_url, [attempt_row(run_id=run_id, concurrency_cap=None, declared_shard_count=None)]
+    )
+    with raw_transaction(database_url) as conn:
+        row = conn.execute(
+            "SELECT concurrency_cap, declared_shard_count FROM runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    assert row == (32, 32)
