@@ -50,7 +50,7 @@ from tpmledger.analytics.live.minute_state_figures import (
     minute_facts,
     minute_rows,
 )
-from tpmledger.durations import SECOND_NS
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.storage.readers.live_window import (
     Dependent,
     dependents,
@@ -59,7 +59,6 @@ from tpmledger.storage.readers.live_window import (
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.live_store import (
-    MINUTE_NS,
     Mark,
     dirty_run_ids,
     known_caps,
