@@ -20,10 +20,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
+from tpmledger.durations import MINUTE_NS
 from tpmledger.ingest.server_metrics import (
     GAUGES,
     HISTOGRAMS,
-    MINUTE_NS,
     CounterReading,
     GaugeCombiner,
     ServerReadings,

@@ -24,7 +24,7 @@ import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import EventArrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, derived_counts
+from tpmledger.analytics.kernels.event_plans import derived_counts
 from tpmledger.analytics.kernels.group_kernels import group_totals
 from tpmledger.analytics.kernels.group_quantiles import (
     SortedGroups,
@@ -35,6 +35,7 @@ from tpmledger.analytics.kernels.group_quantiles import (
     merged,
     sort_groups,
 )
+from tpmledger.durations import MINUTE_NS
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 PERCENTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}

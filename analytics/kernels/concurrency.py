@@ -32,7 +32,6 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
-from tpmledger.analytics.kernels.event_plans import SECOND_NS
 from tpmledger.analytics.kernels.figure_rules import (
     SAG_FRACTION_OF_CAP,
     SAG_PASS_SHARE,
@@ -45,6 +44,7 @@ from tpmledger.analytics.kernels.second_runs import (
     sparse_runs,
     sparse_steps,
 )
+from tpmledger.durations import SECOND_NS
 
 __all__ = [
     "SAG_FRACTION_OF_CAP",

@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.event_plans import SECOND_NS, prepared_events
+from tpmledger.analytics.kernels.event_plans import prepared_events
+from tpmledger.durations import SECOND_NS
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.kernels.group_kernels import dense_codes
+from tpmledger.durations import MINUTE_NS
 
 Ints = npt.NDArray[np.int64]
 

@@ -22,7 +22,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from tpmledger.analytics.kernels.group_kernels import SECOND_NS, ceil_second
+from tpmledger.analytics.kernels.group_kernels import ceil_second
+from tpmledger.durations import SECOND_NS
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.storage.readers.live_window import (
     fetch_attempts,
     fetch_window,

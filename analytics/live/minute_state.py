@@ -39,7 +39,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

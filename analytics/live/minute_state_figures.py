@@ -16,7 +16,6 @@ import polars as pl
 
 from tpmledger.analytics.kernels.cell_figures import PERCENTILES, QUANTILES
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
-from tpmledger.analytics.kernels.event_plans import SECOND_NS
 from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
@@ -29,6 +28,7 @@ from tpmledger.analytics.live.minute_state import (
     Ints,
     MinuteState,
 )
+from tpmledger.durations import SECOND_NS
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 

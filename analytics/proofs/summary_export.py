@@ -28,7 +28,6 @@ import polars as pl
 from sqlalchemy import select
 
 from tpmledger import __version__
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS
 from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.proofs.run_events import RunEventFile
 from tpmledger.analytics.proofs.version_heads import (
@@ -40,6 +39,7 @@ from tpmledger.analytics.proofs.version_heads import (
 )
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.event_file import FileDigests, build_event_file
 from tpmledger.provenance.in_toto_statement import (

@@ -16,11 +16,12 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
+from tpmledger.analytics.kernels.event_plans import CALL_ORDER
 from tpmledger.analytics.kernels.logical_calls import repeated
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
 from tpmledger.analytics.seal.run_stream import RunStream
 from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.durations import MINUTE_NS
 
 
 def call_places(events: pl.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:

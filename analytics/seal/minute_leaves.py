@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.seal.memory_run import fold_events
+from tpmledger.durations import MINUTE_NS
 from tpmledger.provenance.event_file import EventFile, FileDigests, build_event_file
 from tpmledger.provenance.minute_proofs import LEAF_FIGURES
 from tpmledger.storage.codecs.time_text import minute_text_ns

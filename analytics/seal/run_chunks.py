@@ -23,10 +23,11 @@ import numpy.typing as npt
 import polars as pl
 import psycopg
 
-from tpmledger.analytics.kernels.event_plans import CALL_ORDER, MINUTE_NS
+from tpmledger.analytics.kernels.event_plans import CALL_ORDER
 from tpmledger.analytics.kernels.rollups import as_events
 from tpmledger.analytics.kernels.run_span_limit import check_run_span_ns
 from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.durations import MINUTE_NS
 from tpmledger.storage.readers.seal_reads import (
     SealPlan,
     SealScope,

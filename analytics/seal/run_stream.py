@@ -43,7 +43,7 @@ from tpmledger.analytics.kernels.cell_figures import (
 from tpmledger.analytics.kernels.concurrency import minute_cells, second_series, seconds_before
 from tpmledger.analytics.kernels.event_arrays import event_arrays, latency_seconds
 from tpmledger.analytics.kernels.event_grid import EventGrid, shard_codes_among
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS, SECOND_NS, rate_columns
+from tpmledger.analytics.kernels.event_plans import rate_columns
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS, work_conserving_result
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, ToValues
 from tpmledger.analytics.kernels.minute_table import EMPTY_COUNTS, carries_figures
@@ -54,6 +54,7 @@ from tpmledger.analytics.kernels.run_figures import (
     run_figures_of,
 )
 from tpmledger.analytics.seal.seal_chunk import SealChunk
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.storage.schema.minute_columns import MINUTE_COLUMNS
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 

@@ -30,7 +30,6 @@ from tpmledger.analytics.seal.seal_chunk import SealChunk
 from tpmledger.analytics.seal.sealed_figures import SealedFigures
 from tpmledger.analytics.verdicts.goodput import goodput_figures, goodput_minutes
 from tpmledger.analytics.verdicts.minute_outcomes import (
-    MINUTE_NS,
     STALL_HTTP_TYPES,
     STALL_MARKERS,
     final_attempts,
@@ -46,6 +45,7 @@ from tpmledger.analytics.verdicts.run_diagnostics import (
     diagnostics_params,
     retry_storm,
 )
+from tpmledger.durations import MINUTE_NS
 from tpmledger.slo import Slo
 from tpmledger.storage.readers.pitfall_attributes import (
     Declarations,

@@ -196,7 +196,7 @@ def test_older_minute_states_are_kept_within_the_byte_budget() -> None:
 
     from tpmledger.analytics.live.live_updater import KEPT_BYTES, _within_budget
     from tpmledger.analytics.live.minute_state import MinuteState
-    from tpmledger.storage.writers.live_store import MINUTE_NS
+    from tpmledger.durations import MINUTE_NS
 
     third = KEPT_BYTES // 3 // 8 + 1  # int64 values: three such minutes exceed the budget
     states = {

@@ -26,10 +26,10 @@ from tpmledger.analytics.kernels.cell_figures import cell_figures, event_value_g
 from tpmledger.analytics.kernels.concurrency import SecondSeries, second_series
 from tpmledger.analytics.kernels.event_arrays import event_arrays
 from tpmledger.analytics.kernels.event_grid import event_grid
-from tpmledger.analytics.kernels.event_plans import MINUTE_NS
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
 from tpmledger.analytics.live.live_row_schema import finished_rows
 from tpmledger.analytics.live.minute_state import TOKEN_TYPES
+from tpmledger.durations import MINUTE_NS
 from tpmledger.provenance.event_file import EVENT_SCHEMA
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 

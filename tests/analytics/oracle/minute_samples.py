@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tpmledger.analytics.kernels.concurrency import SecondSeries, sag_below
-from tpmledger.analytics.kernels.event_plans import SECOND_NS
+from tpmledger.durations import SECOND_NS
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
