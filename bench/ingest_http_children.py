@@ -13,7 +13,9 @@ alternated on fresh databases:
 
     .venv/bin/python bench/ingest_http_children.py [--spans 100000] [--rounds 2]
 
-Prints spans/s of each workload and the ratio http / llm; a measurement, not a test.
+Prints spans/s of each workload and the ratio http / llm (with ``--seal``, also the time
+of a whole seal of each run: the cost of resolving HTTP attempts at read time); a
+measurement, not a test.
 """
 
 from __future__ import annotations
@@ -124,7 +126,9 @@ def build_http_batch(shard: int, size: int, rng: random.Random) -> bytes:
     return request.SerializeToString()
 
 
-def measure(admin_url: str, workload: str, spans: int, senders: int, batch: int) -> float:
+def measure(
+    admin_url: str, workload: str, spans: int, senders: int, batch: int, seal: bool = False
+) -> float:
     url = quick.fresh_database(admin_url)
     rng = random.Random(7)
     build = build_http_batch if workload == "http" else quick.build_batch
@@ -148,6 +152,14 @@ def measure(admin_url: str, workload: str, spans: int, senders: int, batch: int)
     )
     if stored != len(bodies) * batch:
         raise RuntimeError("not every span was stored")
+    if seal:  # the read-time join's cost: a whole seal of the run, attempts per second
+        from tpmledger.analytics.seal.sealing import seal_run
+
+        started = time.perf_counter()
+        result = seal_run(url, "bench_run")
+        elapsed = time.perf_counter() - started
+        attempts = result.metrics["attempts"] if result.metrics else 0
+        print(f"      seal: {attempts} attempts in {elapsed:.2f} s ({attempts / elapsed:,.0f}/s)")
     return float(figures["spans_per_s"])
 
 
@@ -158,6 +170,7 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--admin-url", default=os.environ.get("TPMLEDGER_TEST_ADMIN_URL"))
+    parser.add_argument("--seal", action="store_true", help="also time a seal of each run")
     args = parser.parse_args()
     server = None
     admin_url = args.admin_url
@@ -178,7 +191,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for workload in ("llm", "http"):
                 rates[workload].append(
-                    measure(admin_url, workload, args.spans, args.senders, args.batch)
+                    measure(admin_url, workload, args.spans, args.senders, args.batch, args.seal)
                 )
         llm, http = (sum(r) / len(r) for r in (rates["llm"], rates["http"]))
         print(

@@ -4,7 +4,8 @@
   the request asked for (one deployment, one target). Rows stored before this revision
   keep NULL.
 - HTTP client spans of an LLM call are stored as attempts (``convention = 'http'``); a
-  partial index finds a run's (usually none) so a run without them pays nothing.
+  partial index finds a run's (usually none: a run without them pays nothing) and a
+  call's siblings (run, trace, parent), which every figure's read probes per attempt.
 
 Revision ID: 0013
 Revises: 0012
@@ -27,7 +28,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_attempts_run_id_http",
         "attempts",
-        ["run_id"],
+        ["run_id", "trace_id", "parent_span_id"],
         postgresql_where=sa.text("convention = 'http'"),
     )
 
