@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.analytics.oracle import whole_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +44,7 @@ def _offences(path: Path, forbidden: str = "tests") -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_product_module_defines_or_imports_the_whole_run_pass() -> None:
     offenders = {
         str(path.relative_to(ROOT)): found

@@ -35,6 +35,7 @@ def test_verifier_without_tokens_accepts_everything() -> None:
     verifier.check_authorization(None)
 
 
+@pytest.mark.slow
 def test_verifier_with_static_and_stored_tokens(database_url: str) -> None:
     stored = create_token(database_url, "db")
     verifier = TokenVerifier(database_url, ["static-token"])
@@ -91,6 +92,7 @@ def stored(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.slow
 def test_http_requires_a_valid_token_and_never_logs_it(
     guarded_ingest: tuple[RunningIngest, str],
 ) -> None:
@@ -115,6 +117,7 @@ def test_http_requires_a_valid_token_and_never_logs_it(
     assert token not in server.log()
 
 
+@pytest.mark.slow
 def test_grpc_requires_a_valid_token(guarded_ingest: tuple[RunningIngest, str]) -> None:
     server, token = guarded_ingest
     request = export_request([llm_span()])
@@ -129,6 +132,7 @@ def test_grpc_requires_a_valid_token(guarded_ingest: tuple[RunningIngest, str]) 
     assert token not in server.log()
 
 
+@pytest.mark.slow
 def test_revoked_token_stops_working_without_restart(
     guarded_ingest: tuple[RunningIngest, str],
 ) -> None:
@@ -145,6 +149,7 @@ def test_revoked_token_stops_working_without_restart(
     wait_for(lambda: answer(other) == 200, timeout=20, interval=0.5)
 
 
+@pytest.mark.slow
 def test_static_tokens_from_settings(database_url: str) -> None:
     server = start_ingest(database_url, env={"TPMLEDGER_INGEST_TOKENS": json.dumps(["s3cret"])})
     try:
@@ -158,6 +163,7 @@ def test_static_tokens_from_settings(database_url: str) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_serving_beyond_loopback_without_token_refuses_to_start(database_url: str) -> None:
     with pytest.raises(RuntimeError) as raised:
         start_ingest(database_url, extra_args=["--host", "0.0.0.0"], ready_timeout=30)

@@ -79,6 +79,7 @@ def test_unsealed_run_is_served_live_without_seal(client: TestClient) -> None:
     assert [(r["run_id"], r["status"]) for r in listed] == [("api-run", "live")]
 
 
+@pytest.mark.slow
 def test_traffic_after_a_seal_is_live_at_once_over_the_sealed_minutes(
     client: TestClient, database_url: str
 ) -> None:
@@ -127,6 +128,7 @@ def test_minutes_whole_run_and_per_shard(client: TestClient, database_url: str) 
     assert all(m["shards_active"] in (0, 1) for m in shard)
 
 
+@pytest.mark.slow
 def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url: str) -> None:
     sealed = seal_run(database_url, "api-run")
     response = client.get("/v1/runs/api-run/events.jsonl")
@@ -135,6 +137,7 @@ def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url:
     assert response.content.count(b"\n") == 20
 
 
+@pytest.mark.slow
 def test_unknown_run_and_shard_are_404_with_message(client: TestClient) -> None:
     for path in ("/v1/runs/nope", "/v1/runs/nope/minutes", "/v1/runs/nope/events.jsonl"):
         response = client.get(path)
@@ -150,6 +153,7 @@ def test_a_nul_byte_in_a_run_id_is_404_not_500(client: TestClient) -> None:
         assert response.status_code == 404, (path, response.status_code)
 
 
+@pytest.mark.slow
 def test_whole_run_downloads_past_the_cap_get_503_with_retry_after(database_url: str) -> None:
     from tpmledger.read_api import runs_routes
     from tpmledger.read_api.heavy_requests import HeavyRequests
@@ -196,6 +200,7 @@ def _far_apart_run(database_url: str, run_id: str) -> None:
     store(database_url, rows)
 
 
+@pytest.mark.slow
 def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
     client: TestClient, database_url: str
 ) -> None:
@@ -234,6 +239,7 @@ def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
     assert no_queue[100]["queue_depth_mean"] is None
 
 
+@pytest.mark.slow
 def test_minutes_of_a_bounded_window(client: TestClient, database_url: str) -> None:
     _far_apart_run(database_url, "far")
     seal_run(database_url, "far")
