@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.analytics.oracle import whole_run
 from tests.package_tree import source_files
 
@@ -42,6 +44,7 @@ def _offences(path: Path, forbidden: str = "tests") -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_product_module_defines_or_imports_the_whole_run_pass() -> None:
     offenders = {module: found for module, path in source_files() if (found := _offences(path))}
     assert offenders == {}

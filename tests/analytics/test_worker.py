@@ -62,6 +62,7 @@ def test_quiet_period_defers_a_live_run(database_url: str) -> None:
     assert in_one_snapshot(database_url, list_snapshots, "w2") == []
 
 
+@pytest.mark.slow
 def test_run_stops_when_told(database_url: str) -> None:
     store(database_url, _rows("w3", 4))
     settings = Settings(database_url=database_url, analytics_poll_s=0.05, reseal_quiet_s=0)
@@ -76,6 +77,7 @@ def test_run_stops_when_told(database_url: str) -> None:
     assert not worker.is_alive()
 
 
+@pytest.mark.slow
 def test_serve_analytics_seals_and_exits_cleanly_on_sigterm(database_url: str) -> None:
     store(database_url, _rows("w4", 4))
     env = {
@@ -110,6 +112,7 @@ def _app_names(url: str) -> set[str]:
     return {str(name) for (name,) in rows}
 
 
+@pytest.mark.slow
 def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url: str) -> None:
     from tpmledger.analytics.seal.sealing import seal_run
 
@@ -122,6 +125,7 @@ def test_a_provisional_snapshot_is_sealed_again_as_final_once_quiet(database_url
     assert ResealLoop(database_url, quiet_s=0).poll_once() == []  # final now: nothing due
 
 
+@pytest.mark.slow
 def test_the_daily_prune_reports_a_bad_run_and_prunes_the_others(
     database_url: str, tmp_path: object
 ) -> None:
@@ -146,6 +150,7 @@ def test_the_daily_prune_reports_a_bad_run_and_prunes_the_others(
     assert left == {"a-bad": 2}
 
 
+@pytest.mark.slow
 def test_the_reseal_loop_seals_in_a_child_process(
     database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -155,12 +160,20 @@ def test_the_reseal_loop_seals_in_a_child_process(
 
     monkeypatch.setattr(sealing, "compute_for_sealing", refuse)
     store(database_url, _rows("w-child", 5))
-    caplog.set_level(logging.INFO, logger="tpmledger.analytics")
+    # The seal's timings and the child's report are logged with -v (DEBUG) only.
+    caplog.set_level(logging.DEBUG, logger="tpmledger.analytics")
     assert ResealLoop(database_url, quiet_s=0).poll_once() == ["w-child"]
     [version] = in_one_snapshot(database_url, list_snapshots, "w-child")
     assert version["events_count"] == 5
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sealed w-child")]
     assert "5 attempts, child peak" in line and " MiB (" in line  # the child's report
+    # At the default level the line says what was sealed, without seconds or stages.
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="tpmledger.analytics")
+    store(database_url, _rows("w-child-2", 3))
+    assert ResealLoop(database_url, quiet_s=0).poll_once() == ["w-child-2"]
+    [quiet] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sealed w-ch")]
+    assert quiet.endswith(" events 3") and "child peak" not in quiet
 
 
 def test_live_figures_come_while_the_kernels_still_compile(

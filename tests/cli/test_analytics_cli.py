@@ -38,6 +38,7 @@ def run_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return database_url
 
 
+@pytest.mark.slow
 def test_events_sha256sum_equals_sealed_events_sha256(
     run_url: str, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:

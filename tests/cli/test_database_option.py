@@ -42,6 +42,7 @@ def _exit_code(argv: list[str]) -> int:
         return int(ended.code or 0)
 
 
+@pytest.mark.slow
 def test_commands_use_the_running_up_data_dir_and_say_so(
     no_database_settings: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

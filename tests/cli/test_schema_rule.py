@@ -58,6 +58,7 @@ def external(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return database_url
 
 
+@pytest.mark.slow
 def test_a_schema_behind_the_code_is_refused_and_left_as_it_was(
     external: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -81,6 +82,7 @@ def test_a_schema_behind_the_code_is_refused_and_left_as_it_was(
     assert main(["runs"]) == 0
 
 
+@pytest.mark.slow
 def test_a_schema_ahead_of_the_code_is_refused_and_left_as_it_was(
     external: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

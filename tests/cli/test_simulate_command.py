@@ -27,6 +27,7 @@ def test_parse_duration() -> None:
             parse_duration(bad)
 
 
+@pytest.mark.slow
 def test_json_summary_matches_what_the_receiver_got(capsys: pytest.CaptureFixture[str]) -> None:
     with recording_otlp_receiver() as receiver:
         code = main(
@@ -45,6 +46,7 @@ def test_json_summary_matches_what_the_receiver_got(capsys: pytest.CaptureFixtur
     assert {s.resource["tpmledger.shard.id"] for s in received} == {"0", "1"}
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_fleet_and_flushes_every_span() -> None:
     with recording_otlp_receiver() as receiver:
         proc = subprocess.Popen(

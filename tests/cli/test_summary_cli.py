@@ -24,6 +24,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow
 def test_export_then_verify_then_tamper(
     data_dir: Path,
     tmp_path: Path,
@@ -60,6 +61,7 @@ def test_export_then_verify_then_tamper(
     assert "NOT verified: events digest" in out
 
 
+@pytest.mark.slow
 def test_show_prints_the_human_block(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "summary", "show", RUN_ID, "--data-dir", str(data_dir))
     assert code == 1 and "no sealed snapshot" in err  # show never seals by itself
@@ -83,6 +85,7 @@ def test_show_prints_the_human_block(data_dir: Path, capsys: pytest.CaptureFixtu
     assert json.loads(out)["peak_minute"]["shard_count"] == 8
 
 
+@pytest.mark.slow
 def test_prove_one_minute_and_verify_the_proof_file(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +123,7 @@ def test_prove_one_minute_and_verify_the_proof_file(
     assert code == 1 and "no minute 2026-02-01T09:00:00Z" in err
 
 
+@pytest.mark.slow
 def test_unknown_run_is_an_error_not_a_crash(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -127,6 +127,7 @@ def _exported_versions(
     assert "no cosignature by witness witness.test/w2" in _out(capsys)
 
 
+@pytest.mark.slow
 def test_bad_witness_input_is_one_line(
     env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

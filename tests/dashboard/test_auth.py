@@ -22,6 +22,7 @@ from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.storage.writers.ingest_tokens import create_token
 
 
+@pytest.mark.slow
 def test_pages_and_callbacks_need_a_token_when_tokens_are_configured(database_url: str) -> None:
     server = start_dashboard(database_url, env={"TPMLEDGER_INGEST_TOKENS": '["s3cret-token"]'})
     try:
@@ -46,6 +47,7 @@ def test_pages_and_callbacks_need_a_token_when_tokens_are_configured(database_ur
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_non_loopback_bind_without_tokens_is_refused(database_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPMLEDGER_")}
     env["TPMLEDGER_DATABASE_URL"] = database_url
@@ -58,6 +60,7 @@ def test_a_non_loopback_bind_without_tokens_is_refused(database_url: str) -> Non
     assert "refusing to bind 0.0.0.0" in result.stderr and "--insecure" in result.stderr
 
 
+@pytest.mark.slow
 def test_login_sets_a_cookie_and_redirects_to_a_clean_url(database_url: str) -> None:
     read = create_token(database_url, "team", "read")
     ingest = create_token(database_url, "fleet", "ingest")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.lifecycle_builders import seed_unsealed_run
 from tpmledger.dashboard.data.run_records import (
@@ -52,6 +54,7 @@ def test_sweep_runs_are_found_by_sweep_id(database_url: str) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_keeps_the_run_live_and_a_rebase_is_shown(database_url: str) -> None:
     from tests.analytics.proofs.test_version_consistency import _calls
     from tests.analytics.seeding import store

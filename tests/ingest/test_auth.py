@@ -36,6 +36,7 @@ def test_verifier_without_tokens_accepts_everything() -> None:
     verifier.check_authorization(None)
 
 
+@pytest.mark.slow
 def test_verifier_with_static_and_stored_tokens(database_url: str) -> None:
     stored = create_token(database_url, "db")
     verifier = TokenVerifier(database_url, ["static-token"])
@@ -92,6 +93,7 @@ def stored(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.slow
 def test_http_requires_a_valid_token_and_never_logs_it(
     guarded_ingest: tuple[RunningIngest, str],
 ) -> None:
@@ -116,6 +118,7 @@ def test_http_requires_a_valid_token_and_never_logs_it(
     assert token not in server.log()
 
 
+@pytest.mark.slow
 def test_grpc_requires_a_valid_token(guarded_ingest: tuple[RunningIngest, str]) -> None:
     server, token = guarded_ingest
     request = export_request([llm_span()])
@@ -130,6 +133,7 @@ def test_grpc_requires_a_valid_token(guarded_ingest: tuple[RunningIngest, str]) 
     assert token not in server.log()
 
 
+@pytest.mark.slow
 def test_a_new_token_works_on_its_first_request_and_a_revoked_one_stops_within_the_refresh(
     guarded_ingest: tuple[RunningIngest, str],
 ) -> None:
@@ -187,6 +191,7 @@ def test_unknown_tokens_reread_at_most_once_per_interval(database_url: str) -> N
     assert loads == 2
 
 
+@pytest.mark.slow
 def test_static_tokens_from_settings(database_url: str) -> None:
     server = start_ingest(database_url, env={"TPMLEDGER_INGEST_TOKENS": json.dumps(["s3cret"])})
     try:
@@ -200,6 +205,7 @@ def test_static_tokens_from_settings(database_url: str) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_serving_beyond_loopback_without_token_refuses_to_start(database_url: str) -> None:
     with pytest.raises(RuntimeError) as raised:
         start_ingest(database_url, extra_args=["--host", "0.0.0.0"], ready_timeout=30)

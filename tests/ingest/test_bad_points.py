@@ -92,6 +92,7 @@ def _assert_partial(partial: Any) -> None:
     assert "INSERT" not in partial.error_message and "SELECT" not in partial.error_message
 
 
+@pytest.mark.slow
 def test_bad_metric_points_are_rejected_alone_over_http(ingest: RunningIngest) -> None:
     answer = httpx.post(
         f"{ingest.http_url}/v1/metrics",
@@ -133,6 +134,7 @@ def test_an_sdk_exporter_sending_nan_loses_only_that_point(ingest: RunningIngest
     assert in_one_snapshot(ingest.database_url, metric_tokens, "m-sdk") == 7
 
 
+@pytest.mark.slow
 def test_stored_non_finite_tokens_never_break_a_run_page(ingest: RunningIngest) -> None:
     url = ingest.database_url
     answer = httpx.post(

@@ -140,6 +140,7 @@ def _held_open_chunked_body(server: RunningIngest, size: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 def test_bodies_held_by_the_server_are_charged_as_they_grow(database_url: str) -> None:
     server = start_ingest(database_url)
     held = None

@@ -49,6 +49,7 @@ def gated_connect(gate: threading.Event) -> Callable[[str], psycopg.Connection]:
     return connect
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("connections", [1, 2])
 def test_concurrent_requests_share_transactions_and_return_after_commit(
     database_url: str, connections: int

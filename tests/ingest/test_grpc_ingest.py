@@ -28,6 +28,7 @@ def export(endpoint: str, request: ExportTraceServiceRequest) -> ExportTraceServ
         return response
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
 def test_real_grpc_exporter_stores_exactly_the_llm_calls(
     running_ingest: RunningIngest, compression: grpc.Compression
@@ -49,6 +50,7 @@ def test_real_grpc_exporter_stores_exactly_the_llm_calls(
     assert by_status["error"]["error_type"] == "rate_limited"
 
 
+@pytest.mark.slow
 def test_grpc_resend_and_partial_success(running_ingest: RunningIngest) -> None:
     good = [llm_span(), llm_span()]
     bad = llm_span(prompt=2_000_000_000)  # over 10^9 tokens: rejected
@@ -62,6 +64,7 @@ def test_grpc_resend_and_partial_success(running_ingest: RunningIngest) -> None:
     assert run_attempts(running_ingest.database_url, "grpc-partial") == 2
 
 
+@pytest.mark.slow
 def test_grpc_and_http_share_one_writer_and_one_store(running_ingest: RunningIngest) -> None:
     import httpx
 
@@ -127,6 +130,7 @@ def test_database_outage_answers_unavailable_with_retry_info(
         "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
     ],
 )
+@pytest.mark.slow
 def test_a_grpc_gzip_bomb_is_stopped_by_the_body_budget(
     running_ingest: RunningIngest, method: str
 ) -> None:

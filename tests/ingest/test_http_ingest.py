@@ -63,6 +63,7 @@ def post(server: RunningIngest, body: bytes, headers: dict[str, str]) -> httpx.R
     return httpx.post(f"{server.http_url}/v1/traces", content=body, headers=headers, timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
 def test_real_http_exporter_stores_exactly_the_llm_calls(
     running_ingest: RunningIngest, compression: Compression
@@ -100,6 +101,7 @@ def test_real_http_exporter_stores_exactly_the_llm_calls(
     assert "tpmledger_ingest_commit_latency_seconds_bucket" in metrics
 
 
+@pytest.mark.slow
 def test_hand_written_otlp_json_is_stored_and_answered_in_json(
     running_ingest: RunningIngest,
 ) -> None:
@@ -132,6 +134,7 @@ def test_hand_written_otlp_json_is_stored_and_answered_in_json(
     assert {r["shard_id"] for r in stored.values()} == {"s1"}
 
 
+@pytest.mark.slow
 def test_resending_the_same_export_stores_nothing_twice(running_ingest: RunningIngest) -> None:
     body = export_request([llm_span() for _ in range(4)], run_id="resend").SerializeToString()
     for _ in range(3):
@@ -141,6 +144,7 @@ def test_resending_the_same_export_stores_nothing_twice(running_ingest: RunningI
     assert run_attempts(running_ingest.database_url, "resend") == 4
 
 
+@pytest.mark.slow
 def test_invalid_spans_are_rejected_through_partial_success(
     running_ingest: RunningIngest,
 ) -> None:
@@ -191,6 +195,7 @@ def status_of(response: httpx.Response) -> status_pb2.Status:
     return status_pb2.Status.FromString(response.content)
 
 
+@pytest.mark.slow
 def test_bad_input_gets_the_spec_codes_and_never_crashes(running_ingest: RunningIngest) -> None:
     valid = export_request([llm_span()]).SerializeToString()
     cases: list[tuple[bytes, dict[str, str], int]] = [
@@ -226,6 +231,7 @@ def test_bad_input_gets_the_spec_codes_and_never_crashes(running_ingest: Running
     assert stored_count(running_ingest.database_url) == 1
 
 
+@pytest.mark.slow
 def test_health_and_readiness(running_ingest: RunningIngest) -> None:
     assert httpx.get(f"{running_ingest.http_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{running_ingest.http_url}/readyz").json() == {"status": "ready"}
@@ -233,11 +239,13 @@ def test_health_and_readiness(running_ingest: RunningIngest) -> None:
     assert "/v1/traces" in openapi["paths"] and "/v1/runs" in openapi["paths"]
 
 
+@pytest.mark.slow
 def test_ingest_refuses_to_start_on_a_schema_behind_the_code(empty_database_url: str) -> None:
     with pytest.raises(RuntimeError, match=r"(?s)exited with 2:.*run `tpmledger migrate`"):
         start_ingest(empty_database_url, ready_path="/healthz")
 
 
+@pytest.mark.slow
 def test_readyz_is_503_when_the_schema_falls_behind_and_nothing_migrates_it(
     database_url: str,
 ) -> None:
@@ -285,6 +293,7 @@ def test_database_outage_answers_503_and_the_retry_is_stored(
         server.stop()
 
 
+@pytest.mark.slow
 def test_sigterm_answers_in_flight_requests_and_exits_cleanly(database_url: str) -> None:
     server = start_ingest(database_url)
     body = export_request([llm_span() for _ in range(50)], run_id="stop").SerializeToString()

@@ -97,6 +97,7 @@ EXPECTED_FAILURES = {
 }
 
 
+@pytest.mark.slow
 def test_real_instrumentations_are_stored(
     running_ingest: RunningIngest, openai_base_url: str
 ) -> None:

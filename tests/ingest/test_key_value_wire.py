@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,6 +35,7 @@ def _same(left: tuple[str, Any], right: tuple[str, Any]) -> bool:
     return type(left[1]) is type(right[1]) and repr(left) == repr(right)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(key=st.text(max_size=140), value=_VALUES)
 def test_agrees_with_protobuf_on_real_encodings(key: str, value: AnyValue) -> None:
@@ -58,6 +60,7 @@ def test_agrees_with_protobuf_on_real_encodings(key: str, value: AnyValue) -> No
     replacement=st.binary(min_size=0, max_size=3),
     cut=st.integers(0, 3),
 )
+@pytest.mark.slow
 def test_mutated_bytes_are_read_as_protobuf_reads_them_or_left_to_it(
     base: KeyValue, position: int, replacement: bytes, cut: int
 ) -> None:

@@ -96,6 +96,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_workers_of_a_killed_ingest_process_exit(database_url: str) -> None:
     server = start_ingest(database_url, env={"TPMLEDGER_NORMALIZE_WORKERS": "2"})
     try:

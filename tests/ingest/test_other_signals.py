@@ -75,6 +75,7 @@ def _run_after_a_span(
     return run
 
 
+@pytest.mark.slow
 def test_token_usage_metrics_over_http_are_stored_and_reconciled(
     ingest: RunningIngest, database_url: str
 ) -> None:
@@ -85,17 +86,20 @@ def test_token_usage_metrics_over_http_are_stored_and_reconciled(
     assert run["reconciliation"] == {"tokens_by_spans": 140, "tokens_by_metrics": 150, "gap": 10}
 
 
+@pytest.mark.slow
 def test_token_usage_metrics_over_grpc_are_stored(ingest: RunningIngest, database_url: str) -> None:
     exporter = GrpcMetricExporter(endpoint=ingest.grpc_endpoint, insecure=True)
     _export_token_usage(exporter, "g-run")
     assert in_one_snapshot(database_url, metric_tokens, "g-run") == 150
 
 
+@pytest.mark.slow
 def test_a_run_without_metrics_is_not_measured(ingest: RunningIngest, database_url: str) -> None:
     run = _run_after_a_span(ingest, database_url, "spans-only", {"input": 5})
     assert run["reconciliation"] == {"tokens_by_spans": 5, "tokens_by_metrics": None, "gap": None}
 
 
+@pytest.mark.slow
 def test_logs_are_accepted_counted_and_dropped(ingest: RunningIngest) -> None:
     provider = LoggerProvider(resource=_resource("l-run"))
     exporter = OTLPLogExporter(endpoint=f"{ingest.http_url}/v1/logs")

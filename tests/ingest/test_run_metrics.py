@@ -8,6 +8,7 @@ import json
 import time
 
 import httpx
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -55,6 +56,7 @@ def _samples(text: str, parse=parse_text) -> dict[tuple[str, tuple[tuple[str, st
     return found
 
 
+@pytest.mark.slow
 def test_run_series_escape_run_ids_and_leave_unmeasured_out(database_url: str) -> None:
     store(database_url, _rows(NASTY, resend=0) + _rows("no-retry-info", resend=None))
     LiveUpdater(database_url).update_once()

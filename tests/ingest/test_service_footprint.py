@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 _PROBE = """
 import sys
 from tpmledger.cli.main import build_parser
@@ -14,6 +16,7 @@ print(",".join(m for m in ("polars", "pyarrow", "tpmledger.analytics", "dash") i
 """
 
 
+@pytest.mark.slow
 def test_ingest_process_imports_no_analytics_stack() -> None:
     result = subprocess.run(
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True
@@ -36,6 +39,7 @@ print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.mod
 """
 
 
+@pytest.mark.slow
 def test_serving_run_figures_loads_no_analytics_engine(database_url: str) -> None:
     # Request time, not only start-up: the run object, minutes and the run list of a live
     # and of a sealed run are read from minute rows (analytics/views/current_table.py), so the
@@ -67,6 +71,7 @@ print(",".join(m for m in ("polars", "pyarrow", "numba", "dash") if m in sys.mod
 """
 
 
+@pytest.mark.slow
 def test_serving_checkpoints_and_tiles_loads_no_analytics_engine() -> None:
     # Checkpoints and tiles are served by the ingest process (docs/provenance.md#tiles).
     result = subprocess.run(

@@ -137,6 +137,7 @@ def scoped(database_url: str) -> Iterator[Scoped]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_an_ingest_token_exports_and_a_read_token_cannot(scoped: Scoped) -> None:
     assert scoped.export_http(scoped.ingest)
     assert scoped.export_grpc(scoped.ingest)
@@ -151,6 +152,7 @@ def test_an_ingest_token_exports_and_a_read_token_cannot(scoped: Scoped) -> None
     assert scoped.ingest not in scoped.server.log() and scoped.read not in scoped.server.log()
 
 
+@pytest.mark.slow
 def test_a_read_token_reads_and_an_ingest_token_cannot(scoped: Scoped) -> None:
     # The API's own description (/docs, /redoc, /openapi.json) is read-scoped too.
     for path in ("/v1/runs", "/v1/keys", "/metrics", "/docs", "/redoc", "/openapi.json"):
@@ -166,6 +168,7 @@ def test_a_read_token_reads_and_an_ingest_token_cannot(scoped: Scoped) -> None:
     assert scoped.get("/healthz") == 200 and scoped.get("/readyz") == 200
 
 
+@pytest.mark.slow
 def test_environment_tokens_have_their_scopes(database_url: str) -> None:
     env = {
         "TPMLEDGER_INGEST_TOKENS": json.dumps(["env-ingest"]),

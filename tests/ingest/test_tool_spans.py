@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -51,6 +52,7 @@ def stored_tools(url: str) -> list[dict[str, object]]:
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+@pytest.mark.slow
 def test_tool_spans_are_stored_apart_from_attempts(running_ingest: RunningIngest) -> None:
     spans = agent_spans()
     exporter = OTLPSpanExporter(endpoint=f"{running_ingest.http_url}/v1/traces", timeout=30)

@@ -160,6 +160,7 @@ def event_records(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(event_records(), max_size=20))
 def test_hypothesis_records_match_rfc8785(records: list[dict[str, Any]]) -> None:
@@ -167,6 +168,7 @@ def test_hypothesis_records_match_rfc8785(records: list[dict[str, Any]]) -> None
     assert file.tobytes() == reference_bytes(records)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(event_records(), max_size=10))
 def test_read_events_round_trips_bytes(records: list[dict[str, Any]]) -> None:
@@ -195,6 +197,7 @@ tied_keys = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(tied_keys, max_size=27, unique=True), st.booleans())
 def test_order_check_agrees_with_sorting_on_ties(
@@ -243,6 +246,7 @@ def test_integers_beyond_the_json_safe_range_are_refused_like_rfc8785() -> None:
     ),
     st.integers(min_value=1, max_value=8),
 )
+@pytest.mark.slow
 def test_digests_written_a_few_minutes_at_a_time_match_the_whole_file(
     records: list[dict[str, Any]], chunk_lines: int
 ) -> None:

@@ -61,6 +61,7 @@ def _metrics_sha256(figures: dict[str, Any], events_sha256: str) -> str:
     return hashlib.sha256(rfc8785.dumps({**figures, "events_sha256": events_sha256})).hexdigest()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("analyze", [fold_events, analyze_events], ids=["stream", "oracle"])
 def test_golden_digests_in_memory(analyze: Any) -> None:
     # The product's streaming walk (one chunk) and the whole-run test oracle both.

@@ -139,6 +139,7 @@ def run_sigstore_js(work: Path, bundle: dict[str, Any], pem: str) -> subprocess.
     )
 
 
+@pytest.mark.slow
 def test_sigstore_js_verifies_our_bundle(sigstore_js: Path) -> None:
     private = Ed25519PrivateKey.generate()
     envelope = sign_envelope(fixed_payload(), private)

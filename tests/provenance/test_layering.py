@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.analytics.golden_events import golden_records
@@ -88,6 +89,7 @@ def test_no_provenance_module_imports_a_sibling_package() -> None:
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
+@pytest.mark.slow
 def test_every_provenance_module_imports_with_siblings_and_server_packages_blocked() -> None:
     code = """
 import importlib

@@ -84,6 +84,7 @@ def outcome(again: Recomputed) -> tuple[Any, ...]:
 # --- one piece: grammar against parsing -------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(parsed_events(), min_size=1, max_size=4))
 def test_the_grammar_reads_canonical_lines_as_parsing_does(events: list[dict[str, Any]]) -> None:
@@ -103,6 +104,7 @@ MUTATIONS += [b"\n", b"\t", b"\x00", b"\x7f", b"\xc3", b"\xe9", b"\xed\xa0\x80",
     st.sampled_from(["replace", "insert", "delete"]),
     st.sampled_from(MUTATIONS),
 )
+@pytest.mark.slow
 def test_the_grammar_accepts_only_lines_parsing_finds_canonical(
     events: list[dict[str, Any]], position: int, how: str, byte: bytes
 ) -> None:
@@ -180,6 +182,7 @@ def parsed_only(monkeypatch: pytest.MonkeyPatch, data: bytes) -> Recomputed:
         return recompute_from_events(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("piece_bytes", [1, 500, 4096, 1 << 20])
 @pytest.mark.parametrize("block_bytes", [1, 333, 10**9])
 def test_pieces_and_blocks_do_not_change_the_result(

@@ -89,6 +89,7 @@ def test_non_finite_numbers_have_no_text(value: float) -> None:
 finite = st.floats(allow_nan=False, allow_infinity=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(finite)
 def test_agrees_with_the_rfc8785_package_and_the_reference_verifier(value: float) -> None:
@@ -117,6 +118,7 @@ def test_without_the_fast_path_the_event_file_is_byte_identical(
     assert build_event_file(golden_events()).sha256 == EVENTS_SHA256
 
 
+@pytest.mark.slow
 def test_without_numbas_memcpy_helper_the_event_file_is_byte_identical(tmp_path: Path) -> None:
     # The writer's one Numba internal (cgutils.raw_memcpy) is optional: without it the
     # bytes come from a plain loop, and they are the same.

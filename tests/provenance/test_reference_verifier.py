@@ -84,6 +84,7 @@ def test_number_text_matches_rfc8785_at_the_edges(value: float) -> None:
     assert number_text(value) == rfc8785.dumps(value).decode()
 
 
+@pytest.mark.slow
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_number_text_matches_rfc8785(value: float) -> None:
     assert number_text(value) == rfc8785.dumps(value).decode()
@@ -212,6 +213,7 @@ def hypothesis_runs(draw: st.DrawFn) -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hypothesis_runs())
 def test_hypothesis_runs_agree(records: list[dict[str, Any]]) -> None:

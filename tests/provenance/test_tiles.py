@@ -127,6 +127,7 @@ def test_a_tampered_tile_breaks_the_proof() -> None:
     )
 
 
+@pytest.mark.slow
 def test_entry_bundles_are_uint16_length_prefixed() -> None:
     assert entry_bundle([b"ab", b""]) == b"\x00\x02ab\x00\x00"
     assert parse_entry_bundle(b"\x00\x02ab\x00\x00") == [b"ab", b""]

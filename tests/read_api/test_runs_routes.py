@@ -111,6 +111,7 @@ def test_a_run_stored_before_its_first_live_update_is_known_everywhere(
     assert client.get("/v1/runs/nobody/minutes").status_code == 404
 
 
+@pytest.mark.slow
 def test_traffic_after_a_seal_is_live_at_once_over_the_sealed_minutes(
     client: TestClient, database_url: str
 ) -> None:
@@ -204,6 +205,7 @@ def test_cache_and_reasoning_tokens_per_minute_and_run_live_and_sealed(
         seal_run(database_url, "cached")
 
 
+@pytest.mark.slow
 def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url: str) -> None:
     sealed = seal_run(database_url, "api-run")
     response = client.get("/v1/runs/api-run/events.jsonl")
@@ -212,6 +214,7 @@ def test_events_stream_hashes_to_events_sha256(client: TestClient, database_url:
     assert response.content.count(b"\n") == 20
 
 
+@pytest.mark.slow
 def test_unknown_run_and_shard_are_404_with_message(client: TestClient) -> None:
     for path in ("/v1/runs/nope", "/v1/runs/nope/minutes", "/v1/runs/nope/events.jsonl"):
         response = client.get(path)
@@ -227,6 +230,7 @@ def test_a_nul_byte_in_a_run_id_is_404_not_500(client: TestClient) -> None:
         assert response.status_code == 404, (path, response.status_code)
 
 
+@pytest.mark.slow
 def test_whole_run_downloads_past_the_cap_get_503_with_retry_after(database_url: str) -> None:
     from tpmledger.read_api import runs_routes
     from tpmledger.read_api.heavy_requests import HeavyRequests
@@ -273,6 +277,7 @@ def _far_apart_run(database_url: str, run_id: str) -> None:
     store(database_url, rows)
 
 
+@pytest.mark.slow
 def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
     client: TestClient, database_url: str
 ) -> None:
@@ -311,6 +316,7 @@ def test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute(
     assert no_queue[100]["queue_depth_mean"] is None
 
 
+@pytest.mark.slow
 def test_minutes_of_a_bounded_window(client: TestClient, database_url: str) -> None:
     _far_apart_run(database_url, "far")
     seal_run(database_url, "far")

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fixtures.servers import wait_for
 from tpmledger.simulator.config import ServerConfig
@@ -87,6 +88,7 @@ def _stream(url: str, results: list[tuple[float, list[dict[str, Any]]]]) -> None
     results.append((first, chunks))
 
 
+@pytest.mark.slow
 def test_stream_has_usage_last_and_ttft_grows_with_queueing() -> None:
     # One batch slot: the second of two concurrent streams waits for the first to finish.
     config = ServerConfig(max_parallel=1, ttft_base_s=0.05, decode_s_per_token=0.01, **FAST)

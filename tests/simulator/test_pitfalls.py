@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from tests.fixtures.servers import start_ingest
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.run_extras import run_extras
@@ -17,6 +19,7 @@ from tpmledger.storage.server.database import in_one_snapshot
 RUN_ID = "sim_pitfalls"
 
 
+@pytest.mark.slow
 def test_every_pitfall_shows_in_the_sealed_diagnostics(database_url: str) -> None:
     ingest = start_ingest(database_url)
     try:

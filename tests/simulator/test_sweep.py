@@ -51,6 +51,7 @@ def test_parse_caps_refuses_unordered_or_non_positive() -> None:
             parse_caps(bad)
 
 
+@pytest.mark.slow
 def test_cap_past_capacity_raises_429_and_retry_share_but_not_throughput() -> None:
     with recording_otlp_receiver() as receiver:
         results = run_sweep(_base(receiver.url), [1, 4, 32])

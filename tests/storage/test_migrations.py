@@ -1,9 +1,11 @@
+import pytest
 from sqlalchemy import inspect
 
 from tpmledger.storage.server import migrate
 from tpmledger.storage.server.database import get_engine
 
 
+@pytest.mark.slow
 def test_upgrade_creates_every_table_and_downgrade_removes_them(empty_database_url: str) -> None:
     migrate.upgrade(empty_database_url)
     assert migrate.is_at_head(empty_database_url)

@@ -15,6 +15,7 @@ from unittest import mock
 import numba
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,6 +120,7 @@ def _brute(events: pl.DataFrame, shard: str | None, second: int) -> tuple[int, i
     return in_flight, depth
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(SPANS)
 def test_series_match_counting_each_interval(spans: list[Span]) -> None:
@@ -139,6 +141,7 @@ def test_series_match_counting_each_interval(spans: list[Span]) -> None:
     assert series.queue_shards == reporting
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(REVERSED_SPANS, st.booleans())
 def test_an_attempt_that_ends_before_it_starts_is_never_in_flight(
@@ -263,6 +266,7 @@ print(live.filter(pl.col("shard_id") == "*")["in_flight_max"].to_list())
 """
 
 
+@pytest.mark.slow
 def test_a_26_year_span_is_analyzed_in_bounded_memory() -> None:
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_LONG_SPAN)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+import pytest
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
@@ -70,6 +71,7 @@ def test_shard_caps_from_attempts() -> None:
     assert shard_caps(attempts) == {"0": 8, "1": 16}
 
 
+@pytest.mark.slow
 def test_sealed_tokens_count_a_nested_pair_once(database_url: str) -> None:
     trace = bytes.fromhex("ab" * 16)
     parent, child = bytes.fromhex("01" * 8), bytes.fromhex("02" * 8)

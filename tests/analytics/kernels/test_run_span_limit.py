@@ -37,6 +37,7 @@ def test_the_limit_counts_minutes_first_to_last() -> None:
         check_run_minutes("r", 0, 31 * 1440)
 
 
+@pytest.mark.slow
 def test_a_run_26_years_long_is_refused_by_name_everywhere(database_url: str) -> None:
     # Before: the seal filled 13.7 M minutes (MemoryError under 2 GiB); the live view
     # built a dict per minute in the ingest process answering GET /v1/runs/{id}.

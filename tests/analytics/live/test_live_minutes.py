@@ -195,6 +195,7 @@ def assert_sketched_within_accuracy(live: dict[str, Any], sealed: dict[str, Any]
     seal_after=st.one_of(st.none(), st.integers(0, 4)),
     resend_share=st.floats(0, 0.5),
 )
+@pytest.mark.slow
 def test_live_table_equals_batch_table_for_any_arrival_order(
     database_url: str,
     specs: list[dict[str, Any]],

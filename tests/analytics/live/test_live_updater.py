@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import polars as pl
+import pytest
 
 from tests.analytics.live.test_live_minutes import _assert_same
 from tests.analytics.seeding import store
@@ -45,6 +46,7 @@ def _busy_batch(run_id: str, rng: random.Random, count: int) -> list[tuple[Any, 
     return rows
 
 
+@pytest.mark.slow
 def test_a_busy_minute_is_folded_from_the_new_rows_and_holds_no_attempt_rows(
     database_url: str,
 ) -> None:

@@ -22,6 +22,7 @@ def _written_here(database_url: str, run_id: str) -> bytes:
     return b"".join(parts)
 
 
+@pytest.mark.slow
 def test_the_child_writes_the_bytes_of_the_file_written_here(database_url: str) -> None:
     store(database_url, [attempt_row(run_id="child") for _ in range(7)])
 
@@ -39,6 +40,7 @@ def test_the_child_writes_the_bytes_of_the_file_written_here(database_url: str) 
     assert hashlib.sha256(body).hexdigest() == hashlib.sha256(expected).hexdigest()
 
 
+@pytest.mark.slow
 def test_an_unknown_run_is_unknown_and_leaves_no_process(database_url: str) -> None:
     async def scenario() -> None:
         file = EventFileProcess(database_url, "nope")
@@ -52,6 +54,7 @@ def test_an_unknown_run_is_unknown_and_leaves_no_process(database_url: str) -> N
     assert not psutil.Process().children()
 
 
+@pytest.mark.slow
 def test_closing_before_the_end_stops_the_child(database_url: str) -> None:
     store(database_url, [attempt_row(run_id="left") for _ in range(5)])
 
@@ -67,6 +70,7 @@ def test_closing_before_the_end_stops_the_child(database_url: str) -> None:
     assert not psutil.Process().children()
 
 
+@pytest.mark.slow
 def test_the_database_url_is_not_on_the_childs_command_line(database_url: str) -> None:
     store(database_url, [attempt_row(run_id="quiet") for _ in range(2)])
 

@@ -51,6 +51,7 @@ def _archived_span_ids(folder: Path) -> set[str]:
     return {json.loads(line)["span_id"] for line in lines}
 
 
+@pytest.mark.slow
 def test_a_backfilled_run_still_receiving_spans_is_not_due(
     database_url: str, tmp_path: Path, key: SigningKey
 ) -> None:
@@ -87,6 +88,7 @@ def _post(server: RunningIngest, run_id: str, count: int) -> tuple[set[str], int
     return ids, response.partial_success.rejected_spans, response.partial_success.error_message
 
 
+@pytest.mark.slow
 def test_spans_for_an_archived_run_are_refused_naming_the_archive(
     running_ingest: RunningIngest, tmp_path: Path, key: SigningKey
 ) -> None:

@@ -76,6 +76,7 @@ def test_a_dry_run_changes_nothing(
     assert _attempts(database_url, "old-run") == 30
 
 
+@pytest.mark.slow
 def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
     runs: Path,
     database_url: str,
@@ -134,6 +135,7 @@ def test_archive_folders_stay_inside_the_archive_and_never_collide(tmp_path: Pat
     assert archive_path(tmp_path, first.name) != first
 
 
+@pytest.mark.slow
 def test_one_bad_run_never_stops_the_others(
     database_url: str,
     tmp_path: Path,
@@ -171,6 +173,7 @@ def test_one_bad_run_never_stops_the_others(
     assert _attempts(database_url, "a-too-long") == 2  # kept, tried again next prune
 
 
+@pytest.mark.slow
 def test_a_folder_of_another_run_is_never_reused(
     database_url: str,
     tmp_path: Path,
@@ -233,6 +236,7 @@ def _change_one_proven_leaf(archive: Path) -> None:
         (_change_one_proven_leaf, "minute proofs"),
     ],
 )
+@pytest.mark.slow
 def test_a_corrupted_archive_keeps_the_runs_spans_with_a_reason(
     runs: Path,
     database_url: str,

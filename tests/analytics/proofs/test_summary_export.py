@@ -23,6 +23,7 @@ SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resend_count", [None, 1], ids=["retries not measured", "measured"])
 def test_streamed_export_equals_the_whole_one(
     database_url: str, tmp_path: Path, resend_count: int | None

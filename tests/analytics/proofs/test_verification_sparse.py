@@ -3,6 +3,7 @@ a shard's missing minute and a stored empty row (sealed before rows were sparse)
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import text
 
 from tests.analytics.seeding import store
@@ -15,6 +16,7 @@ SECOND = 1_000_000_000
 DAY = 86_400 * SECOND
 
 
+@pytest.mark.slow
 def test_a_sparse_run_verifies_and_so_does_an_empty_row_stored_the_old_way(
     database_url: str,
 ) -> None:

@@ -45,6 +45,7 @@ def versions(database_url: str) -> str:
     return database_url
 
 
+@pytest.mark.slow
 def test_a_later_version_is_proven_to_extend_an_earlier_one(versions: str) -> None:
     document = in_one_snapshot(versions, prove_consistency, "grow", 1, 2)
     assert set(document) == {"run_id", "from", "to", "proof"}
@@ -55,6 +56,7 @@ def test_a_later_version_is_proven_to_extend_an_earlier_one(versions: str) -> No
     assert check_consistency(tampered) is not None
 
 
+@pytest.mark.slow
 def test_late_data_is_refused_naming_the_changed_minutes(versions: str) -> None:
     with pytest.raises(ConsistencyRefused, match=r"2026-02-01T03:45:00Z"):
         in_one_snapshot(versions, prove_consistency, "grow", 2, 3)
@@ -62,6 +64,7 @@ def test_late_data_is_refused_naming_the_changed_minutes(versions: str) -> None:
         in_one_snapshot(versions, prove_consistency, "grow", 1, 3)
 
 
+@pytest.mark.slow
 def test_cli_and_api(
     versions: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -111,6 +114,7 @@ def test_cli_and_api(
     assert "has no sealed version 2147483648" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
     versions: str,
 ) -> None:
@@ -127,6 +131,7 @@ def test_each_version_records_its_last_minute_and_a_rebase_names_late_data(
     }
 
 
+@pytest.mark.slow
 def test_a_checkpoint_seals_closed_minutes_and_the_final_version_extends_it(
     database_url: str,
 ) -> None:

@@ -50,6 +50,7 @@ def test_a_run_that_stopped_receiving_data_gets_no_checkpoint(database_url: str)
     )
 
 
+@pytest.mark.slow
 def test_a_checkpoint_exports_and_verifies_after_the_run_grew(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,6 +93,7 @@ def test_a_checkpoint_exports_and_verifies_after_the_run_grew(
     assert main(["summary", "export", "grow", "--version", "99", "--out", str(tmp_path / "x")]) == 1
 
 
+@pytest.mark.slow
 def test_a_checkpoint_is_sealed_in_a_child_process_under_the_claim(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

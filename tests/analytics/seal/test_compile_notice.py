@@ -26,6 +26,7 @@ def test_a_compilation_is_announced_once(
     assert capsys.readouterr().err == NOTICE + "\n"
 
 
+@pytest.mark.slow
 def test_slow_warming_without_a_compilation_says_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -103,6 +103,7 @@ def _assert_equal(
     chunk_attempts=st.integers(1, 40),
     cut_minute=st.one_of(st.none(), st.integers(1, 6)),
 )
+@pytest.mark.slow
 def test_streamed_run_equals_the_whole_run(
     database_url: str, specs: list[dict[str, Any]], chunk_attempts: int, cut_minute: int | None
 ) -> None:
@@ -190,6 +191,7 @@ DAY = 1_440 * MINUTE
     days=st.lists(st.sampled_from([0, 0, 1, 2]), min_size=12, max_size=12),
     chunk_attempts=st.integers(1, 12),
 )
+@pytest.mark.slow
 def test_a_sparse_run_equals_the_whole_run(
     database_url: str, specs: list[dict[str, Any]], days: list[int], chunk_attempts: int
 ) -> None:
@@ -201,6 +203,7 @@ def test_a_sparse_run_equals_the_whole_run(
     _assert_equal(database_url, run_id, chunk_attempts, None)
 
 
+@pytest.mark.slow
 def test_a_sparse_run_keeps_rows_for_its_attempts_not_for_shards_times_minutes(
     database_url: str,
 ) -> None:
@@ -240,6 +243,7 @@ def test_a_sparse_run_keeps_rows_for_its_attempts_not_for_shards_times_minutes(
     fetch_attempts=st.integers(1, 6),
     cut_minute=st.one_of(st.none(), st.integers(1, 6)),
 )
+@pytest.mark.slow
 def test_full_minutes_read_in_slices_one_chunk_at_a_time_equal_the_whole_run(
     database_url: str, specs: list[dict[str, Any]], fetch_attempts: int, cut_minute: int | None
 ) -> None:
@@ -263,6 +267,7 @@ def test_slices_cover_the_range_once_and_follow_the_runs_rate() -> None:
     assert fetch_slices(plan, low, low + MINUTE, 1_000) == [(low, low + MINUTE)]
 
 
+@pytest.mark.slow
 def test_a_full_chunk_is_let_go_before_the_next_is_read(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

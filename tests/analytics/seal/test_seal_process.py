@@ -46,6 +46,7 @@ def no_seal_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sealing, "seal_unless_current", refuse)
 
 
+@pytest.mark.slow
 def test_export_and_prune_of_unsealed_runs_seal_in_a_child_process(
     database_url: str,
     tmp_path: Path,
@@ -90,6 +91,7 @@ def test_a_run_sealed_final_starts_no_child(
         seal_in_own_process(database_url, "quiet", even_if_current=True)
 
 
+@pytest.mark.slow
 def test_the_childs_failure_comes_back_with_its_kind(database_url: str) -> None:
     day = 86_400 * SECOND
     store(
@@ -106,6 +108,7 @@ def test_the_childs_failure_comes_back_with_its_kind(database_url: str) -> None:
     assert "\n" not in failed.value.message
 
 
+@pytest.mark.slow
 def test_the_url_goes_to_the_child_by_environment_not_argument(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -240,6 +240,7 @@ def runs(draw: st.DrawFn) -> Run:
     cuts=st.lists(st.integers(1, 6), max_size=6),
     slo=st.sampled_from(SLOS),
 )
+@pytest.mark.slow
 def test_chunk_by_chunk_the_figures_equal_the_whole_runs(
     run: Run, cuts: list[int], slo: Slo | None
 ) -> None:
@@ -345,6 +346,7 @@ def test_a_run_without_attempts(chunks: int) -> None:
     assert_whole_run_figures(run, figures, slo)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=runs(), cuts=st.lists(st.integers(1, 6), max_size=6))
 def test_attempts_whose_key_hashes_collide_are_still_found(run: Run, cuts: list[int]) -> None:

@@ -57,6 +57,7 @@ def test_document_fields_and_seal(database_url: str) -> None:
     assert sum(r["calls_in_minute"] for r in rows if r["shard_id"] == "*") == 40
 
 
+@pytest.mark.slow
 def test_new_data_new_version_and_unchanged_is_skipped(database_url: str) -> None:
     store(database_url, _rows(10))
     first = seal_run(database_url, "sealed")

@@ -66,6 +66,7 @@ def _served(url: str, version: int) -> list[bytes]:
         return leaves
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("measured", [False, True], ids=["retries-null", "retries-measured"])
 def test_a_version_stores_only_changed_minutes_with_attempts(
     database_url: str, measured: bool

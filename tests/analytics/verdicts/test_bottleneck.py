@@ -143,6 +143,7 @@ def _garbage(m: int, lane: int, i: int) -> dict[str, Any]:
     return {HEADER + "x-ratelimit-limit-tokens": ["9000"]}
 
 
+@pytest.mark.slow
 def test_garbage_header_values_are_counted_and_poison_no_minute(
     running_ingest: RunningIngest,
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
@@ -71,6 +73,7 @@ def test_thresholds_are_parameters() -> None:
     assert walk_caps(points, SweepThresholds(min_throughput_gain=0.05))[1] == 4
 
 
+@pytest.mark.slow
 def test_load_sweep_reads_latest_snapshots(database_url: str) -> None:
     for cap, per_minute in ((2, 1), (4, 3)):
         rows = [

@@ -93,6 +93,7 @@ def test_throughput_gain_with_falling_goodput_is_not_improved(database_url: str)
     assert result["params"]["slo"] == "ttft=0.5"
 
 
+@pytest.mark.slow
 def test_seeded_results_repeat_and_parameters_change_them(database_url: str) -> None:
     seed_profile(database_url, "a", **BASE)
     seed_profile(database_url, "b", calls=22, tokens=100, retried=2)

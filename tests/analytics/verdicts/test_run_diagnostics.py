@@ -52,6 +52,7 @@ def test_no_storm_under_the_budget_and_none_when_retries_are_not_measured(
     assert diagnostics["target_saturation"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on", ["span", "resource"])
 def test_deadline_overruns_at_a_known_share(database_url: str, on: str) -> None:
     # 10 attempts with a 5 s deadline; 3 held their slot 8 s: share 0.3, 9 s wasted.
@@ -78,6 +79,7 @@ def test_tool_spans_inside_slots_are_a_share_of_slot_seconds(database_url: str) 
     }
 
 
+@pytest.mark.slow
 def test_target_saturation_against_a_declared_target_cap(database_url: str) -> None:
     store(database_url, target_rows("targets", cap=2, overlapping=3))
     (target,) = sealed_diagnostics(database_url, "targets")["target_saturation"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.kernels.figure_rules import is_retry_storm_minute
@@ -133,6 +135,7 @@ def test_retries_not_measured_leave_retry_series_out(database_url: str) -> None:
     assert series.retry_storm is None
 
 
+@pytest.mark.slow
 def test_window_keeps_live_runs_and_recent_sealed_runs(database_url: str) -> None:
     store(database_url, _fleet("sealed-run", 5))
     seal_run(database_url, "sealed-run", force=True)

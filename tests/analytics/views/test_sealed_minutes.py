@@ -17,6 +17,7 @@ SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("measured", [False, True])
 def test_sealed_rows_read_alone_equal_the_merged_table(database_url: str, measured: bool) -> None:
     run = f"sealed-minutes-{measured}"

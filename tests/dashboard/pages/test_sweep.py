@@ -72,6 +72,9 @@ def test_a_live_cap_makes_the_recommendation_provisional(
     rows = browser.find_elements(By.CSS_SELECTOR, "#sweep-points tbody tr")
     statuses = [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows]
     assert statuses == ["sealed", "live — provisional"]
+    # A live cap's walk verdict is provisional in words, never "rejected" (issue 37).
+    walk = [r.find_elements(By.TAG_NAME, "td")[8].text for r in rows]
+    assert "rejected" not in walk[1] and "so far (live, provisional)" in walk[1]
     screenshot(browser, output_dir, "sweep-page-live-cap")
 
 

@@ -70,6 +70,7 @@ def _stored(conn: psycopg.Connection, table: str) -> list[tuple[Any, ...]]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(batch=st.lists(rows(), min_size=1, max_size=6))
 def test_encoded_rows_store_what_psycopg_stores(database_url: str, batch: list[Any]) -> None:
     with psycopg.connect(libpq_url(database_url)) as conn:
