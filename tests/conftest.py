@@ -176,13 +176,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     One full run in three on the CI machine (1,218 passed) ended in a segmentation fault
     during interpreter finalization, after pytest had printed its summary: a native
     library's thread torn down at exit, not a test. Exiting here skips that teardown and
-    keeps the exit status the tests decided; the crash is noted for investigation.
+    keeps the exit status the tests decided; the crash is noted for investigation (issue
+    40: not reproduced in targeted runs of the in-process gRPC-client tests, and the full
+    suite could not be run three times; see the i40 closing report). Before leaving, what
+    the tests left behind (gRPC channels of exporters never shut down, the usual cause of
+    such crashes in gRPC Python) is collected while the interpreter is still whole, so a
+    crash there is not skipped, and the skip itself is said on stderr, not silent.
     """
+    import gc
     import os
     import sys
 
     status = getattr(config, "_tpmledger_exitstatus", None)
     if status is not None and os.environ.get("CI"):
+        gc.collect()
+        print(
+            "tests/conftest.py: exiting by os._exit after the summary (interpreter teardown "
+            "skipped under CI, issue 40)",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(status))

@@ -131,7 +131,7 @@ def _held_open_chunked_body(server: RunningIngest, size: int) -> socket.socket:
     host, port = server.http_url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=60)
     sock.sendall(
-        b"POST /v1/traces HTTP/1.1\r\nHost: ingest\r\n"
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/x-protobuf\r\nTransfer-Encoding: chunked\r\n\r\n"
         + f"{size:x}\r\n".encode()
         + bytes(size)

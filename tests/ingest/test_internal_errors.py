@@ -88,6 +88,8 @@ def test_a_normalizer_bug_is_retried_by_the_exporters_and_loses_nothing(
         exposition = httpx.get(f"{server.http_url}/metrics", timeout=5).text
         assert "tpmledger_ingest_spans_rejected_total 0.0" in exposition
     finally:
+        for exporter in exporters:
+            exporter.shutdown()  # a gRPC channel left to interpreter teardown can crash it
         server.stop()
     count, ids = stored_ids(database_url)
     assert count == len(spans) and ids == span_ids(spans)

@@ -130,7 +130,7 @@ async def _serve_one_request(answer_without_reading: bool) -> tuple[list[int], i
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = bytes(300_000)
     writer.write(
-        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
     )
     writer.write(body)
