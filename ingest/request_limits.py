@@ -22,6 +22,7 @@ and the message says to send smaller batches.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -107,7 +108,10 @@ _SHALLOW_SCOPE_SPANS: Final[dict[int, tuple[str | None, str | None]]] = {
 }
 _SPAN_ATTRIBUTE_TAG: Final = b"\x4a"  # Span.attributes: field 9, length-delimited
 _SPAN_EVENT_TAG: Final = b"\x5a"  # Span.events: field 11
-_MAX_DEPTH: Final = 64  # nested values deeper than this are refused (400)
+_MAX_DEPTH: Final = 64
+# The walk runs in a thread of the listener's process: every 4,096 things counted it
+# gives the GIL up, so the event loop (``/healthz``, other requests) waits milliseconds.
+_YIELD_EVERY: Final = 0xFFF  # nested values deeper than this are refused (400)
 
 
 @dataclass
@@ -276,6 +280,8 @@ class _Walk:
         counts = self.counts
         if counter == "items":
             counts.items += 1
+            if not counts.items & _YIELD_EVERY:
+                time.sleep(0)
             if counts.items > self.limits["items"]:
                 name = _ITEM_NAMES[counts.signal]
                 raise PayloadTooLarge(
@@ -284,6 +290,8 @@ class _Walk:
                 )
         else:
             counts.attributes += 1
+            if not counts.attributes & _YIELD_EVERY:
+                time.sleep(0)  # let the event loop's thread take the GIL now and then
             if counts.attributes > self.limits["attributes"]:
                 raise PayloadTooLarge(
                     f"request holds more than {self.limits['attributes']} attributes, the "
