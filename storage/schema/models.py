@@ -122,7 +122,7 @@ attempts_table = Table(
         postgresql_where=text("parent_span_id IS NOT NULL"),
     ),
     # A run's HTTP client attempts (docs/conventions.md#attempts; usually none) and a
-    # call's siblings among them (storage/call_attempts.py probes them per attempt).
+    # call's siblings among them (storage/readers/call_attempts.py probes them per attempt).
     Index(
         "ix_attempts_run_id_http",
         "run_id",
