@@ -1,5 +1,5 @@
 """Run-level figures over a run's whole-run minute rows and totals: one formula each
-(docs/metrics.md#run-figures).
+(docs/metrics.md#per-run).
 
 Plain Python over at most a few thousand rows, so the read API's process can call them
 without Polars. The streaming seal passes every minute of the version; the live run object
