@@ -147,6 +147,8 @@ def scrape_targets(args: argparse.Namespace, settings: Settings) -> list[str]:
     extra = getattr(args, "scrape", None) or []
     if not extra:
         return list(settings.scrape_targets)
+    from tpmledger.settings import Settings  # imported when up runs (--help stays quick)
+
     merged = Settings.model_validate({"scrape_targets": [*settings.scrape_targets, *extra]})
     return list(dict.fromkeys(merged.scrape_targets))
 
