@@ -11,6 +11,7 @@ backends, which would keep its shared memory in use).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import subprocess
@@ -21,6 +22,21 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "tpmledger"
+
+
+#: Longest runtime folder whose socket path pgserver can bind: a Unix socket path holds at
+#: most 107 bytes, and pgserver adds ``/python_PostgresServer/<10 hex>/.s.PGSQL.5432``.
+_RUNTIME_MAX = 107 - len("/python_PostgresServer/0123456789/.s.PGSQL.5432")
+
+
+def runtime_dir(data_dir: Path) -> Path:
+    """Where the server's socket lives: ``<data dir>/run``, or, when that path is too long
+    for a Unix socket, a short folder of this user's named by the data directory."""
+    own = Path(data_dir).resolve() / "run"
+    if len(str(own).encode()) <= _RUNTIME_MAX:
+        return own
+    tag = hashlib.sha256(str(own).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"tpmledger-{os.getuid()}" / tag
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -43,7 +59,7 @@ class EmbeddedPostgres:
         """Start the server if needed and return the URL of the tpmledger database. With
         ``create=False`` a missing tpmledger database raises :class:`LookupError` (the
         server is left started: call :meth:`stop`)."""
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent / "run"))
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime_dir(self.pgdata.parent)))
         Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
         import pgserver  # imported lazily: it is only needed for the embedded mode
 

@@ -30,3 +30,15 @@ def test_a_throwaway_server_answers_stops_and_starts_again(tmp_path: Path) -> No
             assert conn.execute("SELECT 2").fetchone() == (2,)
     finally:
         server.cleanup()
+
+
+def test_a_long_data_dir_still_gets_a_socket_path_that_fits(tmp_path: Path) -> None:
+    from tpmledger.storage.server.embedded_postgres import _RUNTIME_MAX, runtime_dir
+
+    short = tmp_path / "d"
+    assert runtime_dir(short) == short.resolve() / "run" or len(str(tmp_path)) > _RUNTIME_MAX - 6
+    deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "data"
+    chosen = runtime_dir(deep)
+    assert len(str(chosen).encode()) <= _RUNTIME_MAX
+    assert runtime_dir(deep) == chosen  # the same folder every time for one data dir
+    assert runtime_dir(deep / "other") != chosen
