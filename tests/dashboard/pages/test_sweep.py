@@ -73,7 +73,7 @@ def test_a_live_cap_makes_the_recommendation_provisional(
     statuses = [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows]
     assert statuses == ["sealed", "live — provisional"]
     # A live cap's walk verdict is provisional in words, never "rejected" (issue 37).
-    walk = [r.find_elements(By.TAG_NAME, "td")[8].text for r in rows]
+    walk = [r.find_elements(By.TAG_NAME, "td")[9].text for r in rows]  # after "Serving side"
     assert "rejected" not in walk[1] and "so far (live, provisional)" in walk[1]
     screenshot(browser, output_dir, "sweep-page-live-cap")
 
