@@ -26,7 +26,7 @@ def _stalled_upload(http_url: str, declared: int) -> socket.socket:
     parts = urlsplit(http_url)
     sock = socket.create_connection((parts.hostname, parts.port))
     sock.sendall(
-        b"POST /v1/traces HTTP/1.1\r\nHost: ingest\r\n"
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/x-protobuf\r\n" + f"Content-Length: {declared}\r\n\r\n".encode()
     )
     return sock
