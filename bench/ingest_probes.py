@@ -104,7 +104,7 @@ def slow_sender(url: str, host: str, port: int, grpc_port: int) -> dict[str, obj
     for _ in range(2):
         sock = socket.create_connection((host, port))
         sock.sendall(
-            b"POST /v1/traces HTTP/1.1\r\nHost: ingest\r\n"
+            b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/x-protobuf\r\nContent-Length: 16777216\r\n\r\n"
         )
         stalled.append(sock)
