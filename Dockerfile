@@ -33,7 +33,7 @@ RUN groupadd --system --gid 10001 tpmledger \
 
 COPY --from=dependencies /opt/tpmledger/venv /opt/tpmledger/venv
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY tpmledger/ tpmledger/
 COPY ingest/ ingest/
 COPY storage/ storage/

@@ -164,8 +164,9 @@ build_app() {
     step "tpmledger image $APP_IMAGE"
     builder_env
     # The build context: the files the Dockerfile copies, plus the wheelhouse as wheels/.
-    tar -c --exclude=__pycache__ -C "$ROOT" Dockerfile pyproject.toml README.md requirements.lock \
-        tpmledger -C "$CACHE" wheels |
+    tar -c --exclude=__pycache__ -C "$ROOT" Dockerfile pyproject.toml setup.py README.md LICENSE \
+        requirements.lock tpmledger ingest storage analytics dashboard migrations \
+        -C "$CACHE" wheels |
         docker build -q -t "$APP_IMAGE" --build-arg "BASE_IMAGE=$BASE_IMAGE" \
             --build-arg WHEELHOUSE=wheels - >/dev/null
     step_done "built"
