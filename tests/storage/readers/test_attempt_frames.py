@@ -119,7 +119,7 @@ def test_the_plain_fetch_gives_the_frame_the_compiled_parser_gives(database_url:
 
     from tpmledger import compiled_kernels
     from tpmledger.storage.readers.attempt_frames import copy_select
-    from tpmledger.storage.readers.live_window import _COLUMNS, LIVE_WINDOW_KINDS
+    from tpmledger.storage.readers.live_window import LIVE_WINDOW_KINDS, _columns
 
     rows = [
         attempt_row(
@@ -136,7 +136,8 @@ def test_the_plain_fetch_gives_the_frame_the_compiled_parser_gives(database_url:
     ]
     with raw_transaction(database_url) as conn:
         write_attempts(conn, rows)
-    query = sql.SQL(f"SELECT {_COLUMNS} FROM attempts WHERE run_id = 'run-a' ORDER BY end_ns")
+    select = _columns("w").replace("{table}", "attempts")
+    query = sql.SQL(f"SELECT {select} WHERE w.run_id = 'run-a' ORDER BY w.end_ns").format()
     with raw_transaction(database_url) as conn:
         compiled = copy_select(conn, query, LIVE_WINDOW_KINDS)
         compiled_kernels.compiling()
