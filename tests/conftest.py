@@ -56,8 +56,10 @@ def pg_server_url() -> Iterator[str]:
     # Outside pytest's basetemp: pytest prunes old basetemps, and a concurrent pytest
     # session doing so would pull the data directory from under a running server.
     root = Path(tempfile.mkdtemp(prefix="tpmledger-test-pg-"))
-    runtime = root / "xdg-runtime"
-    runtime.mkdir(mode=0o700)
+    # The servers' sockets go in a short folder of its own: pgserver puts them under
+    # XDG_RUNTIME_DIR, and a Unix socket path holds at most 107 bytes, which a deep TMPDIR
+    # (scripts/test.sh gives each run one) would pass.
+    runtime = Path(tempfile.mkdtemp(prefix="tl-run-", dir="/tmp"))  # mode 0700
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     server = throwaway_server(root / "pgdata")
     try:
@@ -65,6 +67,7 @@ def pg_server_url() -> Iterator[str]:
     finally:
         server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _admin(url: str) -> psycopg.Connection:
