@@ -80,10 +80,10 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(FIRST_CHUNK_DELAY_S)
         for index, word in enumerate(COMPLETION_WORDS):
             delta = {"content": word, **({"role": "assistant"} if index == 0 else {})}
-            self._event(_chunk(model, delta, None))
-        self._event(_chunk(model, {}, "stop"))
+            self._event(stream_chunk(model, delta, None))
+        self._event(stream_chunk(model, {}, "stop"))
         if include_usage:
-            self._event({**_chunk(model, {}, None), "choices": [], "usage": usage})
+            self._event({**stream_chunk(model, {}, None), "choices": [], "usage": usage})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
@@ -110,7 +110,8 @@ def _completion(model: str, usage: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _chunk(model: str, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+def stream_chunk(model: str, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+    """One server-sent chunk of a streamed chat completion (the OpenAI wire shape)."""
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.ingest.openai_compatible_server import stream_chunk
+
 PROMPT_TOKENS = 11  # 10 + one message
 COMPLETION_WORDS = ("Hello", " from", " the", " test", " server", ".")
 COMPLETION_TOKENS = len(COMPLETION_WORDS)
@@ -122,9 +124,11 @@ def _handler(provider: QuotaProvider) -> type[BaseHTTPRequestHandler]:
             time.sleep(0.02)
             for index, word in enumerate(COMPLETION_WORDS):
                 delta = {"content": word, **({"role": "assistant"} if index == 0 else {})}
-                self._event(_chunk(delta, None))
-            self._event(_chunk({}, "stop"))
-            self._event({**_chunk({}, None), "choices": [], "usage": _usage()})
+                self._event(stream_chunk(RESPONSE_MODEL, delta, None))
+            self._event(stream_chunk(RESPONSE_MODEL, {}, "stop"))
+            self._event(
+                {**stream_chunk(RESPONSE_MODEL, {}, None), "choices": [], "usage": _usage()}
+            )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
@@ -153,16 +157,6 @@ def _completion() -> dict[str, Any]:
         "model": RESPONSE_MODEL,
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
         "usage": _usage(),
-    }
-
-
-def _chunk(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-quota",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": RESPONSE_MODEL,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
     }
 
 
