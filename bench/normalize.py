@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-# bench/ holds scripts named like the packages (bench/ingest.py): import the real ones.
+# bench/ holds scripts named like the packages (bench/ingest_alone.py): import the real ones.
 _ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]
 sys.path.insert(0, str(_ROOT))

@@ -2,7 +2,7 @@
 
 Normalizing and encoding a request (:func:`ingest.request_encoding.encode_request`) is
 pure-Python CPU work: in the listener's process it holds the GIL, so one ingest process
-could use one core while the machine has more (bench/ingest.py: the normalizer, not
+could use one core while the machine has more (bench/ingest_alone.py: the normalizer, not
 PostgreSQL, was the limit). :class:`NormalizePool` runs it in ``workers`` spawned
 processes instead. A request crosses as one ``bytes`` object and comes back as one COPY
 text block, so the hand-over costs a copy, not a per-span conversion. The listeners, the
@@ -35,7 +35,7 @@ _RETRY_AFTER_S = 1
 def default_workers() -> int:
     """One normalizer process per core (1 to 8). On the 2-core benchmark machine, with
     PostgreSQL on the same host, 2 workers beat 1 when the machine was otherwise idle
-    (bench/ingest.py: 20.4k vs 17.7k and 18.3k vs 13.2k durable spans/s) and tied under
+    (bench/ingest_alone.py: 20.4k vs 17.7k and 18.3k vs 13.2k durable spans/s) and tied under
     other load; 3 were no faster. A worker costs about 31 MiB."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
 

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 _GRACE_S = 15.0
 # Writer connections draining the queue. Two helped while normalizing ran in this process
 # (~6,000 → ~7,400 spans/s); with normalizer workers one is as fast and cheaper: bigger
-# groups, fewer threads contending for this process's GIL (bench/ingest.py, 500k spans,
+# groups, fewer threads contending for this process's GIL (bench/ingest_alone.py, 500k spans,
 # alternating: 16.7k/17.0k spans/s with one, 16.6k/17.3k with two; CPU-projected 23.8-24.0k
 # vs 22.3-22.9k).
 WRITER_CONNECTIONS = 1

@@ -1,6 +1,6 @@
 """Durable ingest throughput against a raw COPY of the same rows (README.md#benchmarks, issue 9).
 
-    .venv/bin/python bench/ingest.py [--spans 500000] [--senders 8] [--batch 512]
+    .venv/bin/python bench/ingest_alone.py [--spans 500000] [--senders 8] [--batch 512]
                                      [--profile] [--out bench/results/ingest.txt]
 
 1. A fresh, migrated database (on ``TPMLEDGER_DATABASE_URL``'s server, else an embedded
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {os.cpu_count()} cpus, {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.machine()}; load average before "
         f"{load_before[0]:.1f}, at end of load {load_during[0]:.1f} (other work shares the cores)",
-        f"command: .venv/bin/python bench/ingest.py --spans {args.spans} "
+        f"command: .venv/bin/python bench/ingest_alone.py --spans {args.spans} "
         f"--senders {args.senders} --batch {args.batch}"
         + "".join(f" --env {item}" for item in args.env)
         + (" --profile" if args.profile else ""),
