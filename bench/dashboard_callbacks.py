@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import seal as seal_bench  # the 1M-attempt generator shared with bench/seal.py
+import seal_workload as seal_bench  # the 1M-attempt generator bench/seal.py uses
 
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.dashboard.app import create_app
