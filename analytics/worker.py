@@ -138,7 +138,7 @@ def warm_in_child() -> None:
     does the live path, one kernel at a time. This process never loads the kernels only a
     seal uses, such as the event-file writer's."""
     done = subprocess.run(
-        [sys.executable, "-m", "tpmledger.analytics.seal.kernel_warmup"],
+        [sys.executable, "-P", "-m", "tpmledger.analytics.seal.kernel_warmup"],
         stdout=subprocess.PIPE,
         text=True,
         check=False,

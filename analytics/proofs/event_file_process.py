@@ -53,6 +53,7 @@ class EventFileProcess:
         env = {**os.environ, URL_VARIABLE: self._url}
         self._process = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",
             "-m",
             __name__,
             self.run_id,

@@ -106,7 +106,7 @@ def seal_run_in_child(
 def _run_child(url: str, run_id: str, arguments: list[str]) -> str:
     """Run the child; its standard output, or :class:`SealFailed`."""
     done = subprocess.run(
-        [sys.executable, "-m", __name__, run_id, *arguments],
+        [sys.executable, "-P", "-m", __name__, run_id, *arguments],
         env={**os.environ, URL_VARIABLE: url},
         stdout=subprocess.PIPE,
         text=True,

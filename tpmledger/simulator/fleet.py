@@ -143,6 +143,7 @@ async def _run_shards(
         for shard_id in range(config.shards):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
+                "-P",
                 "-m",
                 "tpmledger.simulator.shard_process",
                 stdin=asyncio.subprocess.PIPE,

@@ -27,7 +27,7 @@ from tpmledger.simulator.llm_server import build_app
 def running_llm_server(config: ServerConfig, host: str = "127.0.0.1") -> Iterator[str]:
     """Start a server process; yield its base URL (``http://host:port``); stop it on exit."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tpmledger.simulator.server_process", host],
+        [sys.executable, "-P", "-m", "tpmledger.simulator.server_process", host],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,  # Ctrl-C reaches the fleet first; it stops us in order
