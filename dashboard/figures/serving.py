@@ -87,17 +87,20 @@ def serving_figure(
             _line(x, tokens, f"{name} tokens counted", color, "y3", dash="dash"),
         ]  # fmt: skip
     minutes = sorted({m for trace in data for m in trace["x"]})
+    # The legend (two client entries, five per server, "in progress") goes below the axis, in
+    # rows of three: above it, its rows ran over the title and the top panel.
+    legend_rows = -(-(len(data) + 1) // 3)
     layout = base_layout(
-        height=620,
-        margin={"l": 64, "r": 64, "t": 120, "b": 56},
+        height=560 + 22 * legend_rows,
+        margin={"l": 64, "r": 64, "t": 48, "b": 80 + 22 * legend_rows},
         title={"text": "Serving side: server queue and KV cache beside the client", "x": 0,
                "y": 0.99},
+        legend={"orientation": "h", "x": 0, "y": -0.17, "yanchor": "top"},
         xaxis=time_axis(minutes=minutes) | {"anchor": "y3"},
-        yaxis=value_axis("requests (client in-flight, server running / waiting)",
-                         domain=[0.68, 1]),
-        yaxis2=value_axis("KV-cache use", domain=[0.36, 0.62], anchor="x",
+        yaxis=value_axis("requests", domain=[0.70, 1]),
+        yaxis2=value_axis("KV cache", domain=[0.37, 0.63], anchor="x",
                           range=[0, 1.05], tickformat=".0%"),
-        yaxis3=value_axis("tokens per minute", domain=[0, 0.30], anchor="x"),
+        yaxis3=value_axis("tokens / min", domain=[0, 0.30], anchor="x"),
     )  # fmt: skip
     layout["shapes"].append(
         {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y2", "y0": KV_FULL,

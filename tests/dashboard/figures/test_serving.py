@@ -62,3 +62,19 @@ def test_the_sweep_table_says_each_caps_server_saturation() -> None:
     )
     assert server_saturation_text({"evidence": {}}) == "not measured"
     assert server_saturation_text(None) == "not measured"
+
+
+def test_the_legend_sits_below_the_panels_and_each_axis_title_fits_its_panel() -> None:
+    # Above the panels, the wrapped legend of a run with two servers ran over the title and the
+    # top panel, and the long axis titles ran into each other (seen in a real browser).
+    servers = [_server(0), _server(0, instance="gpu-2:8000")]
+    fig = serving_figure(CLIENT, servers)
+    layout = fig["layout"]
+    rows = -(-(len(fig["data"]) + 1) // 3)
+    assert layout["legend"]["y"] < 0 and layout["legend"]["yanchor"] == "top"
+    assert layout["margin"]["b"] >= 80 + 22 * rows
+    plot_height = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    for axis in ("yaxis", "yaxis2", "yaxis3"):
+        low, high = layout[axis]["domain"]
+        title = layout[axis]["title"]["text"]
+        assert len(title) * 7 <= (high - low) * plot_height, (axis, title)
