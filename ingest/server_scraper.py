@@ -65,6 +65,7 @@ class TargetState:
     last_duration_s: float | None = None
     readings_total: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    warned: bool = False  # a warning was logged for it while it had never answered
 
 
 def fetch(url: str, timeout_s: float) -> str:
@@ -126,9 +127,18 @@ class ServerScraper:
                 except Exception as exc:
                     raise ScrapeFailed("store", f"{type(exc).__name__}: {exc}") from exc
         except ScrapeFailed as exc:
-            # One line when a target goes down, not one per interval while it stays down.
-            report = log.debug if state.up is False else log.warning
-            report("scrape of %s failed (%s): %s", url, exc.stage, exc)
+            # One line when a target goes down, not one per interval while it stays down. A
+            # server that has not answered yet when ingest starts (started beside it, as
+            # `up --demo` does) gets one quiet line; a warning when it still does not answer.
+            if state.up is None and exc.stage == "fetch":
+                report, line = log.info, "no answer yet from %s (%s): %s; retrying"
+            elif state.up is False and state.last_success_s is None and not state.warned:
+                report, line = log.warning, "still no answer from %s (%s): %s"
+            else:
+                report = log.debug if state.up is False else log.warning
+                line = "scrape of %s failed (%s): %s"
+            report(line, url, exc.stage, exc)
+            state.warned = state.warned or report == log.warning
             state.up = False
             state.errors[exc.stage] = state.errors.get(exc.stage, 0) + 1
         else:

@@ -4,6 +4,7 @@ restart, and targets that fail or hang."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -151,3 +152,27 @@ def test_a_hanging_or_dead_target_fails_alone_within_its_deadline(
         scraper.stop()
         listener.close()
     assert rows(database_url)  # the healthy target's readings were stored
+
+
+def test_a_server_not_answering_yet_at_start_is_one_quiet_line_then_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `up --demo` starts its simulated server beside ingest: the first scrape may come before
+    # it listens. A newcomer saw a WARNING for that on every start.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/metrics"  # nothing listens there
+    scraper = ServerScraper("postgresql://unused", [url], interval_s=0.1, timeout_s=0.1)
+    with caplog.at_level(logging.DEBUG, logger="tpmledger.ingest.server_scraper"):
+        for _ in range(4):
+            scraper.scrape_once(url)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == [
+        logging.INFO,
+        logging.WARNING,
+        logging.DEBUG,
+        logging.DEBUG,
+    ]
+    assert lines[0][1].startswith(f"no answer yet from {url}")
+    assert lines[1][1].startswith(f"still no answer from {url}")
+    assert scraper.states[url].errors == {"fetch": 4}
