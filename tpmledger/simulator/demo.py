@@ -35,6 +35,11 @@ DEMO_QUOTA_TPM = 200_000
 DEMO_SERVING_ERROR_RATE = 0.15
 #: KV-cache tokens of the serving run's server: its 16 calls in flight hold ~10,600 tokens.
 DEMO_KV_CACHE_TOKENS = 3_500
+#: The serving run's model. Server metrics that name no run join every run asking for their
+#: model (docs/metrics.md#serving-side-metrics): with one model for all four fleets, the
+#: serving run's saturated server was joined to the cap sweep too, whose cap-bound runs
+#: were then called serving-bound.
+DEMO_SERVING_MODEL = "sim-chat-2"
 
 
 def demo_configs(base: FleetConfig, stamp: str) -> list[FleetConfig]:
@@ -59,10 +64,12 @@ def demo_configs(base: FleetConfig, stamp: str) -> list[FleetConfig]:
             "shards": 4,
             "concurrency": 4,
             "duration_s": DEMO_RUN_S,
+            "workload": base.workload.model_copy(update={"model": DEMO_SERVING_MODEL}),
             "server": base.server.model_copy(
                 update={
                     "error_rate": DEMO_SERVING_ERROR_RATE,
                     "kv_cache_tokens": DEMO_KV_CACHE_TOKENS,
+                    "model": DEMO_SERVING_MODEL,
                 }
             ),
         }
