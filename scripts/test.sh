@@ -29,6 +29,9 @@ if [ ${#markers[@]} -eq 0 ]; then
         apt_missing+=(chromium chromium-driver)
     command -v dockerd >/dev/null 2>&1 || apt_missing+=(docker.io)
     command -v debootstrap >/dev/null 2>&1 || apt_missing+=(debootstrap)
+    # The JS SDK worker (tests/ingest/test_js_sdk.py) runs on Node with npm.
+    { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } ||
+        apt_missing+=(nodejs npm)
 fi
 if [ ${#apt_missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
