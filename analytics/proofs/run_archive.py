@@ -64,7 +64,9 @@ from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.retention_store import (
     ArrivedMeanwhile,
     OldRun,
+    count_old_server_minutes,
     delete_archived_spans,
+    delete_old_server_metrics,
     prune_lock,
     runs_older_than,
 )
@@ -97,6 +99,9 @@ class PruneReport:
     runs: list[PruneOutcome] = field(default_factory=list)
     #: True when another prune held the database's prune lock and this one did not wait.
     busy: bool = False
+    #: Serving-side minutes deleted (would be, in a dry run): older than the cutoff and than
+    #: every run still stored.
+    server_minutes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +109,7 @@ class PruneReport:
             "dry_run": self.dry_run,
             "busy": self.busy,
             "runs": [r.as_dict() for r in self.runs],
+            "server_minutes": self.server_minutes,
         }
 
 
@@ -152,10 +158,15 @@ def prune(
     cutoff = datetime.fromtimestamp(now - older_than_s, UTC)
     report = PruneReport(cutoff_ns, dry_run)
     if dry_run:
-        for old in in_one_snapshot(url, runs_older_than, cutoff):
+        due = in_one_snapshot(url, runs_older_than, cutoff)
+        for old in due:
             target = archive_path(archive_dir, old.run_id)
             say(f"{old.run_id}: would archive {old.attempts:,} attempts into {target}")
             report.runs.append(_outcome(old, target, "would archive"))
+        leaving = [old.run_id for old in due]
+        report.server_minutes = in_one_snapshot(url, count_old_server_minutes, cutoff, leaving)
+        if report.server_minutes:
+            say(f"would delete {report.server_minutes:,} serving-side minutes before the cutoff")
         return report
     with prune_lock(
         url, wait=wait, waiting=lambda: say("another prune is running; waiting for it")
@@ -179,6 +190,10 @@ def _prune_locked(
     for old in in_one_snapshot(url, runs_older_than, cutoff):
         target = archive_path(archive_dir, old.run_id)
         report.runs.append(_archive_or_keep(url, old, target, key, say, log_origin))
+    # After the runs: a run archived now no longer holds its server minutes back.
+    report.server_minutes = delete_old_server_metrics(url, cutoff)
+    if report.server_minutes:
+        say(f"deleted {report.server_minutes:,} serving-side minutes before the cutoff")
 
 
 def _existing_archive(target: Path, run_id: str) -> VerifyReport | None:

@@ -9,7 +9,7 @@ snapshot documents, minute rows, diagnostics and goodput stay: the run keeps its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -191,3 +191,47 @@ def stored_bytes(session: Session) -> dict[str, int]:
         )
     )
     return {str(run_id): int(size) for run_id, size in rows}
+
+
+def server_minutes_bound(
+    session: Session, cutoff: datetime, leaving: Sequence[str] = ()
+) -> datetime:
+    """Where server metrics may go: before ``cutoff`` and a minute before the first event of
+    every run whose spans are still stored, ``leaving`` aside (a run recomputed or verified
+    from the database joins the server minutes of its own time,
+    docs/metrics.md#serving-side-metrics)."""
+    earliest = session.execute(
+        text(
+            "SELECT to_timestamp(min(first_event_ns) / 1e9) - interval '1 minute' "
+            "FROM runs WHERE archived_at IS NULL AND NOT (run_id = ANY(:leaving))"
+        ),
+        {"leaving": list(leaving)},
+    ).scalar()
+    return cutoff if earliest is None else min(cutoff, earliest)
+
+
+def count_old_server_minutes(session: Session, cutoff: datetime, leaving: Sequence[str]) -> int:
+    """How many server minutes :func:`delete_old_server_metrics` would delete once the runs
+    ``leaving`` are archived (a dry run's figure)."""
+    bound = server_minutes_bound(session, cutoff, leaving)
+    found = session.execute(
+        text("SELECT count(*) FROM server_metric_minutes WHERE minute_utc < :b"), {"b": bound}
+    ).scalar()
+    return int(found or 0)
+
+
+def delete_old_server_metrics(url: str, cutoff: datetime) -> int:
+    """Delete the serving side's minutes older than :func:`server_minutes_bound` and the
+    counter baselines of streams silent since ``cutoff``; returns how many minutes went.
+
+    The bound is read first and the delete takes it as a value: on Citus the minutes are a
+    reference table and ``runs`` is distributed, which one statement does not join."""
+    with transaction(url) as session:
+        bound = server_minutes_bound(session, cutoff)
+        result = session.execute(
+            text("DELETE FROM server_metric_minutes WHERE minute_utc < :b"), {"b": bound}
+        )
+        session.execute(
+            text("DELETE FROM server_metric_streams WHERE updated_at < :c"), {"c": cutoff}
+        )
+    return max(int(getattr(result, "rowcount", 0)), 0)

@@ -84,8 +84,12 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("TPMLEDGER_LOG_ORIGIN", "ledger.example.org")
+    # Serving-side minutes of the old run's time go with it; one of now stays.
+    for minute_ns in (BASE_NS, BASE_NS + 60 * SECOND, time.time_ns()):
+        _server_minute(database_url, minute_ns)
     assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--json"]) == 0
     out, err = capsys.readouterr()
+    assert json.loads(out)["server_minutes"] == 2 and _server_minutes(database_url) == 1
     [pruned] = json.loads(out)["runs"]
     assert pruned["action"] == "archived" and pruned["rows_deleted"] == 30
     assert "old-run: archived" in err  # a progress line per run
@@ -265,3 +269,36 @@ def test_a_corrupted_archive_keeps_the_runs_spans_with_a_reason(
     assert _attempts(database_url, "old-run") == 30
     assert not verify_archive(Path(kept["archive_dir"])).ok
     assert not verify_export(Path(kept["archive_dir"])).ok  # the full verifier agrees
+
+
+def _server_minute(url: str, minute_ns: int) -> None:
+    with raw_transaction(url) as conn:
+        conn.execute(
+            "INSERT INTO server_metric_minutes (instance, engine, model, run_id, minute_utc) "
+            "VALUES ('gpu-1:8000', 'vllm', 'm', '', to_timestamp(%s / 1e9))",
+            (minute_ns,),
+        )
+
+
+def _server_minutes(url: str) -> int:
+    with raw_transaction(url) as conn:
+        row = conn.execute("SELECT count(*) FROM server_metric_minutes").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_serving_side_minutes_go_only_where_no_stored_run_needs_them(
+    runs: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two minutes of the old run's time, one 2 days ago (inside the retention), one of now.
+    for minute_ns in (BASE_NS, BASE_NS + 60 * SECOND, time.time_ns() - 2 * 86_400 * SECOND):
+        _server_minute(database_url, minute_ns)
+    _server_minute(database_url, time.time_ns())
+    assert main(["prune", "--older-than", "30d", "--archive-dir", str(runs), "--dry-run",
+                 "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["server_minutes"] == 2
+    assert _server_minutes(database_url) == 4  # a dry run deletes nothing
+    # While the old run's spans stay (here: a prune with a cutoff it is not due by), its
+    # server minutes stay too, though they are older than that cutoff.
+    assert main(["prune", "--older-than", "60d", "--archive-dir", str(runs), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["server_minutes"] == 0
+    assert _server_minutes(database_url) == 4
