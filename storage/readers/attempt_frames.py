@@ -128,7 +128,9 @@ def _copy_query(
         "COPY (SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}) TO STDOUT (FORMAT binary)"
     ).format(
         sql.SQL(select_list),
-        sql.SQL(resolved_join("x", received_by) if joined else ""),
+        sql.SQL(resolved_join("x", "{run}", received_by) if joined else "").format(
+            run=sql.Literal(run_id)
+        ),
         sql.Literal(run_id),
         condition,
     )

@@ -175,7 +175,9 @@ def fetch_attempts_ending(
     joined = run_has_http(conn, run_id)
     query = sql.SQL("SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}").format(
         sql.SQL(resolved_columns(_ATTEMPT_KINDS, "x", joined=joined)),
-        sql.SQL(resolved_join("x", scope.received_by) if joined else ""),
+        sql.SQL(resolved_join("x", "{run}", scope.received_by) if joined else "").format(
+            run=sql.Literal(run_id)
+        ),
         sql.Literal(run_id),
         condition,
     )
