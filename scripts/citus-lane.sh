@@ -47,8 +47,10 @@ echo "== pytest against the Citus coordinator $url"
 started=$(date +%s)
 # A focused subset (the whole suite on a cluster would take longer than CI allows): the
 # layout and same-bytes tests, idempotent ingest under faults, live/seal/verify, prune, the
-# read API and /metrics, replicas. The PostgreSQL-restart and database-outage tests run
-# their own single-node servers, so they are left to the main lane.
+# read API and /metrics, replicas; HTTP attempts live and sealed, GenAI token and server
+# metrics, a large run's load in one snapshot, compare routes and the dashboard's run
+# records. The PostgreSQL-restart and database-outage tests run their own single-node
+# servers, so they are left to the main lane.
 TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p no:cacheprovider \
     tests/storage/server/test_distribution.py \
     tests/storage/test_citus_same_bytes.py \
@@ -66,5 +68,11 @@ TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p
     tests/read_api/test_runs_routes.py \
     tests/ingest/test_run_metrics.py \
     tests/analytics/test_replicas.py \
+    tests/ingest/test_attempt_delivery.py::test_any_delivery_order_counts_each_attempt_once \
+    tests/ingest/test_other_signals.py \
+    tests/dashboard/pages/test_serving_panel.py \
+    tests/storage/readers/test_attempt_frames.py::test_split_fetch_reads_both_halves_in_one_snapshot \
+    tests/read_api/test_compare_routes.py \
+    tests/dashboard/test_run_records.py \
     "$@"
 echo "== Citus lane: $(( $(date +%s) - started )) s of tests"
