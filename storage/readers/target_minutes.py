@@ -149,8 +149,8 @@ def fetch_target_minutes(
 
 def _run_targets(
     conn: psycopg.Connection,
-    query: sql.Composable,
-    rollups: sql.Composable,
+    query: sql.Composed,
+    rollups: sql.Composed,
     params: dict[str, Any],
 ) -> list[TargetMinute]:
     """One run's target-minutes: every attempt's counts less the rollups'."""
