@@ -47,12 +47,10 @@ echo "== pytest against the Citus coordinator $url"
 started=$(date +%s)
 # A focused subset (the whole suite on a cluster would take longer than CI allows): the
 # layout and same-bytes tests, idempotent ingest under faults, live/seal/verify, prune, the
-# read API and /metrics, replicas. The PostgreSQL-restart and database-outage tests run
-# their own single-node servers, so they are left to the main lane.
-# Known to fail on Citus since the round-4 merge brought HTTP attempts, token parts and the
-# new live-state folding (docs/operations.md#scaling-out, "Known gaps"): the 13 deselected
-# below. They pass on single-node PostgreSQL in the main lane; they are listed here, one by
-# one, so that every other test of their files still runs on Citus.
+# read API and /metrics, replicas; HTTP attempts live and sealed, GenAI token and server
+# metrics, a large run's load in one snapshot, compare routes and the dashboard's run
+# records. The PostgreSQL-restart and database-outage tests run their own single-node
+# servers, so they are left to the main lane.
 TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p no:cacheprovider \
     tests/storage/server/test_distribution.py \
     tests/storage/test_citus_same_bytes.py \
@@ -70,18 +68,11 @@ TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p
     tests/read_api/test_runs_routes.py \
     tests/ingest/test_run_metrics.py \
     tests/analytics/test_replicas.py \
-    --deselect tests/analytics/live/test_live_updater.py::test_a_busy_minute_is_folded_from_the_new_rows_and_holds_no_attempt_rows \
-    --deselect tests/analytics/live/test_live_updater.py::test_late_arrivals_change_flags_in_minutes_already_folded \
-    --deselect tests/analytics/live/test_live_updater.py::test_commits_touching_every_minute_of_an_hour_fold_only_their_rows \
-    --deselect tests/analytics/live/test_live_updater.py::test_live_figures_before_the_kernels_are_compiled_are_the_seals \
-    --deselect tests/read_api/test_runs_routes.py::test_unsealed_run_is_served_live_without_seal \
-    --deselect tests/read_api/test_runs_routes.py::test_a_run_stored_before_its_first_live_update_is_known_everywhere \
-    --deselect tests/read_api/test_runs_routes.py::test_traffic_after_a_seal_is_live_at_once_over_the_sealed_minutes \
-    --deselect tests/read_api/test_runs_routes.py::test_cache_and_reasoning_tokens_per_minute_and_run_live_and_sealed \
-    --deselect tests/read_api/test_runs_routes.py::test_unknown_run_and_shard_are_404_with_message \
-    --deselect tests/read_api/test_runs_routes.py::test_a_sparse_run_stores_rows_for_its_attempts_and_serves_every_minute \
-    --deselect tests/read_api/test_runs_routes.py::test_minutes_of_a_bounded_window \
-    --deselect tests/ingest/test_run_metrics.py::test_run_series_escape_run_ids_and_leave_unmeasured_out \
-    --deselect tests/analytics/test_replicas.py::test_two_of_each_give_exactly_what_one_of_each_gives \
+    tests/ingest/test_attempt_delivery.py::test_any_delivery_order_counts_each_attempt_once \
+    tests/ingest/test_other_signals.py \
+    tests/dashboard/pages/test_serving_panel.py \
+    tests/storage/readers/test_attempt_frames.py::test_split_fetch_reads_both_halves_in_one_snapshot \
+    tests/read_api/test_compare_routes.py \
+    tests/dashboard/test_run_records.py \
     "$@"
 echo "== Citus lane: $(( $(date +%s) - started )) s of tests"

@@ -26,6 +26,7 @@ from tpmledger.storage.codecs.binary_copy import Kind, parse_binary_copy
 from tpmledger.storage.readers.call_attempts import resolved_columns, resolved_join, run_has_http
 from tpmledger.storage.schema.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.server.distribution import attempts_distributed
 
 _POLARS_TYPES: dict[ReadAs, pl.DataType] = {
     "hex": pl.String(),
@@ -128,7 +129,9 @@ def _copy_query(
         "COPY (SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}) TO STDOUT (FORMAT binary)"
     ).format(
         sql.SQL(select_list),
-        sql.SQL(resolved_join("x", received_by) if joined else ""),
+        sql.SQL(resolved_join("x", "{run}", received_by) if joined else "").format(
+            run=sql.Literal(run_id)
+        ),
         sql.Literal(run_id),
         condition,
     )
@@ -195,6 +198,10 @@ def _split_halves(
     Each half is parsed by the thread that received it, so one half's (GIL-free)
     parse overlaps the other half's receiving.
     """
+    if attempts_distributed(conn):
+        # An exported snapshot does not reach Citus's workers: one read, one snapshot.
+        everything = _copy_query(run_id, within, received_by, joined).as_bytes(conn)
+        return [_copy_and_parse(conn, everything)]
     snapshot, mid = conn.execute(
         "SELECT pg_export_snapshot(), (first_event_ns / 2 + last_event_ns / 2) "
         "FROM runs WHERE run_id = %s",

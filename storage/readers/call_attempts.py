@@ -52,10 +52,15 @@ def _received_by(alias: str, received_by: datetime | None) -> str:
     return f"{alias}.received_at <= '{received_by.isoformat()}'::timestamptz"
 
 
-def resolved_join(alias: str, received_by: datetime | None = None) -> str:
+def resolved_join(alias: str, run: str, received_by: datetime | None = None) -> str:
     """``LEFT JOIN LATERAL`` of each HTTP attempt of ``alias`` to its LLM span (``cp``):
     the parent's target, tokens and TTFT, and whether this attempt carries them. For rows
     of other conventions the lateral is not run (its condition holds no column of its own).
+    ``run``: the SQL of the one run every row of ``alias`` belongs to (a literal or a
+    placeholder; the caller's statement filters ``alias`` on the same run). The lookups
+    name it rather than ``alias.run_id``: on Citus a statement whose every table names
+    the same run goes whole to the worker holding that run, while a lateral join on a
+    column of an outer row it cannot route (docs/operations.md#scaling-out).
     ``received_by``: only rows stored by then (a rebuilt version's scope); a checkpoint's
     end-time cut does not apply, so which attempt carries a call never depends on it."""
     a = alias
@@ -66,14 +71,14 @@ LEFT JOIN LATERAL (
            NOT EXISTS (
                SELECT 1 FROM attempts s
                WHERE s.trace_id = {a}.trace_id AND s.parent_span_id = {a}.parent_span_id
-                 AND s.run_id = {a}.run_id AND s.convention = '{HTTP_CONVENTION}'
+                 AND s.run_id = {run} AND s.convention = '{HTTP_CONVENTION}'
                  AND {_received_by("s", received_by)}
                  AND (s.status = 'ok', s.end_ns, s.span_id)
                      > ({a}.status = 'ok', {a}.end_ns, {a}.span_id)
            ) AS carries
     FROM attempts p
     WHERE {a}.convention = '{HTTP_CONVENTION}' AND p.trace_id = {a}.trace_id
-      AND p.span_id = {a}.parent_span_id AND p.run_id = {a}.run_id
+      AND p.span_id = {a}.parent_span_id AND p.run_id = {run}
       AND p.convention IS DISTINCT FROM '{HTTP_CONVENTION}'
       AND {_received_by("p", received_by)}
     OFFSET 0  -- never flattened into a join over the run: one gated lookup per row

@@ -55,7 +55,8 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
 
 
 def _columns(alias: str) -> str:
-    # HTTP attempts read their call's target and tokens (storage/readers/call_attempts.py).
+    # HTTP attempts read their call's target and tokens (storage/readers/call_attempts.py),
+    # looked up in the run the statement's ``{run_id}`` names.
     def c(name: str) -> str:
         return resolved_column(name, alias)
 
@@ -70,7 +71,7 @@ def _columns(alias: str) -> str:
        coalesce({a}.span_attributes ->> 'tpmledger.target.concurrency.cap',
                 {a}.resource_attributes ->> 'tpmledger.target.concurrency.cap'),
        {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}
-FROM {{table}} {a} {resolved_join(a).replace("{", "{{").replace("}", "}}")}"""
+FROM {{table}} {a} {resolved_join(a, "{run_id}")}"""
 
 
 _WINDOW_SQL = f"""
@@ -214,7 +215,7 @@ SELECT 5, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_n
 FROM given g
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.trace_id = g.trace_id AND x.parent_span_id = g.span_id AND x.run_id = g.run_id
+    WHERE x.trace_id = g.trace_id AND x.parent_span_id = g.span_id AND x.run_id = %(run_id)s
       AND x.convention = 'http'
     OFFSET 0
 ) o
@@ -225,7 +226,7 @@ FROM given g
 CROSS JOIN LATERAL (
     SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
     WHERE x.trace_id = g.trace_id AND x.parent_span_id = g.parent_span_id
-      AND x.run_id = g.run_id AND x.convention = 'http' AND x.span_id <> g.span_id
+      AND x.run_id = %(run_id)s AND x.convention = 'http' AND x.span_id <> g.span_id
     OFFSET 0
 ) o
 WHERE g.convention = 'http' AND g.parent_span_id IS NOT NULL

@@ -24,6 +24,7 @@ from tpmledger.storage.readers.attempt_frames import ATTEMPT_COPY_KINDS, copy_se
 from tpmledger.storage.readers.call_attempts import resolved_columns, resolved_join, run_has_http
 from tpmledger.storage.readers.seal_scope import SealScope
 from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.server.distribution import attempts_distributed
 
 _SEAL_WORK_MEM = "128MB"
 
@@ -52,7 +53,13 @@ def prepare_seal_transaction(conn: psycopg.Connection) -> None:
 def snapshot_twin(conn: psycopg.Connection, url: str) -> Iterator[psycopg.Connection]:
     """A second connection that sees exactly ``conn``'s snapshot (``pg_export_snapshot`` /
     ``SET TRANSACTION SNAPSHOT``, as ``pg_dump --jobs`` does): a seal reads on both at once
-    and still describes one moment. ``conn`` must be in a REPEATABLE READ transaction."""
+    and still describes one moment. ``conn`` must be in a REPEATABLE READ transaction.
+    On Citus the twin is ``conn`` itself: an exported snapshot does not reach the workers
+    (:func:`storage.server.distribution.attempts_distributed`); the reads then take turns
+    on the one connection (psycopg serializes them), in its one snapshot on the worker."""
+    if attempts_distributed(conn):
+        yield conn
+        return
     row = conn.execute("SELECT pg_export_snapshot()").fetchone()
     assert row is not None
     with raw_transaction(url) as twin:
@@ -175,7 +182,9 @@ def fetch_attempts_ending(
     joined = run_has_http(conn, run_id)
     query = sql.SQL("SELECT {} FROM attempts x {} WHERE x.run_id = {} AND {}").format(
         sql.SQL(resolved_columns(_ATTEMPT_KINDS, "x", joined=joined)),
-        sql.SQL(resolved_join("x", scope.received_by) if joined else ""),
+        sql.SQL(resolved_join("x", "{run}", scope.received_by) if joined else "").format(
+            run=sql.Literal(run_id)
+        ),
         sql.Literal(run_id),
         condition,
     )

@@ -1,6 +1,6 @@
 """Per target (provider, model) and minute: used versus quota (docs/metrics.md#quota-headroom).
 
-One ``GROUP BY`` over the runs' stored attempts (rollups excluded, as in every figure), so
+One ``GROUP BY`` over a run's stored attempts (rollups excluded, as in every figure), so
 its cost follows the attempts stored, never the minutes a run covers. For each target and
 UTC minute of the attempts' end times:
 
@@ -65,7 +65,9 @@ _MODEL: Final = resolved_column("model", "x")
 _COUNTS: Final = f"""count(*), sum(coalesce({_PROMPT}, 0) + coalesce({_COMPLETION}, 0)),
        count(*) FILTER (WHERE {_LIMITED}), count(*) FILTER (WHERE {_SERVING} AND NOT {_LIMITED})"""
 _GROUP: Final = f"x.run_id, {_PROVIDER}, {_MODEL}, x.end_ns / {MINUTE_NS}"
-_WHERE: Final = "x.run_id = ANY(%(run_ids)s) AND {scope} AND x.end_ns >= %(since_ns)s"
+# One run per statement, named at every level (HTTP attempts' lookups too): on Citus the
+# statement then goes whole to the worker holding the run.
+_WHERE: Final = "x.run_id = %(run_id)s AND {scope} AND x.end_ns >= %(since_ns)s"
 
 # Every attempt's figures, rollups included: one hash aggregate, which PostgreSQL plans
 # well (an anti join on the rollups here makes it expect one row and sort every attempt).
@@ -86,7 +88,7 @@ SELECT {_GROUP}, {_COUNTS}
 FROM attempts x {{resolved}}
 WHERE {_WHERE} AND EXISTS (
     SELECT 1 FROM attempts c WHERE c.trace_id = x.trace_id AND c.parent_span_id = x.span_id
-    AND c.run_id = x.run_id AND c.parent_span_id IS NOT NULL AND {{child_scope}})
+    AND c.run_id = %(run_id)s AND c.parent_span_id IS NOT NULL AND {{child_scope}})
 GROUP BY {_GROUP}
 """
 
@@ -133,16 +135,25 @@ def fetch_target_minutes(
     minute. Counts leave rollups out; rate-limit values are read from every LLM span
     (a rollup reports its call's provider state too)."""
     scope = scope or SealScope()
-    params: dict[str, Any] = {
-        "since_ns": since_ns,
-        "run_ids": list(run_ids),
-        "serving": SERVING_PATTERNS,
-    }
-    resolved = sql.SQL(resolved_join("x", scope.received_by))
+    resolved = sql.SQL(resolved_join("x", "%(run_id)s", scope.received_by))
     query = sql.SQL(_QUERY).format(scope=scope.on("x"), resolved=resolved)
     rollups = sql.SQL(_ROLLUPS).format(
         scope=scope.on("x"), child_scope=scope.on("c"), resolved=resolved
     )
+    found = []
+    for run_id in dict.fromkeys(run_ids):
+        params = {"since_ns": since_ns, "run_id": run_id, "serving": SERVING_PATTERNS}
+        found += _run_targets(conn, query, rollups, params)
+    return sorted(found, key=lambda t: (t.run_id, *_order(t)))
+
+
+def _run_targets(
+    conn: psycopg.Connection,
+    query: sql.Composed,
+    rollups: sql.Composed,
+    params: dict[str, Any],
+) -> list[TargetMinute]:
+    """One run's target-minutes: every attempt's counts less the rollups'."""
     minus = {tuple(r[:4]): r[4:] for r in conn.execute(rollups, params).fetchall()}
     found = []
     for r in conn.execute(query, params).fetchall():
@@ -171,7 +182,7 @@ def fetch_target_minutes(
                 values_ignored=int(r[12]),
             )
         )
-    return sorted(found, key=lambda t: (t.run_id, *_order(t)))
+    return found
 
 
 _FIELDS: Final = (
@@ -263,8 +274,8 @@ def target_minutes_ending_from(
     session: Session, run_ids: list[str], since_ns: int
 ) -> list[TargetMinute]:
     """The runs' target-minutes from their raw attempts that end at or after ``since_ns``,
-    in ``session``'s snapshot, in one query: what one recent minute costs, whatever the
-    runs' sizes (the attempts are found through ``(run_id, end_ns)``)."""
+    in ``session``'s snapshot, one statement per run: what one recent minute costs,
+    whatever the runs' sizes (the attempts are found through ``(run_id, end_ns)``)."""
     driver = session.connection().connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
     return fetch_target_minutes(driver, run_ids, since_ns=since_ns)

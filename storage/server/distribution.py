@@ -20,8 +20,9 @@ on ``(run_id, …)``, the sealed snapshots' immutability trigger) Citus keeps as
 metadata is left alone), on any connection to a coordinator; migration ``0020`` calls it
 only when the database has the ``citus`` extension, so a single-node database never
 changes. A migration that adds a table later adds its entry here and calls
-``distribute_tables(conn, only=(name,))`` under the same condition. Nothing here runs
-outside a migration or ``tpmledger migrate --distributed``.
+``distribute_tables(conn, only=(name,))`` under the same condition. Apart from
+:func:`attempts_distributed` (what a reader asks before sharing a snapshot between
+connections), nothing here runs outside a migration or ``tpmledger migrate --distributed``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import psycopg
 from sqlalchemy import Connection, text
 
 #: The table every per-run table is colocated with.
@@ -111,6 +113,21 @@ TABLE_ROLES: Final[tuple[TableRole, ...]] = (
 def is_citus(conn: Connection) -> bool:
     """True when the database has the ``citus`` extension (a coordinator, or a node)."""
     return bool(conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first())
+
+
+def attempts_distributed(conn: psycopg.Connection) -> bool:
+    """True when ``attempts`` is a distributed table (the database is a Citus coordinator).
+
+    There a snapshot exported on one coordinator connection (``pg_export_snapshot``) does
+    not reach the workers: a second connection that imports it reads the workers in
+    snapshots of its own, so readers that share one snapshot between connections read on
+    one connection instead (its statements all reach the run's worker in one snapshot)."""
+    if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'attempts'::regclass"
+    ).fetchone()
+    return row is not None
 
 
 def distributed_tables(conn: Connection) -> dict[str, str]:

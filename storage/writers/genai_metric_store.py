@@ -62,9 +62,12 @@ def _last_value(session: Session, stream: str, start_ns: int) -> float | None:
     return None
 
 
+# The time is taken in VALUES: Citus refuses a function that is not IMMUTABLE (now())
+# in DO UPDATE SET of a distributed table, and evaluates one in VALUES on the coordinator.
 _KEEP = text(
-    "INSERT INTO genai_metric_streams (stream, start_ns, value) VALUES (:s, :start, :v) "
-    "ON CONFLICT (stream) DO UPDATE SET start_ns = :start, value = :v, updated_at = now()"
+    "INSERT INTO genai_metric_streams (stream, start_ns, value, updated_at) "
+    "VALUES (:s, :start, :v, now()) ON CONFLICT (stream) DO UPDATE SET "
+    "start_ns = EXCLUDED.start_ns, value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
 )
 _ADD = text(
     "INSERT INTO genai_metric_tokens (run_id, shard_id, minute_utc, token_type, tokens) "

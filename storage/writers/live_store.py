@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from tpmledger.storage.schema.models import LiveMinute, LiveRunMinute
 from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.server.distribution import attempts_distributed
 from tpmledger.storage.writers.minute_versions import rows_as_of
 
 
@@ -51,7 +52,7 @@ def summarize_new_batches(url: str) -> None:
     rows reads only their pages (an unsummarized range is read whole on every lookup;
     autovacuum would summarize them, but not soon enough under a steady ingest)."""
     with raw_transaction(url) as conn:
-        if _attempts_distributed(conn):
+        if attempts_distributed(conn):
             # On Citus the coordinator's table is empty; each shard has its own index.
             conn.execute(_SUMMARIZE_SHARDS)
         else:
@@ -60,15 +61,6 @@ def summarize_new_batches(url: str) -> None:
 
 _SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT brin_summarize_new_values(
     replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
-
-
-def _attempts_distributed(conn: psycopg.Connection) -> bool:
-    if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
-        return False
-    row = conn.execute(
-        "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'attempts'::regclass"
-    ).fetchone()
-    return row is not None
 
 
 def dirty_run_ids(session: Session) -> list[str]:

@@ -62,9 +62,12 @@ class CounterLike(GaugeLike, Protocol):
 
 
 _LAST = text("SELECT start_ns, value FROM server_metric_streams WHERE stream = :s FOR UPDATE")
+# The time is taken in VALUES: Citus refuses a function that is not IMMUTABLE (now())
+# in DO UPDATE SET of a distributed table, and evaluates one in VALUES on the coordinator.
 _KEEP = text(
-    "INSERT INTO server_metric_streams (stream, start_ns, value) VALUES (:s, :start, :v) "
-    "ON CONFLICT (stream) DO UPDATE SET start_ns = :start, value = :v, updated_at = now()"
+    "INSERT INTO server_metric_streams (stream, start_ns, value, updated_at) "
+    "VALUES (:s, :start, :v, now()) ON CONFLICT (stream) DO UPDATE SET "
+    "start_ns = EXCLUDED.start_ns, value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
 )
 _KEYS = ("instance", "engine", "model", "run_id", "minute_utc")
 _GAUGE_COLUMNS = [f"{g}_{part}" for g in SERVER_GAUGES for part in ("sum", "count", "max")]

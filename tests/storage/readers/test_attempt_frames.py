@@ -137,7 +137,9 @@ def test_the_plain_fetch_gives_the_frame_the_compiled_parser_gives(database_url:
     with raw_transaction(database_url) as conn:
         write_attempts(conn, rows)
     select = _columns("w").replace("{table}", "attempts")
-    query = sql.SQL(f"SELECT {select} WHERE w.run_id = 'run-a' ORDER BY w.end_ns").format()
+    query = sql.SQL(f"SELECT {select} WHERE w.run_id = {{run_id}} ORDER BY w.end_ns").format(
+        run_id=sql.Literal("run-a")
+    )
     with raw_transaction(database_url) as conn:
         compiled = copy_select(conn, query, LIVE_WINDOW_KINDS)
         compiled_kernels.compiling()
