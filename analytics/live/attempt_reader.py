@@ -15,7 +15,9 @@ import psycopg
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.durations import MINUTE_NS, SECOND_NS
+from tpmledger.storage.readers.commit_rows import dependents_of_commits, fetch_commit_rows
 from tpmledger.storage.readers.live_window import (
+    Dependent,
     fetch_attempts,
     fetch_window,
     fetch_window_page,
@@ -70,10 +72,16 @@ class AttemptReader:
         return minutes[0], minutes[-1] + MINUTE_NS + self.facts.max_slot_ns + SECOND_NS
 
     def new_rows(self, batches: list[int], first: int, last: int) -> pl.DataFrame:
-        """The rows of these ingest commits overlapping minutes ``first``..``last``."""
+        """The rows of these ingest commits overlapping minutes ``first``..``last``, with
+        their flags (read with them, set-based: storage/readers/commit_rows.py)."""
         low, high = self.bounds([first, last])
-        rows = fetch_window(self.conn, self.facts.run_id, low, high, batches)
-        return self.with_tool_held(self._flagged(rows, None))
+        rows = fetch_commit_rows(self.conn, self.facts.run_id, low, high, batches)
+        return self.with_tool_held(rows)
+
+    def new_dependents(self, batches: list[int], first: int, last: int) -> list[Dependent]:
+        """The attempts whose flags or values the rows :meth:`new_rows` gives changed."""
+        low, high = self.bounds([first, last])
+        return dependents_of_commits(self.conn, self.facts.run_id, low, high, batches)
 
     def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
         """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""

@@ -55,7 +55,17 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
 
 
 def _columns(alias: str) -> str:
-    # HTTP attempts read their call's target and tokens (storage/readers/call_attempts.py).
+    """The select list of a live window frame over ``alias`` and its ``FROM`` clause
+    (``{table}`` to fill in)."""
+    return f"""{select_list(alias)}
+FROM {{table}} {alias} {resolved_join(alias).replace("{", "{{").replace("}", "}}")}"""
+
+
+def select_list(alias: str) -> str:
+    """The columns of :data:`LIVE_WINDOW_KINDS` over ``alias`` joined by
+    :func:`~storage.readers.call_attempts.resolved_join` (HTTP attempts read their call's
+    target and tokens: storage/readers/call_attempts.py)."""
+
     def c(name: str) -> str:
         return resolved_column(name, alias)
 
@@ -69,8 +79,7 @@ def _columns(alias: str) -> str:
        {c("provider")}, {c("model")},
        coalesce({a}.span_attributes ->> 'tpmledger.target.concurrency.cap',
                 {a}.resource_attributes ->> 'tpmledger.target.concurrency.cap'),
-       {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}
-FROM {{table}} {a} {resolved_join(a).replace("{", "{{").replace("}", "}}")}"""
+       {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}"""
 
 
 _WINDOW_SQL = f"""
@@ -155,11 +164,13 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # and later attempts of the same explicit call without a resend count move in the call
 # (kind 2); a parent that is itself an explicit call's attempt moves its call's others
 # (kind 3: the order among non-rollups changed, and which attempt is the call's last);
-# earlier attempts of the same explicit call are no longer its last (kind 4). An LLM span
-# gives its HTTP attempts their target and tokens (kind 5), and a new HTTP attempt may take
-# the call's tokens from a sibling (kind 6): their values changed, not their flags
-# (storage/readers/call_attempts.py).
-_DEPENDENTS_SQL = """
+# earlier attempts of the same explicit call are no longer its last (kind 4). Kinds 2 and
+# 4 are found per call, with one lookup: later than the call's earliest given attempt,
+# earlier than its latest (an attempt that is both comes once, as kind 2: the two give
+# the same Dependent). An LLM span gives its HTTP attempts their target and tokens (kind
+# 5), and a new HTTP attempt may take the call's tokens from a sibling (kind 6): their
+# values changed, not their flags (storage/readers/call_attempts.py).
+DEPENDENTS_SQL = """
 WITH given AS (
     SELECT a.trace_id, a.span_id, a.parent_span_id, a.run_id, a.call_id, a.call_id_explicit,
            a.start_ns, a.end_ns, a.convention
@@ -174,21 +185,33 @@ WITH given AS (
         OFFSET 0
     ) p
     WHERE g.parent_span_id IS NOT NULL
+), firsts AS (  -- per explicit call, its earliest given attempt and its latest
+    SELECT DISTINCT ON (call_id COLLATE "C") call_id, start_ns, end_ns, span_id
+    FROM given
+    WHERE call_id_explicit ORDER BY call_id COLLATE "C", start_ns, end_ns, span_id
+), lasts AS (
+    SELECT DISTINCT ON (call_id COLLATE "C") call_id, start_ns, end_ns, span_id, trace_id
+    FROM given
+    WHERE call_id_explicit
+    ORDER BY call_id COLLATE "C", start_ns DESC, end_ns DESC, span_id DESC, trace_id DESC
 )
 SELECT 1, encode(p.trace_id, 'hex'), encode(p.span_id, 'hex'), p.start_ns, p.end_ns,
        p.queue_wait_s
 FROM parents p
 UNION ALL
-SELECT 2, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
-FROM given g
-CROSS JOIN LATERAL (
-    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
-      AND x.resend_count IS NULL
-      AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id)
+SELECT CASE WHEN o.resend_count IS NULL
+             AND (o.start_ns, o.end_ns, o.span_id) > (f.start_ns, f.end_ns, f.span_id)
+            THEN 2 ELSE 4 END,
+       encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+FROM firsts f JOIN lasts l USING (call_id)
+CROSS JOIN LATERAL (  -- one index lookup per call, whatever number of given attempts in it
+    SELECT x.trace_id, x.span_id, x.start_ns, x.end_ns, x.resend_count FROM attempts x
+    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = f.call_id
     OFFSET 0  -- keeps the planner from turning the lookups into a scan of the table
 ) o
-WHERE g.call_id_explicit
+WHERE (o.resend_count IS NULL
+       AND (o.start_ns, o.end_ns, o.span_id) > (f.start_ns, f.end_ns, f.span_id))
+   OR (o.start_ns, o.end_ns, o.span_id, o.trace_id) < (l.start_ns, l.end_ns, l.span_id, l.trace_id)
 UNION ALL
 SELECT 3, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM parents p
@@ -198,17 +221,6 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) o
 WHERE p.call_id_explicit
-UNION ALL
-SELECT 4, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
-FROM given g
-CROSS JOIN LATERAL (
-    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
-      AND (x.start_ns, x.end_ns, x.span_id, x.trace_id)
-          < (g.start_ns, g.end_ns, g.span_id, g.trace_id)
-    OFFSET 0
-) o
-WHERE g.call_id_explicit
 UNION ALL
 SELECT 5, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM given g
@@ -378,14 +390,14 @@ def dependents(
     span_ids: Sequence[str],
     end_range: tuple[int, int] | None = None,
 ) -> list[Dependent]:
-    """Attempts whose flags the given (new) attempts changed (see ``_DEPENDENTS_SQL``)."""
+    """Attempts whose flags the given (new) attempts changed (see ``DEPENDENTS_SQL``)."""
     if not trace_ids:
         return []
     source, params = _source(trace_ids, span_ids, end_range)
     rows = conn.execute(
-        _DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
+        DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
-    return _dependents(rows)
+    return parse_dependents(rows)
 
 
 def dependents_in_range(
@@ -394,11 +406,12 @@ def dependents_in_range(
     """Attempts whose flags the attempts ending in [low_ns, high_ns) change (for marks
     that name no ingest commit: every attempt of their range counts as new)."""
     params = {"run_id": run_id, "low": low_ns, "high": high_ns}
-    rows = conn.execute(_DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
-    return _dependents(rows)
+    rows = conn.execute(DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
+    return parse_dependents(rows)
 
 
-def _dependents(rows: list[Any]) -> list[Dependent]:
+def parse_dependents(rows: list[Any]) -> list[Dependent]:
+    """The rows of :data:`DEPENDENTS_SQL` as :class:`Dependent` s."""
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0
