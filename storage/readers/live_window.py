@@ -164,9 +164,8 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # and later attempts of the same explicit call without a resend count move in the call
 # (kind 2); a parent that is itself an explicit call's attempt moves its call's others
 # (kind 3: the order among non-rollups changed, and which attempt is the call's last);
-# earlier attempts of the same explicit call are no longer its last (kind 4). Kinds 2 and
-# 4 are found per call, with one lookup: later than the call's earliest given attempt,
-# earlier than its latest (an attempt that is both comes once, as kind 2: the two give
+# earlier attempts of the same explicit call are no longer its last (kind 4; kinds 2 and
+# 4 come from one lookup of the call, an attempt that is both once, as kind 2: the two give
 # the same Dependent). An LLM span gives its HTTP attempts their target and tokens (kind
 # 5), and a new HTTP attempt may take the call's tokens from a sibling (kind 6): their
 # values changed, not their flags (storage/readers/call_attempts.py).
@@ -185,33 +184,27 @@ WITH given AS (
         OFFSET 0
     ) p
     WHERE g.parent_span_id IS NOT NULL
-), firsts AS (  -- per explicit call, its earliest given attempt and its latest
-    SELECT DISTINCT ON (call_id COLLATE "C") call_id, start_ns, end_ns, span_id
-    FROM given
-    WHERE call_id_explicit ORDER BY call_id COLLATE "C", start_ns, end_ns, span_id
-), lasts AS (
-    SELECT DISTINCT ON (call_id COLLATE "C") call_id, start_ns, end_ns, span_id, trace_id
-    FROM given
-    WHERE call_id_explicit
-    ORDER BY call_id COLLATE "C", start_ns DESC, end_ns DESC, span_id DESC, trace_id DESC
 )
 SELECT 1, encode(p.trace_id, 'hex'), encode(p.span_id, 'hex'), p.start_ns, p.end_ns,
        p.queue_wait_s
 FROM parents p
 UNION ALL
-SELECT CASE WHEN o.resend_count IS NULL
-             AND (o.start_ns, o.end_ns, o.span_id) > (f.start_ns, f.end_ns, f.span_id)
-            THEN 2 ELSE 4 END,
+SELECT CASE WHEN o.later THEN 2 ELSE 4 END,
        encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
-FROM firsts f JOIN lasts l USING (call_id)
-CROSS JOIN LATERAL (  -- one index lookup per call, whatever number of given attempts in it
-    SELECT x.trace_id, x.span_id, x.start_ns, x.end_ns, x.resend_count FROM attempts x
-    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = f.call_id
+FROM given g
+CROSS JOIN LATERAL (  -- one lookup of the call for both kinds
+    SELECT x.trace_id, x.span_id, x.end_ns,
+           x.resend_count IS NULL
+           AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id) AS later
+    FROM attempts x
+    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
+      AND ((x.resend_count IS NULL
+            AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id))
+           OR (x.start_ns, x.end_ns, x.span_id, x.trace_id)
+              < (g.start_ns, g.end_ns, g.span_id, g.trace_id))
     OFFSET 0  -- keeps the planner from turning the lookups into a scan of the table
 ) o
-WHERE (o.resend_count IS NULL
-       AND (o.start_ns, o.end_ns, o.span_id) > (f.start_ns, f.end_ns, f.span_id))
-   OR (o.start_ns, o.end_ns, o.span_id, o.trace_id) < (l.start_ns, l.end_ns, l.span_id, l.trace_id)
+WHERE g.call_id_explicit
 UNION ALL
 SELECT 3, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM parents p

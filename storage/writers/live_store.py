@@ -51,7 +51,7 @@ def summarize_new_batches(url: str) -> None:
     rows reads only their pages (an unsummarized range is read whole on every lookup;
     autovacuum would summarize them, but not soon enough under a steady ingest)."""
     with raw_transaction(url) as conn:
-        if _attempts_distributed(conn):
+        if attempts_distributed(conn):
             # On Citus the coordinator's table is empty; each shard has its own index.
             conn.execute(_SUMMARIZE_SHARDS)
         else:
@@ -62,7 +62,8 @@ _SUMMARIZE_SHARDS = """SELECT run_command_on_shards('attempts', $$SELECT brin_su
     replace('%s', 'attempts_', 'ix_attempts_ingest_batch_')::regclass)$$)"""
 
 
-def _attempts_distributed(conn: psycopg.Connection) -> bool:
+def attempts_distributed(conn: psycopg.Connection) -> bool:
+    """Whether ``attempts`` is a Citus distributed table (storage/server/distribution.py)."""
     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
         return False
     row = conn.execute(
