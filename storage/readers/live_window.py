@@ -2,8 +2,8 @@
 attempt that depend on other attempts (docs/metrics.md#live-figures).
 
 A window is every attempt ending in a range of end times, read through the (run_id,
-end_ns) index, or only the rows of given ingest commits, through the block-range index
-on ``ingest_batch``. ``rollup`` (a stored span of the run names it as parent) and
+end_ns) index (the rows of given ingest commits, with their flags, are read by
+:mod:`storage.readers.commit_rows`). ``rollup`` (a stored span of the run names it as parent) and
 ``later_in_call`` (an earlier non-rollup attempt of its explicit call exists) and
 ``has_later`` (a later one exists: the attempt is not its call's last) are probed
 per attempt; :func:`dependents` finds the attempts elsewhere whose flags new attempts
@@ -93,19 +93,6 @@ WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 ORDER BY w.end_ns
 LIMIT {{limit}}
 """
-# New commits' rows: found through the block-range index on ingest_batch (the
-# materialized step keeps the planner from scanning the whole window instead). The run is
-# named inside too: on Citus the whole statement then runs on the run's one shard.
-_NEW_ROWS_SQL = f"""
-WITH new AS MATERIALIZED (
-    SELECT * FROM attempts
-    WHERE run_id = {{run_id}} AND ingest_batch BETWEEN {{first}} AND {{last}}
-      AND ingest_batch = ANY({{batches}}::bigint[])
-)
-SELECT {_columns("w").replace("{table}", "new")}
-WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
-"""
-
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
 # left out of every figure); an attempt without a resend count is a retry when an earlier
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
@@ -255,34 +242,13 @@ def fetch_window(
     run_id: str,
     low_ns: int,
     high_ns: int,
-    batches: Sequence[int] | None = None,
 ) -> pl.DataFrame:
-    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex); with
-    ``batches``, only those stored by these ingest commits."""
-    bounds = {
-        "run_id": sql.Literal(run_id),
-        "low": sql.Literal(low_ns),
-        "high": sql.Literal(high_ns),
-    }
-    if batches is None:
-        query = sql.SQL(_WINDOW_SQL).format(**bounds)
-    else:
-        query = sql.SQL(_NEW_ROWS_SQL).format(
-            first=sql.Literal(min(batches, default=0)),
-            last=sql.Literal(max(batches, default=0)),
-            batches=sql.Literal(list(batches)),
-            **bounds,
-        )
-    if batches is None:
-        frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
-    else:
-        # Statistics taken while the column was mostly NULL (rows loaded before batches
-        # were recorded) make the planner prefer a full scan over the block-range index.
-        conn.execute("SET LOCAL enable_seqscan = off")
-        try:
-            frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
-        finally:
-            conn.execute("SET LOCAL enable_seqscan = on")
+    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex). The rows
+    of given ingest commits: storage/readers/commit_rows.py."""
+    query = sql.SQL(_WINDOW_SQL).format(
+        run_id=sql.Literal(run_id), low=sql.Literal(low_ns), high=sql.Literal(high_ns)
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
