@@ -15,12 +15,15 @@ import psycopg
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.durations import MINUTE_NS, SECOND_NS
+from tpmledger.storage.readers.commit_rows import dependents_of_commits, fetch_commit_rows
 from tpmledger.storage.readers.live_window import (
+    Dependent,
     fetch_attempts,
     fetch_window,
     fetch_window_page,
     probe_flags,
 )
+from tpmledger.storage.server.distribution import attempts_distributed
 from tpmledger.storage.writers.live_store import LiveRunFacts
 from tpmledger.storage.writers.tool_span_store import (
     count_tools_by_start_minute,
@@ -42,6 +45,7 @@ class AttemptReader:
         self.conn, self.facts = conn, facts
         # Runs without tool spans (most) skip the per-trace tool lookups.
         self.has_tools = run_has_tool_spans(conn, facts.run_id)
+        self.on_citus = attempts_distributed(conn)
 
     def with_tool_held(
         self, rows: pl.DataFrame, without_batches: list[int] | None = None
@@ -70,10 +74,20 @@ class AttemptReader:
         return minutes[0], minutes[-1] + MINUTE_NS + self.facts.max_slot_ns + SECOND_NS
 
     def new_rows(self, batches: list[int], first: int, last: int) -> pl.DataFrame:
-        """The rows of these ingest commits overlapping minutes ``first``..``last``."""
+        """The rows of these ingest commits overlapping minutes ``first``..``last``, with
+        their flags (read with them, set-based: storage/readers/commit_rows.py)."""
         low, high = self.bounds([first, last])
-        rows = fetch_window(self.conn, self.facts.run_id, low, high, batches)
-        return self.with_tool_held(self._flagged(rows, None))
+        rows = fetch_commit_rows(
+            self.conn, self.facts.run_id, low, high, batches, on_citus=self.on_citus
+        )
+        return self.with_tool_held(rows)
+
+    def new_dependents(self, batches: list[int], first: int, last: int) -> list[Dependent]:
+        """The attempts whose flags or values the rows :meth:`new_rows` gives changed."""
+        low, high = self.bounds([first, last])
+        return dependents_of_commits(
+            self.conn, self.facts.run_id, low, high, batches, on_citus=self.on_citus
+        )
 
     def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
         """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""

@@ -51,11 +51,7 @@ from tpmledger.analytics.live.minute_state_figures import (
     minute_rows,
 )
 from tpmledger.durations import MINUTE_NS, SECOND_NS
-from tpmledger.storage.readers.live_window import (
-    Dependent,
-    dependents,
-    dependents_in_range,
-)
+from tpmledger.storage.readers.live_window import Dependent, dependents_in_range
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.live_store import (
@@ -245,9 +241,7 @@ class LiveUpdater:
             new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
             if new is not None and new.height:
-                changed = dependents(
-                    conn, run_id, new["trace_id"].to_list(), new["span_id"].to_list()
-                )
+                changed = reader.new_dependents(batches, min(touched), max(touched))
             for low, high in _ranges_bounds(reader, rebuild):
                 changed += dependents_in_range(conn, run_id, low, high)
             new_keys = _new_among(changed, new)

@@ -1,13 +1,16 @@
 """Checkpoints: while a run is receiving data, seal its closed minutes every so often.
 
-A minute is closed ``TPMLEDGER_MINUTE_CLOSE_AFTER_S`` after it ends (docs/metrics.md
-#live-figures). Every ``TPMLEDGER_CHECKPOINT_EVERY_S`` (default 300 s) a run that is still
-receiving data gets a version over the attempts that ended in its closed minutes, so a
-figure published during the run can later be proven a prefix of the final summary
-(docs/provenance.md#versions). Once the run is quiet, the reseal loop seals every minute
-as before. A checkpoint costs a seal of the run's closed minutes, which runs in a child
-process (:func:`~tpmledger.analytics.seal.seal_process.seal_run_in_child`): its memory is
-the seal's budget, never the worker's (docs/configuration.md#memory).
+A minute is closed ``TPMLEDGER_MINUTE_CLOSE_AFTER_S`` after it ends
+(docs/metrics.md#live-figures). Every ``TPMLEDGER_CHECKPOINT_EVERY_S`` (default 300 s) a
+run that is still receiving data gets a version over the attempts that ended in its closed
+minutes, so a figure published during the run can later be proven a prefix of the final
+summary (docs/provenance.md#versions). The first comes that long after the run's first
+commit: a backfill's minutes are all closed at once, and sealing them while its commits
+still arrive would compete with ingest for a version the rest of the backfill rebases. Once
+the run is quiet, the reseal loop seals every minute as before. A checkpoint costs a seal
+of the run's closed minutes, which runs in a child process
+(:func:`~tpmledger.analytics.seal.seal_process.seal_run_in_child`): its memory is the
+seal's budget, never the worker's (docs/configuration.md#memory).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 attempt that depend on other attempts (docs/metrics.md#live-figures).
 
 A window is every attempt ending in a range of end times, read through the (run_id,
-end_ns) index, or only the rows of given ingest commits, through the block-range index
-on ``ingest_batch``. ``rollup`` (a stored span of the run names it as parent) and
+end_ns) index (the rows of given ingest commits, with their flags, are read by
+:mod:`storage.readers.commit_rows`). ``rollup`` (a stored span of the run names it as parent) and
 ``later_in_call`` (an earlier non-rollup attempt of its explicit call exists) and
 ``has_later`` (a later one exists: the attempt is not its call's last) are probed
 per attempt; :func:`dependents` finds the attempts elsewhere whose flags new attempts
@@ -55,8 +55,18 @@ LIVE_WINDOW_KINDS: dict[str, Kind] = {
 
 
 def _columns(alias: str) -> str:
-    # HTTP attempts read their call's target and tokens (storage/readers/call_attempts.py),
-    # looked up in the run the statement's ``{run_id}`` names.
+    """The select list of a live window frame over ``alias`` and its ``FROM`` clause
+    (``{table}`` to fill in). HTTP attempts' call lookups name the run the statement's
+    ``{run_id}`` names (storage/readers/call_attempts.py)."""
+    return f"""{select_list(alias)}
+FROM {{table}} {alias} {resolved_join(alias, "{run_id}")}"""
+
+
+def select_list(alias: str) -> str:
+    """The columns of :data:`LIVE_WINDOW_KINDS` over ``alias`` joined by
+    :func:`~storage.readers.call_attempts.resolved_join` (HTTP attempts read their call's
+    target and tokens: storage/readers/call_attempts.py)."""
+
     def c(name: str) -> str:
         return resolved_column(name, alias)
 
@@ -70,8 +80,7 @@ def _columns(alias: str) -> str:
        {c("provider")}, {c("model")},
        coalesce({a}.span_attributes ->> 'tpmledger.target.concurrency.cap',
                 {a}.resource_attributes ->> 'tpmledger.target.concurrency.cap'),
-       {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}
-FROM {{table}} {a} {resolved_join(a, "{run_id}")}"""
+       {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}"""
 
 
 _WINDOW_SQL = f"""
@@ -85,19 +94,6 @@ WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
 ORDER BY w.end_ns
 LIMIT {{limit}}
 """
-# New commits' rows: found through the block-range index on ingest_batch (the
-# materialized step keeps the planner from scanning the whole window instead). The run is
-# named inside too: on Citus the whole statement then runs on the run's one shard.
-_NEW_ROWS_SQL = f"""
-WITH new AS MATERIALIZED (
-    SELECT * FROM attempts
-    WHERE run_id = {{run_id}} AND ingest_batch BETWEEN {{first}} AND {{last}}
-      AND ingest_batch = ANY({{batches}}::bigint[])
-)
-SELECT {_columns("w").replace("{table}", "new")}
-WHERE w.run_id = {{run_id}} AND w.end_ns >= {{low}} AND w.end_ns < {{high}}
-"""
-
 # A span is a rollup when a stored LLM span of its run names it as parent (rollups are
 # left out of every figure); an attempt without a resend count is a retry when an earlier
 # non-rollup attempt of its explicit call exists (docs/metrics.md#retries). Both probes
@@ -156,11 +152,12 @@ WHERE a.run_id = %(run_id)s AND a.end_ns >= %(low)s AND a.end_ns < %(high)s"""
 # and later attempts of the same explicit call without a resend count move in the call
 # (kind 2); a parent that is itself an explicit call's attempt moves its call's others
 # (kind 3: the order among non-rollups changed, and which attempt is the call's last);
-# earlier attempts of the same explicit call are no longer its last (kind 4). An LLM span
-# gives its HTTP attempts their target and tokens (kind 5), and a new HTTP attempt may take
-# the call's tokens from a sibling (kind 6): their values changed, not their flags
-# (storage/readers/call_attempts.py).
-_DEPENDENTS_SQL = """
+# earlier attempts of the same explicit call are no longer its last (kind 4; kinds 2 and
+# 4 come from one lookup of the call, an attempt that is both once, as kind 2: the two give
+# the same Dependent). An LLM span gives its HTTP attempts their target and tokens (kind
+# 5), and a new HTTP attempt may take the call's tokens from a sibling (kind 6): their
+# values changed, not their flags (storage/readers/call_attempts.py).
+DEPENDENTS_SQL = """
 WITH given AS (
     SELECT a.trace_id, a.span_id, a.parent_span_id, a.run_id, a.call_id, a.call_id_explicit,
            a.start_ns, a.end_ns, a.convention
@@ -180,13 +177,19 @@ SELECT 1, encode(p.trace_id, 'hex'), encode(p.span_id, 'hex'), p.start_ns, p.end
        p.queue_wait_s
 FROM parents p
 UNION ALL
-SELECT 2, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
+SELECT CASE WHEN o.later THEN 2 ELSE 4 END,
+       encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM given g
-CROSS JOIN LATERAL (
-    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
+CROSS JOIN LATERAL (  -- one lookup of the call for both kinds
+    SELECT x.trace_id, x.span_id, x.end_ns,
+           x.resend_count IS NULL
+           AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id) AS later
+    FROM attempts x
     WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
-      AND x.resend_count IS NULL
-      AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id)
+      AND ((x.resend_count IS NULL
+            AND (x.start_ns, x.end_ns, x.span_id) > (g.start_ns, g.end_ns, g.span_id))
+           OR (x.start_ns, x.end_ns, x.span_id, x.trace_id)
+              < (g.start_ns, g.end_ns, g.span_id, g.trace_id))
     OFFSET 0  -- keeps the planner from turning the lookups into a scan of the table
 ) o
 WHERE g.call_id_explicit
@@ -199,17 +202,6 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) o
 WHERE p.call_id_explicit
-UNION ALL
-SELECT 4, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
-FROM given g
-CROSS JOIN LATERAL (
-    SELECT x.trace_id, x.span_id, x.end_ns FROM attempts x
-    WHERE x.run_id = %(run_id)s AND x.call_id_explicit AND x.call_id = g.call_id
-      AND (x.start_ns, x.end_ns, x.span_id, x.trace_id)
-          < (g.start_ns, g.end_ns, g.span_id, g.trace_id)
-    OFFSET 0
-) o
-WHERE g.call_id_explicit
 UNION ALL
 SELECT 5, encode(o.trace_id, 'hex'), encode(o.span_id, 'hex'), o.end_ns, o.end_ns, NULL
 FROM given g
@@ -251,34 +243,13 @@ def fetch_window(
     run_id: str,
     low_ns: int,
     high_ns: int,
-    batches: Sequence[int] | None = None,
 ) -> pl.DataFrame:
-    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex); with
-    ``batches``, only those stored by these ingest commits."""
-    bounds = {
-        "run_id": sql.Literal(run_id),
-        "low": sql.Literal(low_ns),
-        "high": sql.Literal(high_ns),
-    }
-    if batches is None:
-        query = sql.SQL(_WINDOW_SQL).format(**bounds)
-    else:
-        query = sql.SQL(_NEW_ROWS_SQL).format(
-            first=sql.Literal(min(batches, default=0)),
-            last=sql.Literal(max(batches, default=0)),
-            batches=sql.Literal(list(batches)),
-            **bounds,
-        )
-    if batches is None:
-        frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
-    else:
-        # Statistics taken while the column was mostly NULL (rows loaded before batches
-        # were recorded) make the planner prefer a full scan over the block-range index.
-        conn.execute("SET LOCAL enable_seqscan = off")
-        try:
-            frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
-        finally:
-            conn.execute("SET LOCAL enable_seqscan = on")
+    """Attempts of ``run_id`` ending in [low_ns, high_ns) (ids as lowercase hex). The rows
+    of given ingest commits: storage/readers/commit_rows.py."""
+    query = sql.SQL(_WINDOW_SQL).format(
+        run_id=sql.Literal(run_id), low=sql.Literal(low_ns), high=sql.Literal(high_ns)
+    )
+    frame = copy_select(conn, query, LIVE_WINDOW_KINDS)
     return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String))
 
 
@@ -379,14 +350,14 @@ def dependents(
     span_ids: Sequence[str],
     end_range: tuple[int, int] | None = None,
 ) -> list[Dependent]:
-    """Attempts whose flags the given (new) attempts changed (see ``_DEPENDENTS_SQL``)."""
+    """Attempts whose flags the given (new) attempts changed (see ``DEPENDENTS_SQL``)."""
     if not trace_ids:
         return []
     source, params = _source(trace_ids, span_ids, end_range)
     rows = conn.execute(
-        _DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
+        DEPENDENTS_SQL.replace("{source}", source), {"run_id": run_id, **params}
     ).fetchall()
-    return _dependents(rows)
+    return parse_dependents(rows)
 
 
 def dependents_in_range(
@@ -395,11 +366,12 @@ def dependents_in_range(
     """Attempts whose flags the attempts ending in [low_ns, high_ns) change (for marks
     that name no ingest commit: every attempt of their range counts as new)."""
     params = {"run_id": run_id, "low": low_ns, "high": high_ns}
-    rows = conn.execute(_DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
-    return _dependents(rows)
+    rows = conn.execute(DEPENDENTS_SQL.replace("{source}", _BY_RANGE), params).fetchall()
+    return parse_dependents(rows)
 
 
-def _dependents(rows: list[Any]) -> list[Dependent]:
+def parse_dependents(rows: list[Any]) -> list[Dependent]:
+    """The rows of :data:`DEPENDENTS_SQL` as :class:`Dependent` s."""
     out = []
     for kind, trace_id, span_id, start_ns, end_ns, wait_s in rows:
         waited = round(min(float(wait_s), 3e9) * 1e9) if wait_s and wait_s > 0 else 0

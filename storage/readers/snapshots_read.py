@@ -122,8 +122,9 @@ def runs_due_for_checkpoint(
     session: Session, every_s: float, quiet_s: float
 ) -> list[tuple[str, int, str | None]]:
     """Runs still receiving data (active within ``quiet_s``) whose newest version is older
-    than ``every_s`` (or that have none): (run_id, first event end ns, that version's
-    through_minute_utc). Oldest checkpoint first."""
+    than ``every_s``, or that have none and were first stored ``every_s`` ago or more (a
+    backfill's closed minutes are not sealed while its commits still arrive): (run_id,
+    first event end ns, that version's through_minute_utc). Oldest checkpoint first."""
     query = text(
         """
         SELECT r.run_id, r.first_event_ns,
@@ -134,8 +135,7 @@ def runs_due_for_checkpoint(
             WHERE s.run_id = r.run_id ORDER BY s.version DESC LIMIT 1
         ) latest ON true
         WHERE r.updated_at > now() - make_interval(secs => :quiet)
-          AND (latest.computed_at IS NULL
-               OR latest.computed_at <= now() - make_interval(secs => :every))
+          AND coalesce(latest.computed_at, r.created_at) <= now() - make_interval(secs => :every)
         ORDER BY latest.computed_at NULLS FIRST
         """
     )

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.analytics.proofs.test_version_consistency import _calls
@@ -14,7 +15,7 @@ from tpmledger.analytics.seal import sealing
 from tpmledger.analytics.seal.checkpoints import Checkpointer, closed_before
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.storage.readers.snapshots_read import latest_snapshot
-from tpmledger.storage.server.database import in_one_snapshot
+from tpmledger.storage.server.database import in_one_snapshot, libpq_url
 from tpmledger.storage.writers.snapshot_store import sealing_claim
 
 # The calls of _calls end in minutes 03:44 .. 03:48 of 2026-02-01.
@@ -41,6 +42,23 @@ def test_a_live_run_gets_a_checkpoint_of_its_closed_minutes_once(database_url: s
     later = NOW.replace(minute=51)
     [extended] = checkpoints.poll_once(now=later)
     assert extended.document["minutes"]["tree_size"] == 5
+
+
+def test_a_new_runs_first_checkpoint_waits_one_interval(database_url: str) -> None:
+    """A backfill's minutes are all closed at once: its first checkpoint comes one
+    interval after the run's first commit, not while its commits still arrive (issue 39:
+    the seal competed with ingest, and the rest of the backfill rebased it at once)."""
+    store(database_url, _calls(range(5)))
+    checkpoints = Checkpointer(
+        database_url, every_s=300, quiet_s=3600, close_after_s=120, in_process=True
+    )
+    assert checkpoints.poll_once(now=NOW) == []
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        conn.execute("UPDATE runs SET created_at = now() - interval '301 seconds'")
+    [result] = checkpoints.poll_once(now=NOW)
+    assert result.document["minutes"]["tree_size"] == 4
+    # The next one, an interval after this version.
+    assert checkpoints.poll_once(now=NOW.replace(minute=51)) == []
 
 
 def test_a_run_that_stopped_receiving_data_gets_no_checkpoint(database_url: str) -> None:

@@ -1,0 +1,153 @@
+"""The rows of new ingest commits as the live path folds them, with their flags, in one
+statement (docs/metrics.md#live-figures).
+
+An update folds the rows of the commits its marks name. Their flags (``rollup``,
+``later_in_call``, ``has_later``: :mod:`storage.readers.live_window`) were probed after
+the read: a primary-key lookup to find each row again, then a lookup of its children and
+two of its call's attempts. Here they come with the read: each row's call is read once
+(its attempts that are not rollups say whether one comes before it and one after it), and
+the commits' rows are found through the block-range index on ``ingest_batch`` whatever
+the planner's statistics say. :func:`dependents_of_commits` starts from the same rows,
+without looking each up again. All of it runs on the caller's connection and transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+import psycopg
+from psycopg import sql
+
+from tpmledger.storage.codecs.binary_copy import Kind
+from tpmledger.storage.readers.attempt_frames import copy_select
+from tpmledger.storage.readers.call_attempts import resolved_join
+from tpmledger.storage.readers.live_window import (
+    DEPENDENTS_SQL,
+    LIVE_WINDOW_KINDS,
+    Dependent,
+    parse_dependents,
+    select_list,
+)
+
+#: The flags each row comes with (0 or 1), after :data:`LIVE_WINDOW_KINDS` and ``run_id``.
+FLAGS = ("rollup", "later_in_call", "has_later")
+_KINDS: dict[str, Kind] = {**LIVE_WINDOW_KINDS, **dict.fromkeys(FLAGS, "integer")}
+
+# The commits' rows, through the block-range index on ``ingest_batch``: the run is not
+# named in a form the (run_id, end_ns) index could serve, or a planner whose statistics
+# predate the run (a new database, or a run still small beside the table) reads every row
+# of the run on every update to find a commit's. On Citus the run is named plainly, so the
+# statement runs on the run's one shard. ``arrival`` keeps the order the rows were stored
+# in: they are folded in that order.
+_COMMITS = """
+    SELECT *, row_number() OVER () AS arrival FROM attempts
+    WHERE ingest_batch BETWEEN {first} AND {last} AND ingest_batch = ANY({batches}::bigint[])
+      AND {run_named}"""
+_RUN_NAMED = "(run_id = {run_id}) IS TRUE"
+_RUN_NAMED_ON_CITUS = "run_id = {run_id}"
+
+# A rollup: a stored span of the run names it as parent (storage/readers/live_window.py).
+_IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
+                   AND c.parent_span_id = {t}.span_id AND c.run_id = {{run_id}})"""
+
+# Each row with its flags: its call's attempts that are not rollups, read once per row
+# through the (run_id, call_id) index, say whether one comes before it and one after it.
+_FLAGGED_SQL = f"""
+WITH new AS MATERIALIZED ({{commits}}
+)
+SELECT {select_list("w")},
+       ({_IS_PARENT.format(t="w")})::int,
+       (w.resend_count IS NULL AND coalesce(k.earlier, false))::int,
+       coalesce(k.later, false)::int
+FROM new w {resolved_join("w", "{run_id}")}
+LEFT JOIN LATERAL (
+    SELECT bool_or((b.start_ns, b.end_ns, b.span_id) < (w.start_ns, w.end_ns, w.span_id))
+               AS earlier,
+           bool_or((b.start_ns, b.end_ns, b.span_id, b.trace_id)
+                   > (w.start_ns, w.end_ns, w.span_id, w.trace_id)) AS later
+    FROM attempts b
+    WHERE w.call_id_explicit AND b.run_id = {{run_id}} AND b.call_id_explicit
+      AND b.call_id = w.call_id AND NOT {_IS_PARENT.format(t="b")}
+) k ON TRUE
+WHERE w.end_ns >= {{low}} AND w.end_ns < {{high}}
+ORDER BY w.arrival
+"""
+
+# The same rows as the starting attempts of DEPENDENTS_SQL.
+_BY_COMMITS = """FROM ({commits}
+) a
+WHERE a.end_ns >= {low} AND a.end_ns < {high}"""
+
+
+def _without_seqscan(conn: psycopg.Connection) -> None:
+    # Statistics taken while the column was mostly NULL (rows loaded before batches were
+    # recorded) make the planner prefer a full scan over the block-range index.
+    conn.execute("SET LOCAL enable_seqscan = off")
+
+
+def _commits(run_id: str, batches: Sequence[int], on_citus: bool) -> sql.Composed:
+    return sql.SQL(_COMMITS).format(
+        first=sql.Literal(min(batches, default=0)),
+        last=sql.Literal(max(batches, default=0)),
+        batches=sql.Literal(list(batches)),
+        run_named=sql.SQL(_RUN_NAMED_ON_CITUS if on_citus else _RUN_NAMED).format(
+            run_id=sql.Literal(run_id)
+        ),
+    )
+
+
+def fetch_commit_rows(
+    conn: psycopg.Connection,
+    run_id: str,
+    low_ns: int,
+    high_ns: int,
+    batches: Sequence[int],
+    *,
+    on_citus: bool = False,
+) -> pl.DataFrame:
+    """The rows of ``run_id`` stored by these ingest commits that end in [low_ns, high_ns),
+    in the order they were stored: the live window columns (ids in hex), ``run_id`` and
+    :data:`FLAGS` as the database holds them now. ``on_citus``: ``attempts`` is
+    distributed (storage.server.distribution.attempts_distributed)."""
+    query = sql.SQL(_FLAGGED_SQL).format(
+        commits=_commits(run_id, batches, on_citus),
+        run_id=sql.Literal(run_id),
+        low=sql.Literal(low_ns),
+        high=sql.Literal(high_ns),
+    )
+    _without_seqscan(conn)
+    try:
+        frame = copy_select(conn, query, _KINDS)
+    finally:
+        conn.execute("SET LOCAL enable_seqscan = on")
+    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
+        *LIVE_WINDOW_KINDS, "run_id", *FLAGS
+    )
+
+
+def dependents_of_commits(
+    conn: psycopg.Connection,
+    run_id: str,
+    low_ns: int,
+    high_ns: int,
+    batches: Sequence[int],
+    *,
+    on_citus: bool = False,
+) -> list[Dependent]:
+    """Attempts whose flags or values the rows of these ingest commits ending in
+    [low_ns, high_ns) changed (:data:`~storage.readers.live_window.DEPENDENTS_SQL`)."""
+    if not batches:
+        return []
+    source = sql.SQL(_BY_COMMITS).format(
+        commits=_commits(run_id, batches, on_citus),
+        low=sql.Literal(low_ns),
+        high=sql.Literal(high_ns),
+    )
+    # Literals of the source escaped for the placeholders of the statement's one parameter.
+    query = DEPENDENTS_SQL.replace("{source}", source.as_string(conn).replace("%", "%%"))
+    _without_seqscan(conn)
+    try:
+        rows = conn.execute(query, {"run_id": run_id}).fetchall()
+    finally:
+        conn.execute("SET LOCAL enable_seqscan = on")
+    return parse_dependents(rows)
