@@ -70,11 +70,10 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     if not settings.database_url:
         raise ValueError("ingest needs settings.database_url")
     with owned_engines():
-        await _serve(settings, stop)
+        await _serve(settings, settings.database_url, stop)
 
 
-async def _serve(settings: Settings, stop: asyncio.Event | None) -> None:
-    url = settings.database_url
+async def _serve(settings: Settings, url: str, stop: asyncio.Event | None) -> None:
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

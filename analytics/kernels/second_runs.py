@@ -268,7 +268,7 @@ def minute_cells_of_runs(
 def runs_of_samples(flight: Ints, depth: Ints, first: int) -> tuple[Ints, Ints, Ints, Ints]:
     """:func:`dense_runs`, as plain Python while the kernels are being compiled."""
     runs = dense_runs if kernels_ready() else dense_runs.py_func
-    return runs(flight, depth, first)  # type: ignore[no-any-return]
+    return runs(flight, depth, first)
 
 
 @_kernel
