@@ -44,6 +44,7 @@ from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.pages.run_panels import run_panels, throughput_view
 from tpmledger.dashboard.pages.runs import runs_table_view
 from tpmledger.dashboard.pages.sweep import sweep_panels
+from tpmledger.durations import MINUTE_NS
 from tpmledger.storage.server import migrate
 from tpmledger.storage.server.database import raw_transaction
 
@@ -115,17 +116,17 @@ def build_wide_run(url: str, minutes: int, shards: int) -> None:
         conn.execute(
             "INSERT INTO runs (run_id, first_event_ns, last_event_ns, shard_ids, "
             "declared_shard_count, concurrency_cap, attempts, updated_at) "
-            "SELECT %s, first_event_ns, first_event_ns + %s * 60000000000, shard_ids, "
+            "SELECT %s, first_event_ns, first_event_ns + %s * %s, shard_ids, "
             "declared_shard_count, concurrency_cap, attempts, now() - interval '1 hour' "
             "FROM runs WHERE run_id = %s",
-            (WIDE_RUN_ID, minutes, RUN_ID),
+            (WIDE_RUN_ID, minutes, MINUTE_NS, RUN_ID),
         )
         conn.execute(
             "INSERT INTO snapshots SELECT %s, version, computed_at, "
             "encode(sha256(convert_to(seal || 'wide', 'UTF8')), 'hex'), previous_seal, "
             "events_sha256, events_count, merkle_root, %s, metrics_sha256, document, metrics, "
             "now() - interval '1 hour' FROM snapshots WHERE run_id = %s",
-            (WIDE_RUN_ID, minutes, RUN_ID),
+            (WIDE_RUN_ID, minutes, MINUTE_NS, RUN_ID),
         )
         conn.execute(
             """

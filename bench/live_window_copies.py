@@ -27,8 +27,8 @@ import polars as pl
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.analytics.live.minute_state_figures import minute_extras as state_extras
 from tpmledger.analytics.live.minute_state_figures import minute_facts, minute_rows
+from tpmledger.durations import MINUTE_NS
 
-MINUTE_NS = 60_000_000_000
 _FLAGS = ("rollup", "later_in_call", "has_later")
 _TEXTS = ("error_type", "deadline_text", "timeout_text")
 _TOKENS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")

@@ -48,11 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.storage.server.database import raw_transaction
 from tpmledger.storage.writers.bulk_writer import write_attempts
 
-MINUTE_NS = 60_000_000_000
-SECOND_NS = 1_000_000_000
 SHARDS = 8
 PER_SHARD_MINUTE = 4
 

@@ -36,6 +36,7 @@ from tpmledger.ingest.other_signals import OtherSignals
 from tpmledger.ingest.process_memory import limit_heap_retention, relax_garbage_collector
 from tpmledger.ingest.server_scraper import ServerScraper
 from tpmledger.settings import Settings
+from tpmledger.storage.server.database import owned_engines
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,15 @@ def run(settings: Settings) -> None:
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Serve both listeners until ``stop`` is set or a signal arrives; then drain and return."""
+    """Serve both listeners until ``stop`` is set or a signal arrives; then drain and return.
+    The service owns the engines it makes: they are disposed when it stops."""
     if not settings.database_url:
         raise ValueError("ingest needs settings.database_url")
-    url = settings.database_url
+    with owned_engines():
+        await _serve(settings, settings.database_url, stop)
+
+
+async def _serve(settings: Settings, url: str, stop: asyncio.Event | None) -> None:
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 from tests.fixtures import citus_nodes
 from tpmledger.storage.server import migrate
-from tpmledger.storage.server.database import get_engine, libpq_url
+from tpmledger.storage.server.database import dispose_engines, libpq_url
 
 pytest_plugins = ["tests.fixtures.servers", "tests.fixtures.fault_servers"]
 
@@ -111,7 +111,7 @@ def template_database(pg_server_url: str) -> Iterator[str]:
             conn.execute(f"CREATE DATABASE {name}")
     url = _database_url(pg_server_url, name)
     migrate.upgrade(url)
-    get_engine(url).dispose()
+    dispose_engines(url)
     yield name
     if workers is not None:
         citus_nodes.drop_database(pg_server_url, workers, name)
@@ -133,7 +133,7 @@ def create_test_database(pg_server_url: str, template: str | None) -> str:
 
 
 def drop_test_database(pg_server_url: str, url: str) -> None:
-    get_engine(url).dispose()
+    dispose_engines(url)
     name = make_url(url).database
     workers = citus_workers(pg_server_url)
     if workers is not None and name:

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_grid import EventGrid, event_grid
+from tpmledger.analytics.kernels.figure_registry import figure
 from tpmledger.analytics.kernels.figure_rules import (
     SAG_FRACTION_OF_CAP,
     SAG_PASS_SHARE,
@@ -39,8 +40,9 @@ from tpmledger.analytics.kernels.figure_rules import (
 from tpmledger.analytics.kernels.group_kernels import second_grid, second_samples
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
-    run_minute_cells,
+    minute_cells_of_runs,
     run_totals_before,
+    runs_of_samples,
     sparse_runs,
     sparse_steps,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "MinuteCells",
     "SecondSeries",
     "minute_cells",
+    "sampled_series",
     "second_series",
     "seconds_before",
 ]
@@ -138,6 +141,34 @@ def second_series(
     )
 
 
+def sampled_series(
+    shard_ids: tuple[str, ...], flight: Ints, depth: Ints, first_second: int
+) -> SecondSeries:
+    """The series of samples already taken: ``flight`` and ``depth`` are ``(rows + 1,
+    60 × minutes)`` arrays (the shards in ``shard_ids`` order, then ``'*'``) whose column 0
+    is epoch second ``first_second``, a whole minute; the window is all of their minutes.
+    The live path keeps a minute's samples so (:mod:`analytics.live.minute_state`) and
+    gives them to :func:`minute_cells` like the seal's."""
+    width = int(flight.shape[1])
+    offsets, start, run_flight, run_depth = runs_of_samples(
+        np.ascontiguousarray(flight, dtype=np.int64),
+        np.ascontiguousarray(depth, dtype=np.int64),
+        first_second,
+    )
+    return SecondSeries(
+        shard_ids,
+        first_second,
+        first_second + width,
+        offsets,
+        start,
+        run_flight,
+        run_depth,
+        frozenset(),
+        first_second,
+        width // 60,
+    )
+
+
 def sag_below(series: SecondSeries, caps: Mapping[str, int | None]) -> npt.NDArray[np.float64]:
     """Per row: in-flight below this counts as sag (0: never; the '*' row never)."""
     below = [SAG_FRACTION_OF_CAP * float(caps.get(s) or 0) for s in series.shard_ids]
@@ -160,13 +191,18 @@ class MinuteCells:
     sag_seconds: Ints  # per row
 
 
+@figure("minute_concurrency")
 def minute_cells(series: SecondSeries, caps: Mapping[str, int | None]) -> MinuteCells:
     """In-flight and queue depth mean/max of every window minute, and per shard the seconds
     with a queue and those that sagged below 0.9 × ``caps`` (unknown cap: none), for the cells
     where something is in flight or queued only:
-    the work and memory follow the busy seconds' minutes, not rows × window minutes."""
+    the work and memory follow the busy seconds' minutes, not rows × window minutes.
+
+    The one formula of a minute's concurrency figures: the seal gives it the series of a
+    chunk (:func:`second_series`), the live path one minute's kept samples
+    (:func:`sampled_series`)."""
     low = sag_below(series, caps)
-    cells = run_minute_cells(
+    cells = minute_cells_of_runs(
         series.offsets,
         series.run_start,
         series.run_in_flight,

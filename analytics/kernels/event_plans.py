@@ -18,6 +18,7 @@ from typing import Literal
 
 import polars as pl
 
+from tpmledger.analytics.kernels.figure_registry import figure
 from tpmledger.durations import MINUTE_NS, SECOND_NS
 
 QUANTILE_METHOD: Literal["linear"] = "linear"
@@ -89,6 +90,7 @@ def prepared_events(
     return prepared(events.lazy(), measured=measured, all_resend_known=all_known), measured
 
 
+@figure("minute_counts")
 def derived_counts() -> list[pl.Expr]:
     """A minute's counts that follow from others: total tokens and failed attempts."""
     return [
@@ -97,6 +99,7 @@ def derived_counts() -> list[pl.Expr]:
     ]
 
 
+@figure("minute_rates")
 def rate_columns() -> list[pl.Expr]:
     """Rates as fractions; null for a minute with no calls (nothing to divide)."""
     calls = pl.col("calls_in_minute")

@@ -19,7 +19,10 @@ from __future__ import annotations
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import SIGNIFICANT_DIGITS
-from tpmledger.storage.schema.minute_columns import MINUTE_COLUMNS  # the table's column order
+from tpmledger.storage.schema.minute_columns import (  # the table's column order, counts
+    MINUTE_COLUMNS,
+    MINUTE_COUNTS,
+)
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 __all__ = [
@@ -30,18 +33,9 @@ __all__ = [
     "with_minute_utc",
 ]
 
-#: Integer columns that are 0 in an empty minute (the samples' maxima are filled with
-#: their means, by the table's rules; rates and percentiles stay null).
-EMPTY_COUNTS: tuple[str, ...] = (
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "retries",
-    "shards_active",
-)
+#: Counts that are 0 in an empty minute (the samples' maxima are filled with their means,
+#: by the table's rules; rates and percentiles stay null): the declaration's counts.
+EMPTY_COUNTS: tuple[str, ...] = MINUTE_COUNTS
 
 
 def carries_figures() -> pl.Expr:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tpmledger.analytics.kernels.group_kernels import ceil_second
+from tpmledger.compiled_kernels import kernels_ready
 from tpmledger.durations import SECOND_NS
 
 Ints = npt.NDArray[np.int64]
@@ -235,6 +236,39 @@ def run_minute_cells(
         offsets, run_start, run_flight, run_depth, last, window_first, minutes, low, out, True
     )
     return out
+
+
+def minute_cells_of_runs(
+    offsets: Ints,
+    run_start: Ints,
+    run_flight: Ints,
+    run_depth: Ints,
+    last: int,
+    window_first: int,
+    minutes: int,
+    low: Floats,
+) -> Ints:
+    """:func:`run_minute_cells`, or while this process waits for its kernels to be compiled
+    (:mod:`tpmledger.compiled_kernels`: the live path at a worker's start) the same walk as
+    plain Python: same cells, same figures."""
+    if kernels_ready():
+        return run_minute_cells(
+            offsets, run_start, run_flight, run_depth, last, window_first, minutes, low
+        )
+    walk = _cell_walk.py_func
+    empty = np.zeros((8, 0), np.int64)
+    count = walk(
+        offsets, run_start, run_flight, run_depth, last, window_first, minutes, low, empty, False
+    )
+    out = np.zeros((8, count), np.int64)
+    walk(offsets, run_start, run_flight, run_depth, last, window_first, minutes, low, out, True)
+    return out
+
+
+def runs_of_samples(flight: Ints, depth: Ints, first: int) -> tuple[Ints, Ints, Ints, Ints]:
+    """:func:`dense_runs`, as plain Python while the kernels are being compiled."""
+    runs = dense_runs if kernels_ready() else dense_runs.py_func
+    return runs(flight, depth, first)
 
 
 @_kernel

@@ -15,8 +15,8 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.cell_figures import PERCENTILES, QUANTILES
+from tpmledger.analytics.kernels.concurrency import minute_cells, sampled_series
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
-from tpmledger.analytics.kernels.figure_rules import SAG_FRACTION_OF_CAP
 from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
 from tpmledger.analytics.live.live_row_schema import LIVE_ROW_SCHEMA, finished_rows
@@ -55,17 +55,41 @@ def _value_figures(values: npt.NDArray[Any], nulls: int, name: str) -> dict[str,
     return out
 
 
-def _concurrency(flight: Ints, depth: Ints, cap: int | None, whole: bool) -> dict[str, Any]:
-    low = 0.0 if whole else SAG_FRACTION_OF_CAP * float(cap or 0)
-    queued = depth > 0
-    return {
-        "in_flight_mean": int(flight.sum()) / 60,
-        "in_flight_max": max(int(flight.max()), 0),
-        "queue_depth_mean": int(depth.sum()) / 60,
-        "queue_depth_max": max(int(depth.max()), 0),
-        "queue_seconds": 0 if whole else int(queued.sum()),
-        "sag_seconds": int((queued & (flight < low)).sum()),
-    }
+def _concurrency(
+    state: MinuteState, shards: Sequence[str], caps: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """In-flight and queue depth mean/max, queue and sag seconds of ``shards`` then ``'*'``
+    in the minute: its kept samples given to the seal's formula
+    (:func:`analytics.kernels.concurrency.minute_cells`)."""
+    rows = len(shards)
+    flight = np.zeros((rows + 1, 60), np.int64)
+    depth = np.zeros((rows + 1, 60), np.int64)
+    for i, shard in enumerate(shards):
+        if shard in state.flight:
+            flight[i] = state.flight[shard]
+        if shard in state.depth:
+            depth[i] = state.depth[shard]
+    flight[rows] = flight[:rows].sum(axis=0)
+    depth[rows] = depth[:rows].sum(axis=0)
+    series = sampled_series(tuple(shards), flight, depth, state.minute_ns // SECOND_NS)
+    cells = minute_cells(series, caps)
+    out: list[dict[str, Any]] = [
+        {
+            "in_flight_mean": 0.0,
+            "in_flight_max": 0,
+            "queue_depth_mean": 0.0,
+            "queue_depth_max": 0,
+            "queue_seconds": int(cells.queue_seconds[row]),
+            "sag_seconds": int(cells.sag_seconds[row]),
+        }
+        for row in range(rows + 1)
+    ]
+    for c, row in enumerate(cells.row.tolist()):
+        out[row]["in_flight_mean"] = float(cells.in_flight_mean[c])
+        out[row]["in_flight_max"] = int(cells.in_flight_max[c])
+        out[row]["queue_depth_mean"] = float(cells.queue_depth_mean[c])
+        out[row]["queue_depth_max"] = int(cells.queue_depth_max[c])
+    return out
 
 
 def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.DataFrame:
@@ -77,21 +101,16 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
             known[shard] = max(known.get(shard, 0), cap)
     records: list[dict[str, Any]] = []
     zero_sums = np.zeros(len(SUMS), np.int64)
-    zero_seconds = np.zeros(60, np.int64)
     for state in states:
         shards = sorted(set(state.sums) | set(state.caps) | set(state.flight))
+        concurrency = _concurrency(state, shards, known)
         total = zero_sums.copy()
-        flights, depths = [], []
         active = 0
-        for shard in shards:
+        for shard, samples in zip(shards, concurrency[:-1], strict=True):
             sums = state.sums.get(shard, zero_sums)
             total += sums
             active += int(sums[0] > 0)
             ttft = state.ttft.get(shard, _EMPTY_FLOATS)
-            flight = state.flight.get(shard, zero_seconds)
-            depth = state.depth.get(shard, zero_seconds)
-            flights.append(flight)
-            depths.append(depth)
             records.append(
                 {
                     "shard_id": shard,
@@ -100,14 +119,12 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
                     "shards_active": int(sums[0] > 0),
                     **_value_figures(ttft, int(sums[0]) - ttft.size, "ttft"),
                     **_value_figures(state.latency.get(shard, _EMPTY_INTS), 0, "latency"),
-                    **_concurrency(flight, depth, known.get(shard), whole=False),
+                    **samples,
                     "sag_cap": known.get(shard),
                     "concurrency_cap": state.caps.get(shard),
                 }
             )
         ttft, latency = state.whole_values()
-        flight = np.sum(flights, axis=0) if flights else zero_seconds
-        depth = np.sum(depths, axis=0) if depths else zero_seconds
         records.append(
             {
                 "shard_id": WHOLE_RUN,
@@ -116,7 +133,7 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
                 "shards_active": active,
                 **_value_figures(ttft, int(total[0]) - ttft.size, "ttft"),
                 **_value_figures(latency, 0, "latency"),
-                **_concurrency(flight, depth, None, whole=True),
+                **concurrency[-1],
                 "sag_cap": None,
                 "concurrency_cap": None,
             }

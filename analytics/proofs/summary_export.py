@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tpmledger import __version__
 from tpmledger.analytics.kernels.run_figures import RunContext
@@ -56,7 +57,7 @@ from tpmledger.storage.codecs.time_text import minute_text_ns, utc_ms
 from tpmledger.storage.readers.runs_read import run_is_known
 from tpmledger.storage.readers.snapshots_read import busy_minute_rows, snapshot_at
 from tpmledger.storage.schema.models import Snapshot
-from tpmledger.storage.server.database import read_session, read_view
+from tpmledger.storage.server.database import in_one_snapshot, read_view
 
 EXPORT_FILES = (
     "events.jsonl",
@@ -89,23 +90,17 @@ class RunSummary:
         return summary_text(self.predicate, self.key_fingerprint)
 
 
-def latest_seal(url: str, run_id: str) -> str | None:
-    """The seal of the run's newest snapshot, or None if it was never sealed."""
-    snapshot = _latest_snapshot(url, run_id)
-    return snapshot.seal if snapshot else None
-
-
-def snapshot_predicate(url: str, run_id: str) -> dict[str, Any]:
+def snapshot_predicate(session: Session, run_id: str) -> dict[str, Any]:
     """The predicate a summary of the run's newest snapshot signs (no events read)."""
-    snapshot = _latest_snapshot(url, run_id)
+    snapshot = _latest_snapshot(session, run_id)
     if snapshot is None:
         raise RunNotSealed(run_id)
     return _predicate(snapshot)
 
 
-def summary_envelope(url: str, run_id: str, key: SigningKey) -> dict[str, Any]:
+def summary_envelope(session: Session, run_id: str, key: SigningKey) -> dict[str, Any]:
     """The signed envelope over the run's newest snapshot (reads the snapshot row only)."""
-    snapshot = _latest_snapshot(url, run_id)
+    snapshot = _latest_snapshot(session, run_id)
     if snapshot is None:
         raise RunNotSealed(run_id)
     return _sign(_predicate(snapshot), key)
@@ -135,7 +130,7 @@ def build_summary(
     sealed.
     """
     if version is None:
-        snapshot = _latest_snapshot(url, run_id)
+        snapshot = in_one_snapshot(url, _latest_snapshot, run_id)
         if snapshot is None:
             raise RunNotSealed(run_id)
         file = RunEventFile(url, run_id)
@@ -353,17 +348,16 @@ def write_tiles(proofs: dict[str, Any], out_dir: Path) -> Path:
     return out_dir / "tile"
 
 
-def _latest_snapshot(url: str, run_id: str) -> Snapshot | None:
+def _latest_snapshot(session: Session, run_id: str) -> Snapshot | None:
     """The run's newest snapshot; None when never sealed. Raises :class:`RunNotSealed`
     naming the run as unknown when nothing was ever stored for it."""
     query = (
         select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version.desc()).limit(1)
     )
-    with read_session(url) as session:
-        found = session.scalars(query).first()
-        if found is None and not run_is_known(session, run_id):
-            raise RunNotSealed(run_id, known=False)
-        return found
+    found = session.scalars(query).first()
+    if found is None and not run_is_known(session, run_id):
+        raise RunNotSealed(run_id, known=False)
+    return found
 
 
 def _json_bytes(document: dict[str, Any]) -> bytes:

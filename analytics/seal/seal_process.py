@@ -187,13 +187,20 @@ def _option(argv: list[str], name: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     """The child: seal ``argv[0]`` on the URL of :data:`URL_VARIABLE`."""
+    from tpmledger.storage.server.database import owned_engines
+
+    run_id, options = argv[0], argv[1:]
+    url = os.environ[URL_VARIABLE]
+    with owned_engines():  # the child's engines end with it
+        return _seal(run_id, options, url)
+
+
+def _seal(run_id: str, options: list[str], url: str) -> int:
     from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.run_computation import StageTimer
     from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current
     from tpmledger.slo import optional_slo
 
-    run_id, options = argv[0], argv[1:]
-    url = os.environ[URL_VARIABLE]
     try:
         ensure_kernels()  # a line on stderr if they must be compiled (first run only)
         if "--report" in options:

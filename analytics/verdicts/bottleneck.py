@@ -41,6 +41,7 @@ from typing import Any, Final
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.quota_headroom import headroom_requests, headroom_tokens
 from tpmledger.analytics.verdicts.server_evidence import (
     KV_CACHE_FULL,
     evidence_of,
@@ -93,7 +94,7 @@ def _pct(value: float) -> str:
 
 def _is_tight(t: TargetMinute, limit: float) -> bool:
     """The target's quota is (nearly) used up in this minute."""
-    headrooms = (t.headroom_tokens, t.headroom_requests)
+    headrooms = (headroom_tokens(t), headroom_requests(t))
     if any(h is not None and h <= limit for h in headrooms):
         return True
     pairs = ((t.min_remaining_tokens, t.quota_tpm), (t.min_remaining_requests, t.quota_rpm))
@@ -105,7 +106,9 @@ def _has_quota(t: TargetMinute) -> bool:
 
 
 def _lowest_headroom(targets: Sequence[TargetMinute]) -> float | None:
-    known = [h for t in targets for h in (t.headroom_tokens, t.headroom_requests) if h is not None]
+    known = [
+        h for t in targets for h in (headroom_tokens(t), headroom_requests(t)) if h is not None
+    ]
     return min(known, default=None)
 
 

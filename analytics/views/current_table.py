@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, work_conserving_result
+from tpmledger.analytics.kernels.run_level import ratio
 from tpmledger.analytics.kernels.run_span_limit import check_run_minutes
 from tpmledger.storage.readers.live_read import (
     RunState,
@@ -35,6 +36,7 @@ from tpmledger.storage.readers.live_read import (
     run_state,
     sealed_minute_rows,
 )
+from tpmledger.storage.schema.minute_columns import EMPTY_FIGURES
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 if TYPE_CHECKING:
@@ -42,38 +44,14 @@ if TYPE_CHECKING:
 
 
 MINUTE = timedelta(minutes=1)
-_COUNTS = (
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "shards_active",
-)
-_NULLS = (
-    "retry_rate",
-    "success_rate",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "ttft_mean_s",
-    "ttft_variance_s2",
-    "latency_p50_s",
-    "latency_p95_s",
-    "latency_p99_s",
-)
 #: States whose minutes no longer change (except through late data): peak minutes and
 #: sustained TPM of a live run are taken from these only (docs/metrics.md#open-minutes).
 SETTLED = ("closed", "sealed")
 
 
 def _empty_row(shard_id: str, minute: datetime) -> dict[str, Any]:
-    row: dict[str, Any] = {"shard_id": shard_id, "minute_utc": minute}
-    row |= dict.fromkeys(_COUNTS, 0) | dict.fromkeys(_NULLS)
-    row |= {"retries": 0, "in_flight_mean": 0.0, "in_flight_max": 0}
-    row |= {"queue_depth_mean": 0.0, "queue_depth_max": 0, "concurrency_cap": None}
-    return row
+    """What a minute without a stored row shows, as the column declaration says."""
+    return {"shard_id": shard_id, "minute_utc": minute, **EMPTY_FIGURES}
 
 
 @dataclass
@@ -277,7 +255,7 @@ def _apply_rules(
         row["retries"] = row["retry_rate"] = None
     else:
         row["retries"] = row["retries"] or 0
-        row["retry_rate"] = clean(row["retries"] / calls) if calls else None
+        row["retry_rate"] = clean(ratio(row["retries"], calls))
     has_queue = shard in table.queue_shards if shard != WHOLE_RUN else bool(table.queue_shards)
     if not has_queue:
         row["queue_depth_mean"] = row["queue_depth_max"] = None

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean, is_retry_storm_minute
+from tpmledger.analytics.kernels.quota_headroom import headroom_requests, headroom_tokens
 from tpmledger.analytics.kernels.run_level import ratio
 from tpmledger.storage.readers.live_read import RunState, run_states_in_window
 from tpmledger.storage.readers.run_metrics_read import (
@@ -194,7 +195,9 @@ def _headroom(
         for target in target_minutes_ending_from(session, sorted(run_ids), minute_ns):
             if target.minute_ns != minute_ns:
                 continue
-            known = [h for h in (target.headroom_tokens, target.headroom_requests) if h is not None]
+            known = [
+                h for h in (headroom_tokens(target), headroom_requests(target)) if h is not None
+            ]
             if known:
                 key = (target.provider or "", target.model or "")
                 found.setdefault(target.run_id, {})[key] = clean(min(known))

@@ -25,32 +25,12 @@ from tpmledger.storage.codecs.time_text import minute_text, ns_to_rfc3339, utc_m
 from tpmledger.storage.readers.attempt_sources import LLM_SPANS_RETRY_REASON, attempts_source
 from tpmledger.storage.readers.live_read import run_state, run_states
 from tpmledger.storage.readers.runs_read import UnknownRun
+from tpmledger.storage.schema.minute_columns import SERVED_FIGURES
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
-# Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order.
-API_MINUTE_KEYS: tuple[str, ...] = (
-    "minute_utc",
-    "state",
-    "calls_in_minute",
-    "prompt_tpm_in",
-    "completion_tpm_out",
-    "tpm_total",
-    "successes",
-    "failures",
-    "retries",
-    "retry_rate",
-    "success_rate",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "in_flight_mean",
-    "in_flight_max",
-    "queue_depth_mean",
-    "queue_depth_max",
-    "concurrency_cap",
-    "shards_active",
-    "tokens",
-)
+# Keys of one element of GET /v1/runs/{run_id}/minutes, in the documented order: the
+# declared minute columns the API serves (storage/schema/minute_columns.py), state, tokens.
+API_MINUTE_KEYS: tuple[str, ...] = ("minute_utc", "state", *SERVED_FIGURES, "tokens")
 
 
 def _api_minute(row: dict[str, Any]) -> dict[str, Any]:

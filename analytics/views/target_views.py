@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.quota_headroom import headroom_requests, headroom_tokens
 from tpmledger.storage.codecs.time_text import minute_text_ns
 from tpmledger.storage.readers.live_read import run_state
 from tpmledger.storage.readers.runs_read import UnknownRun
@@ -45,8 +46,8 @@ def _minute(t: TargetMinute) -> dict[str, Any]:
         "quota_rpm": _number(t.quota_rpm),
         "used_tpm": t.used_tpm,
         "used_rpm": t.used_rpm,
-        "headroom_tokens": clean(t.headroom_tokens),
-        "headroom_requests": clean(t.headroom_requests),
+        "headroom_tokens": clean(headroom_tokens(t)),
+        "headroom_requests": clean(headroom_requests(t)),
         "min_remaining_tokens": _number(t.min_remaining_tokens),
         "min_remaining_requests": _number(t.min_remaining_requests),
         "rate_limited": t.rate_limited,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from tpmledger.analytics.kernels.quota_headroom import headroom_requests, headroom_tokens
 from tpmledger.dashboard.display import NOT_MEASURED
 from tpmledger.dashboard.figures.chart_style import (
     CAP_COLOR,
@@ -67,7 +68,7 @@ def _headroom(t: TargetMinute) -> tuple[float, str] | None:
     """The minute's lower headroom and its measure (``tokens``/``requests``), or None."""
     found = [
         (h, measure)
-        for h, measure in ((t.headroom_tokens, "tokens"), (t.headroom_requests, "requests"))
+        for h, measure in ((headroom_tokens(t), "tokens"), (headroom_requests(t), "requests"))
         if h is not None
     ]
     return min(found) if found else None

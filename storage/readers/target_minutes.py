@@ -7,14 +7,14 @@ UTC minute of the attempts' end times:
 - ``used_tpm`` = prompt + completion tokens, ``used_rpm`` = attempts;
 - ``quota_tpm`` / ``quota_rpm`` = the newest value reported in the minute, a declared
   quota (``tpmledger.quota.*``) winning over a captured limit header;
-- ``headroom_*`` = 1 − used / quota (null without a quota; below 0 when over it);
 - ``min_remaining_*`` = the lowest ``remaining`` header seen in the minute;
 - ``rate_limited`` = attempts answered 429 (HTTP status, ``error.type`` 429, ``rate_limit…``
   or a ``RateLimitError``), and ``serving_failures`` = other failures that were 5xx,
   timeouts or cancellations (what the bottleneck verdict weighs): the classes of
   :mod:`tpmledger.error_classes`.
 
-Also the count of rate-limit values that could not be read, per run.
+Also the count of rate-limit values that could not be read, per run. The headroom these
+leave is analytics' rule (:mod:`analytics.kernels.quota_headroom`), not storage's.
 
 Each sealed version stores its target-minutes beside it (``snapshot_diagnostics``, under
 :data:`SEALED_TARGETS_KEY`); :func:`target_minutes` reads those and aggregates only the
@@ -93,10 +93,6 @@ GROUP BY {_GROUP}
 """
 
 
-def _headroom(used: float, quota: float | None) -> float | None:
-    return None if not quota else 1.0 - used / quota
-
-
 @dataclass(frozen=True)
 class TargetMinute:
     """One target's figures in one minute of one run."""
@@ -114,14 +110,6 @@ class TargetMinute:
     min_remaining_tokens: float | None
     min_remaining_requests: float | None
     values_ignored: int
-
-    @property
-    def headroom_tokens(self) -> float | None:
-        return _headroom(self.used_tpm, self.quota_tpm)
-
-    @property
-    def headroom_requests(self) -> float | None:
-        return _headroom(self.used_rpm, self.quota_rpm)
 
 
 def fetch_target_minutes(

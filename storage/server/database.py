@@ -3,6 +3,12 @@
 Handlers never call ``commit()``: they run inside :func:`transaction` (ORM session)
 or :func:`raw_transaction` (a psycopg connection for COPY), which commit on a clean
 exit and roll back on any exception.
+
+Engines (docs/architecture.md#database-access): one pooled engine per database URL, made
+on first use by :func:`get_engine`, and owned by the entry point running when it was made
+(a command, a service, the seal's child process): the entry point runs inside
+:func:`owned_engines`, which disposes every engine made during it on the way out, so no
+pooled connection outlives the command or the service that opened it.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from threading import Lock
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
@@ -84,10 +90,53 @@ def libpq_url(url: str) -> str:
     return f"{base}?{urlencode(pairs, quote_via=quote)}"
 
 
-@lru_cache(maxsize=16)
+_engines: dict[str, Engine] = {}  # by URL, in the order they were made
+_engines_lock = Lock()
+
+
 def get_engine(url: str) -> Engine:
-    """One pooled engine per database URL per process."""
-    return create_engine(sqlalchemy_url(url), pool_pre_ping=True, pool_size=5, max_overflow=5)
+    """The pooled engine of ``url``, made on first use; the entry point running it owns it
+    (:func:`owned_engines` disposes it)."""
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = create_engine(
+                sqlalchemy_url(url), pool_pre_ping=True, pool_size=5, max_overflow=5
+            )
+            _engines[url] = engine
+        return engine
+
+
+def _same_database(a: str, b: str) -> bool:
+    """Both URLs name the same database of the same server (options such as a role's
+    bounds or ``application_name`` aside)."""
+    left, right = make_url(sqlalchemy_url(a)), make_url(sqlalchemy_url(b))
+    return left.set(query={}) == right.set(query={})
+
+
+def dispose_engines(url: str | None = None, *, keep: frozenset[str] = frozenset()) -> int:
+    """Dispose and forget the engines of ``url``'s database (every role's), or every engine
+    but those in ``keep``: their pooled connections close. Returns how many."""
+    with _engines_lock:
+        chosen = [
+            key for key in _engines if key not in keep and (url is None or _same_database(key, url))
+        ]
+        engines = [_engines.pop(key) for key in chosen]
+    for engine in engines:
+        engine.dispose()
+    return len(engines)
+
+
+@contextmanager
+def owned_engines() -> Iterator[None]:
+    """Run an entry point: every engine made while it runs (in any of its threads) is
+    disposed when it ends, however it ends. Engines made before are left to their owner."""
+    with _engines_lock:
+        before = frozenset(_engines)
+    try:
+        yield
+    finally:
+        dispose_engines(keep=before)
 
 
 def _session_factory(url: str) -> sessionmaker[Session]:

@@ -182,7 +182,7 @@ def test_live_figures_come_while_the_kernels_still_compile(
     """The live loop starts before the kernel warm-up ends, and until then computes with
     no compiled code (issue 37: 85 s before the first live figure on a cold start)."""
     from tpmledger import compiled_kernels
-    from tpmledger.analytics.kernels import group_quantiles
+    from tpmledger.analytics.kernels import group_quantiles, second_runs
     from tpmledger.storage.readers import attempt_frames
 
     class Uncompiled:  # calling a kernel now would compile (or load) it: refused
@@ -199,6 +199,9 @@ def test_live_figures_come_while_the_kernels_still_compile(
         group_quantiles, "gather_by_group", Uncompiled(group_quantiles.gather_by_group)
     )
     monkeypatch.setattr(attempt_frames, "parse_binary_copy", Uncompiled(None))
+    # The minute concurrency formula the live path shares with the seal (its runs and walk).
+    monkeypatch.setattr(second_runs, "dense_runs", Uncompiled(second_runs.dense_runs))
+    monkeypatch.setattr(second_runs, "run_minute_cells", Uncompiled(second_runs.run_minute_cells))
     seen: list[bool] = []
 
     def live_row() -> bool:

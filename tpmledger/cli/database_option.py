@@ -172,6 +172,7 @@ def database_in_use(
     (exit status 2), so a read never leaves an empty database behind.
     """
     from tpmledger.storage.server import migrate
+    from tpmledger.storage.server.database import owned_engines
     from tpmledger.storage.server.embedded_postgres import EmbeddedPostgres
 
     del migrate_to_head
@@ -190,16 +191,19 @@ def database_in_use(
             print(no_database_message(settings.data_dir), file=sys.stderr)
             raise SystemExit(2) from None
     try:
-        if not any_schema:
-            try:
-                if embedded is not None and not migrate.is_ahead(url):
-                    migrate.upgrade(url)  # ours alone: it follows the code
-                else:
-                    migrate.check_schema(url)
-            except migrate.SchemaMismatch as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                raise SystemExit(2) from None
-        yield DatabaseInUse(url, embedded)
+        # The command owns the engines it makes: disposed when it ends (before its server
+        # stops), so no pooled connection outlives it (docs/architecture.md#database-access).
+        with owned_engines():
+            if not any_schema:
+                try:
+                    if embedded is not None and not migrate.is_ahead(url):
+                        migrate.upgrade(url)  # ours alone: it follows the code
+                    else:
+                        migrate.check_schema(url)
+                except migrate.SchemaMismatch as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    raise SystemExit(2) from None
+            yield DatabaseInUse(url, embedded)
     finally:
         if embedded is not None:
             embedded.stop()

@@ -156,12 +156,13 @@ def show_summary(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.summary_export import snapshot_predicate
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
     from tpmledger.provenance.summary_text import summary_text
+    from tpmledger.storage.server.database import in_one_snapshot
 
     settings = settings_from_args(args)
     try:
         fingerprint = load_or_create_signing_key(settings).fingerprint
         with database(settings, migrate_to_head=True) as url:
-            predicate = snapshot_predicate(url, args.run_id)
+            predicate = in_one_snapshot(url, snapshot_predicate, args.run_id)
     except (LookupError, SigningKeyError) as exc:
         print(f"error: {_message(exc)}", file=sys.stderr)
         return 1

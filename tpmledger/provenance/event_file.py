@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 import rfc8785
 
+from tpmledger.durations import MINUTE_NS  # a leaf: provenance stays loadable alone
 from tpmledger.provenance.event_schema import (
     EVENT_COLUMNS,
     EVENT_SCHEMA,
@@ -273,7 +274,6 @@ class FileDigests:
     digests: list[str]
 
 
-MINUTE_NS = 60_000_000_000
 #: Lines written (and their column buffers laid out) at a time by :func:`file_digests`:
 #: whole minutes while they fit, and a busier minute in slices of this many lines (at
 #: ~500 bytes a line, ~32 MB of lines; a 900,000-attempt minute written whole was ~450 MB).

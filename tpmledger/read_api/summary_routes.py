@@ -33,7 +33,8 @@ def build_router(database_url: str, settings: Settings | None = None) -> APIRout
         # Imported here: summary_export pulls in analytics (Polars), which ingest avoids.
         from tpmledger.analytics.proofs.summary_export import summary_envelope
 
-        return summary_envelope(database_url, run_id, load_or_create_signing_key(settings))
+        key = load_or_create_signing_key(settings)
+        return in_one_snapshot(database_url, summary_envelope, run_id, key)
 
     @router.get(
         "/runs/{run_id}/summary",

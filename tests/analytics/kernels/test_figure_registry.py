@@ -1,8 +1,10 @@
 """One formula per run figure, proven by behaviour (docs/architecture.md#one-formula).
 
-The registry refuses a second formula under a taken name; the seal and the live run object
-compute the run-level figures through the same registered functions (recorded while each
-path runs), and on a run whose minutes are all settled they publish the same values.
+The registry refuses a second formula under a taken name; the seal and the live path (the
+live updater writing minute rows, the run object read from them) compute the figures
+through the same registered functions (recorded while each path runs), every registered
+formula is used by both paths or named below as one this run cannot exercise, and on a run
+whose minutes are all settled they publish the same values.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from tpmledger.analytics.kernels import figure_registry
 from tpmledger.analytics.kernels.figure_registry import FigureDeclaredTwice, figure, recording
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
+from tpmledger.analytics.verdicts.bottleneck import run_object_with_bottleneck
 from tpmledger.analytics.views.live_view import run_view
+from tpmledger.storage.readers.live_read import live_minute_rows, sealed_minute_rows
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
 
@@ -33,6 +37,15 @@ RUN_LEVEL = {
 }
 #: Diagnostics this run exercises (deadlines declared, retries seen), by formula.
 DIAGNOSTICS = {"deadline_overrun", "retry_storm"}
+#: A minute row's formulas: concurrency from per-second samples, derived counts, rates.
+MINUTE_ROW = {"minute_concurrency", "minute_counts", "minute_rates"}
+#: Registered formulas this run cannot reach, and why (each has a test of its own).
+NOT_EXERCISED = {
+    "slot_held_by_tool": "no tool spans",
+    "target_saturation": "no target declares a cap",
+}
+#: Concurrency columns of a minute row: the seal and the live updater must agree.
+CONCURRENCY = ("in_flight_mean", "in_flight_max", "queue_depth_mean", "queue_depth_max")
 
 
 def test_a_second_formula_for_a_figure_is_refused() -> None:
@@ -48,9 +61,11 @@ def test_a_second_formula_for_a_figure_is_refused() -> None:
 def test_the_seal_and_the_live_run_object_share_every_run_figure(database_url: str) -> None:
     rows = _calls(random.Random(38), 300)
     store(database_url, rows)
-    LiveUpdater(database_url).update_once()
-    with recording() as live_path:
-        live = in_one_snapshot(database_url, run_view, RUN_ID)
+    with recording() as live_update:
+        LiveUpdater(database_url).update_once()
+    live_rows = in_one_snapshot(database_url, live_minute_rows, RUN_ID)
+    with recording() as live_path:  # GET /v1/runs/{id} of the live run
+        live = in_one_snapshot(database_url, run_object_with_bottleneck, RUN_ID)
     assert live is not None and live["live"] is True
     with recording() as seal_path:
         version = seal_run(database_url, RUN_ID).version
@@ -60,6 +75,22 @@ def test_the_seal_and_the_live_run_object_share_every_run_figure(database_url: s
     formulas = set(RUN_LEVEL.values()) | DIAGNOSTICS
     assert formulas <= live_path, formulas - live_path
     assert formulas <= seal_path, formulas - seal_path
+    assert live_update >= MINUTE_ROW, MINUTE_ROW - live_update
+    assert seal_path >= MINUTE_ROW, MINUTE_ROW - seal_path
+    # No registered formula is left to one path: a new one must be reached by both.
+    live_all = live_update | live_path
+    assert set(figure_registry.FIGURES) - (live_all & seal_path) == set(NOT_EXERCISED)
+    # The minute rows' concurrency, live from the kept samples and sealed from the chunk's
+    # series, through the one formula: equal in every (shard, minute) both hold.
+    stored = in_one_snapshot(database_url, sealed_minute_rows, RUN_ID, version)
+    by_key = {(r["shard_id"], r["minute_utc"]): r for r in stored}
+    shared = [r for r in live_rows if (r["shard_id"], r["minute_utc"]) in by_key]
+    assert sum(r["shard_id"] == "*" for r in shared) == sum(r["shard_id"] == "*" for r in stored)
+    assert any(r["in_flight_max"] > 0 for r in shared)
+    for row in shared:
+        want = by_key[(row["shard_id"], row["minute_utc"])]
+        got = {c: row[c] for c in CONCURRENCY if want[c] is not None}
+        assert got == {c: want[c] for c in got}, (row["shard_id"], row["minute_utc"])
     # Every minute of this run is closed: the rows are the same, so are the figures.
     for name in RUN_LEVEL:
         assert live[name] == sealed[name], (name, live[name], sealed[name])

@@ -30,6 +30,7 @@ from tpmledger.analytics.proofs.summary_export import snapshot_predicate
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.bottleneck import BottleneckParams, bottleneck_verdict
 from tpmledger.storage.readers.target_minutes import TargetMinute
+from tpmledger.storage.server.database import in_one_snapshot
 
 EXPECTED = {
     "quota-bound": "provider_quota",
@@ -73,7 +74,8 @@ def test_five_runs_get_their_bottleneck_live_and_sealed(running_ingest: RunningI
         sealed = seal_run(running_ingest.database_url, name).metrics["bottleneck"]
         assert {k: v for k, v in live.items() if k not in ("live", "counted")} == sealed
         # The signed predicate carries the verdict of the version it signs.
-        assert snapshot_predicate(running_ingest.database_url, name)["bottleneck"] == sealed
+        predicate = in_one_snapshot(running_ingest.database_url, snapshot_predicate, name)
+        assert predicate["bottleneck"] == sealed
         read = get(running_ingest, f"/runs/{name}")["bottleneck"]
         assert read.pop("counted").startswith("The verdict counts the ")  # said when read
         assert read == sealed

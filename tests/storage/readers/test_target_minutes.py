@@ -7,6 +7,7 @@ from typing import Any
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
+from tpmledger.analytics.kernels.quota_headroom import headroom_tokens
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.storage.readers.target_minutes import fetch_target_minutes, target_minutes
 from tpmledger.storage.server.database import raw_transaction, read_view
@@ -57,7 +58,7 @@ def test_sealed_target_minutes_plus_the_tail_equal_a_full_aggregate(database_url
     assert (first.model, first.minute_ns) == ("gpt-test", BASE_NS)
     assert (first.used_tpm, first.used_rpm, first.rate_limited) == (3 * 100 + 20 + 40 + 60, 4, 1)
     assert (first.quota_tpm, first.min_remaining_tokens) == (1003.0, 200.0)
-    assert first.headroom_tokens == 1 - 420 / 1003
+    assert headroom_tokens(first) == 1 - 420 / 1003  # analytics' rule over storage's rows
     declared = read[0]
     assert (declared.model, declared.quota_tpm) == ("declared", 900.0)  # declared wins
 
