@@ -36,6 +36,7 @@ import http.client
 import multiprocessing
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -165,8 +166,11 @@ def _paced_sender(
     out.close()
 
 
-def _visible(api: str, run_id: str) -> int:
+def _visible(api: str, run_id: str, reads: list[float] | None = None) -> int:
+    started = time.monotonic()
     answer = httpx.get(f"{api}/v1/runs/{run_id}/minutes", params={"shard_id": "probe"}, timeout=10)
+    if reads is not None:
+        reads.append(time.monotonic() - started)
     if answer.status_code != 200:
         return 0
     return sum(m["calls_in_minute"] for m in answer.json()["minutes"])
@@ -259,6 +263,7 @@ def freshness(
     peaks.start()
     log_at = worker_log.stat().st_size
     delays: list[float] = []
+    reads: list[float] = []  # each GET of the probe's minutes
     missed = 0
     started = time.monotonic()
     serial = 0
@@ -275,7 +280,7 @@ def freshness(
         if answer.status_code != 200:
             time.sleep(0.5)
             continue
-        while _visible(api, run_id) < serial:
+        while _visible(api, run_id, reads) < serial:
             if time.monotonic() - acked_at > 60:
                 missed += 1
                 break
@@ -294,8 +299,53 @@ def freshness(
         + (f", {missed} not visible within 60 s" if missed else "")
         + " (target p95 <= 2 s)"
     )
+    if reads:
+        say(
+            f"    GET /minutes (the probe's check) over {len(reads)} reads: p50 "
+            f"{percentile(reads, 0.5):.3f} s, p95 {percentile(reads, 0.95):.3f} s, "
+            f"max {max(reads):.3f} s"
+        )
     _say_memory(say, peaks, worker_pid)
+    _say_live_updates(say, worker_log, log_at)
     _say_seals(say, worker_log, log_at)
+
+
+_LIVE_LINE = re.compile(
+    r"live (?P<run>\S+): (?P<minutes>\d+) minutes, (?P<read>\d+) attempts read, "
+    r"(?P<wall>[0-9.]+)s \((?P<stages>[^)]*)\)(?:, cpu (?P<cpu>[0-9.]+)s)?"
+)
+
+
+def _say_live_updates(say: Any, log: Path, since: int) -> None:
+    """With ``--verbose-worker``: the live updates the worker logged since byte ``since``,
+    their wall time and where it went (the stages of analytics/live/live_updater.py)."""
+    with log.open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
+    walls: list[float] = []
+    cpus: list[float] = []
+    stages: dict[str, float] = {}
+    for match in _LIVE_LINE.finditer(text):
+        walls.append(float(match["wall"]))
+        if match["cpu"] is not None:
+            cpus.append(float(match["cpu"]))
+        for part in match["stages"].split(", "):
+            name, _, value = part.rpartition(" ")
+            stages[name] = stages.get(name, 0.0) + float(value.rstrip("s"))
+    if not walls:
+        return
+    total = sum(walls)
+    say(
+        f"    live updates: {len(walls)}, wall p50 {percentile(walls, 0.5):.3f} s, p95 "
+        f"{percentile(walls, 0.95):.3f} s, max {max(walls):.3f} s; share of their wall time: "
+        + ", ".join(f"{name} {value / total:.0%}" for name, value in stages.items())
+        + (
+            f"; the worker's CPU per update p50 {percentile(cpus, 0.5):.3f} s, p95 "
+            f"{percentile(cpus, 0.95):.3f} s (its own process, not PostgreSQL's)"
+            if cpus
+            else ""
+        )
+    )
 
 
 def settle(seconds: float, say: Any, worker_pid: int, worker_log: Path) -> None:
@@ -310,7 +360,7 @@ def settle(seconds: float, say: Any, worker_pid: int, worker_log: Path) -> None:
 
 
 def _analytics_worker(
-    url: str, checkpoint_every_s: float | None
+    url: str, checkpoint_every_s: float | None, verbose: bool = False
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = Path(tempfile.mkstemp(prefix="bench-analytics-", suffix=".log")[1])
     env = {**os.environ, "TPMLEDGER_DATABASE_URL": url}
@@ -318,7 +368,14 @@ def _analytics_worker(
         env["TPMLEDGER_CHECKPOINT_EVERY_S"] = f"{checkpoint_every_s:g}"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "tpmledger.cli.main", "serve", "analytics"],
+            [
+                sys.executable,
+                "-m",
+                "tpmledger.cli.main",
+                *(["-v"] if verbose else []),
+                "serve",
+                "analytics",
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -475,6 +532,11 @@ def main() -> int:
         default=0,
         help="busy-looping processes competing for the cores during the freshness phases",
     )
+    parser.add_argument(
+        "--verbose-worker",
+        action="store_true",
+        help="run the worker with -v and summarize its live updates per phase (stages)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/live.txt"))
     args = parser.parse_args()
     lines: list[str] = []
@@ -496,7 +558,9 @@ def main() -> int:
         if not args.skip_freshness:
             url = _new_database(admin_url)
             ingest = start_ingest(url)
-            worker, worker_log = _analytics_worker(url, args.checkpoint_every_s)
+            worker, worker_log = _analytics_worker(
+                url, args.checkpoint_every_s, args.verbose_worker
+            )
             low_s = (
                 args.freshness_seconds if args.low_rate_seconds is None else args.low_rate_seconds
             )
@@ -551,6 +615,7 @@ def main() -> int:
             + (" --skip-freshness" if args.skip_freshness else "")
             + (" --skip-cost" if args.skip_cost else "")
             + (f" --cpu-load {args.cpu_load}" if args.cpu_load else "")
+            + (" --verbose-worker" if args.verbose_worker else "")
         )
     finally:
         server.stop()

@@ -56,6 +56,7 @@ from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.live_store import (
     Mark,
+    connect_live,
     dirty_run_ids,
     known_caps,
     known_max_timeout,
@@ -174,12 +175,30 @@ class LiveUpdater:
     url: str
     failures: dict[str, float] = field(default_factory=dict)  # run_id -> retry after
     states: dict[str, RunStates] = field(default_factory=dict)
+    # Its own connection, kept between updates and opened again after a failure.
+    _conn: psycopg.Connection | None = field(default=None, repr=False)
+
+    def connection(self) -> psycopg.Connection:
+        """The updater's connection (:func:`storage.writers.live_store.connect_live`)."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect_live(self.url)
+        return self._conn
+
+    def close(self) -> None:
+        """Close the updater's connection (the next update opens one again)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def update_once(self) -> list[LiveUpdate]:
         updates = []
         run_ids = in_one_snapshot(self.url, dirty_run_ids)
         if run_ids:
-            summarize_new_batches(self.url)
+            try:
+                summarize_new_batches(self.connection())
+            except psycopg.OperationalError:
+                self.close()  # the database went away: the next update connects again
+                raise
         for run_id in run_ids:
             if self.failures.get(run_id, 0.0) > time.monotonic():
                 continue
@@ -189,6 +208,8 @@ class LiveUpdater:
                 log.exception("live update of %s failed; retrying in 30 s", run_id)
                 self.failures[run_id] = time.monotonic() + 30.0
                 self.states.pop(run_id, None)
+                if self._conn is not None and (self._conn.broken or self._conn.closed):
+                    self.close()
                 continue
             self.failures.pop(run_id, None)
             if update is not None:
@@ -217,7 +238,7 @@ class LiveUpdater:
         """Recompute the minutes the run's queued marks touched (one transaction)."""
         started, cpu = time.perf_counter(), time.process_time()
         held = self.states.pop(run_id, None)
-        with live_transaction(self.url) as conn:
+        with live_transaction(self.connection()) as conn:
             marks, generation = take_marks(conn, run_id)
             facts = live_run_facts(conn, run_id)
             if not marks or facts is None:

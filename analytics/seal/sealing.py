@@ -351,7 +351,8 @@ def seal_run(
     """Recompute ``run_id`` from the database and seal it as a new version if it changed.
 
     With ``quiet_s``, the snapshot is final only if the run received no data for that
-    long before it was computed (``tpmledger analyze`` of a running run is provisional).
+    long before it was computed, counted from the end of any wait its newest attempts
+    announced (Retry-After; ``tpmledger analyze`` of a running run is provisional).
     With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
     final). ``progress`` is told the attempts read so far, after each chunk.
     """
@@ -360,7 +361,7 @@ def seal_run(
     final = end_before_ns is None
     if quiet_s is not None and final:
         quiet_for = datetime.now(UTC) - computation.facts.updated_at
-        final = quiet_for.total_seconds() >= quiet_s
+        final = quiet_for.total_seconds() >= quiet_s + computation.facts.announced_wait_s
     if timer is None:
         return seal_computation(url, computation, figures, force=force, final=final)
     with timer.stage("store"):

@@ -36,9 +36,16 @@ from tpmledger.dashboard.figures.chart_style import (
 from tpmledger.storage.codecs.time_text import minute_text_ns
 from tpmledger.storage.readers.target_minutes import TargetMinute
 
-#: Height of one target's panel, and of the figure's title, legend and axis.
+#: Height of one target's panel, and of the figure's title above the panels.
 PANEL_PX = 170
-FRAME_PX = 200
+TITLE_PX = 44
+#: The legend sits below the time axis (its two lines of tick labels and its title), in
+#: rows of :data:`LEGEND_ROW_PX`, at most :data:`LEGEND_PER_ROW` entries a row on a narrow
+#: page. Above the panels, its wrapped rows ran into the figure's title and the first
+#: panel's title (seen in a real browser).
+AXIS_PX = 76
+LEGEND_ROW_PX = 22
+LEGEND_PER_ROW = 2
 
 Target = tuple[str | None, str | None]
 
@@ -242,11 +249,25 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
             else [trace]
         )
     ]
+    # Every trace with a legend entry, one per entry ("in progress" is added below).
+    entries = sum(1 for trace in data if trace.get("showlegend", True)) + (
+        1 if any(m in open_minutes for m in minutes) else 0
+    )
+    legend_px = LEGEND_ROW_PX * -(-entries // LEGEND_PER_ROW)
+    panels_px = PANEL_PX * count
     layout = base_layout(
-        height=FRAME_PX + PANEL_PX * count,
-        margin={"l": 72, "r": 48, "t": 130, "b": 56},
+        height=TITLE_PX + panels_px + AXIS_PX + legend_px + 8,
+        margin={"l": 72, "r": 48, "t": TITLE_PX, "b": AXIS_PX + legend_px + 8},
         barmode="group",
         title={"text": "Used versus quota per target (100 % = the quota)", "x": 0, "y": 0.99},
+        # In rows, one entry after another (grouped, each target's entries made a column).
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "y": -AXIS_PX / panels_px,
+            "yanchor": "top",
+            "traceorder": "normal",
+        },
         # Below the lowest panel: the axis belongs to the whole figure.
         xaxis=time_axis(minutes=minutes) | {"anchor": "y" if count == 1 else f"y{count}"},
         **axes,

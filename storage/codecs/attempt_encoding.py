@@ -26,7 +26,11 @@ from typing import Any, Final
 import orjson
 
 from tpmledger.durations import MINUTE_NS
-from tpmledger.storage.schema.attempt_columns import ATTEMPT_COPY_COLUMNS, NUMBER_COLUMNS
+from tpmledger.storage.schema.attempt_columns import (
+    ATTEMPT_COPY_COLUMNS,
+    ATTEMPT_ROW_PARTS,
+    NUMBER_COLUMNS,
+)
 
 # The encoder below unpacks rows positionally in ATTEMPT_COPY_COLUMNS order; if that order
 # changes, tests/storage/test_attempt_encoding.py (which compares with psycopg's own row
@@ -44,6 +48,8 @@ _RUN_FIELD: Final = ENCODED_COLUMNS.index("run_id")
 _NULL: Final = "\\N"
 
 _MAX_WAIT_S: Final = 3e9  # queue waits beyond ~95 years count as this (no int64 overflow)
+#: Where ``retry_after_s`` sits in a row's quota part (the row's last columns).
+_RETRY_AFTER: Final = [c.name for c in ATTEMPT_ROW_PARTS["quota"]].index("retry_after_s")
 _BYTEA_PREFIX: Final = "\\\\x"  # bytea hex input, its backslash escaped for COPY
 _ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _UNESCAPE: Final = re.compile(r"\\(.)")
@@ -72,6 +78,9 @@ class RunTally:
     # longest queued-to-released interval.
     touched: dict[int, int] = field(default_factory=dict)
     max_slot_ns: int = 0
+    # The latest end + Retry-After of its attempts (0: none said to wait): until then a
+    # client of the run was told to wait (``runs.wait_until_ns``).
+    wait_until_ns: int = 0
 
     def merge(self, other: RunTally) -> None:
         """Fold ``other`` into this tally (the larger declared count, cap and sweep win)."""
@@ -83,6 +92,7 @@ class RunTally:
         self.sweep_id = _larger(self.sweep_id, other.sweep_id)
         self.attempts += other.attempts
         self.max_slot_ns = max(self.max_slot_ns, other.max_slot_ns)
+        self.wait_until_ns = max(self.wait_until_ns, other.wait_until_ns)
         touched = self.touched
         for end_minute, from_minute in other.touched.items():
             current = touched.get(end_minute)
@@ -238,6 +248,11 @@ def encode_attempts(rows: Iterable[Sequence[Any]]) -> AttemptBlock:
         else:
             _add(tally, shard_id, end_ns, declared, cap, sweep)
         _touch(tally, start_ns, end_ns, queue_wait)
+        retry_after = quota[_RETRY_AFTER]
+        if retry_after:  # ingest/quota_headers.py keeps only finite values >= 0
+            until = end_ns + round(min(retry_after, _MAX_WAIT_S) * 1e9)
+            if until > tally.wait_until_ns:
+                tally.wait_until_ns = until
         # One scan of all text columns together; values with a backslash, tab, newline
         # or carriage return (rare) are escaped one by one.
         probe = (
@@ -309,6 +324,7 @@ def merge_runs(blocks: Iterable[AttemptBlock]) -> dict[str, RunTally]:
                     tally.attempts,
                     dict(tally.touched),
                     tally.max_slot_ns,
+                    tally.wait_until_ns,
                 )
             else:
                 current.merge(tally)

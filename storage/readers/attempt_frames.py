@@ -24,6 +24,7 @@ from psycopg import pq, sql
 from tpmledger.compiled_kernels import kernels_ready
 from tpmledger.storage.codecs.binary_copy import Kind, parse_binary_copy
 from tpmledger.storage.readers.call_attempts import resolved_columns, resolved_join, run_has_http
+from tpmledger.storage.readers.snapshots_read import ANNOUNCED_WAIT_SQL
 from tpmledger.storage.schema.attempt_columns import ATTEMPT_COLUMNS, ReadAs
 from tpmledger.storage.server.database import raw_transaction
 from tpmledger.storage.server.distribution import attempts_distributed
@@ -51,6 +52,9 @@ class RunFacts:
     concurrency_cap: int | None
     sweep_id: str | None
     attempts: int
+    # Seconds its clients were told to wait beyond its newest attempt (Retry-After): the
+    # quiet period starts after them (storage/readers/snapshots_read.py).
+    announced_wait_s: float = 0.0
 
 
 def begin_repeatable_read(conn: psycopg.Connection) -> None:
@@ -61,8 +65,8 @@ def begin_repeatable_read(conn: psycopg.Connection) -> None:
 def fetch_run_facts(conn: psycopg.Connection, run_id: str) -> RunFacts | None:
     """The run's ``runs`` row, or None for an unknown run."""
     row = conn.execute(
-        "SELECT run_id, updated_at, declared_shard_count, concurrency_cap, sweep_id, attempts "
-        "FROM runs WHERE run_id = %s",
+        "SELECT run_id, updated_at, declared_shard_count, concurrency_cap, sweep_id, attempts, "
+        f"{ANNOUNCED_WAIT_SQL} FROM runs r WHERE run_id = %s",
         (run_id,),
     ).fetchone()
     return RunFacts(*row) if row else None

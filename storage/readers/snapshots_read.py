@@ -15,6 +15,19 @@ from tpmledger.storage.writers.minute_versions import MINUTE_ROW_COLUMNS, rows_a
 
 _Query = TypeVar("_Query", bound=Select)
 
+#: The longest wait a ``Retry-After`` can add to a run's quiet period (seconds): a run whose
+#: clients were told to wait longer (a daily quota) counts as quiet once this has passed.
+ANNOUNCED_WAIT_MAX_S = 300.0
+#: Seconds a run's clients were told to wait beyond its newest stored attempt: the latest
+#: end + ``Retry-After`` of its attempts (``runs.wait_until_ns``) past its last event end,
+#: both on the spans' clock (docs/provenance.md#versions); ``r`` is the ``runs`` row.
+ANNOUNCED_WAIT_SQL = (
+    f"LEAST({ANNOUNCED_WAIT_MAX_S!r}, "
+    "GREATEST(0, COALESCE(r.wait_until_ns - r.last_event_ns, 0)) / 1e9)::float8"
+)
+#: A run is quiet once no commit touched it for ``:quiet`` seconds after the wait it announced.
+_QUIET = f"r.updated_at <= now() - make_interval(secs => :quiet + {ANNOUNCED_WAIT_SQL})"
+
 
 def _newest(query: _Query, run_ids: Sequence[str]) -> _Query:
     """``query`` over snapshots, restricted to each run's newest version."""
@@ -99,10 +112,12 @@ def runs_due_for_seal(session: Session, quiet_s: float) -> list[tuple[str, datet
     while they were still receiving data) and quiet for ``quiet_s`` seconds.
 
     Returns (run_id, updated_at), oldest activity first. "Quiet" means no ingest commit
-    touched the run for ``quiet_s``, so a live run is not resealed on every batch.
+    touched the run for ``quiet_s``, so a live run is not resealed on every batch; when its
+    newest attempts told their clients to wait (``Retry-After``: a fleet waiting out a
+    quota window sends nothing meanwhile), ``quiet_s`` counts from the end of that wait.
     """
     query = text(
-        """
+        f"""
         SELECT r.run_id, r.updated_at
         FROM runs r
         LEFT JOIN LATERAL (
@@ -111,7 +126,7 @@ def runs_due_for_seal(session: Session, quiet_s: float) -> list[tuple[str, datet
         ) latest ON true
         WHERE (latest.data_as_of IS NULL OR r.updated_at > latest.data_as_of
                OR NOT latest.final)
-          AND r.updated_at <= now() - make_interval(secs => :quiet)
+          AND {_QUIET}
         ORDER BY r.updated_at
         """
     )
@@ -121,12 +136,13 @@ def runs_due_for_seal(session: Session, quiet_s: float) -> list[tuple[str, datet
 def runs_due_for_checkpoint(
     session: Session, every_s: float, quiet_s: float
 ) -> list[tuple[str, int, str | None]]:
-    """Runs still receiving data (active within ``quiet_s``) whose newest version is older
-    than ``every_s``, or that have none and were first stored ``every_s`` ago or more (a
-    backfill's closed minutes are not sealed while its commits still arrive): (run_id,
-    first event end ns, that version's through_minute_utc). Oldest checkpoint first."""
+    """Runs still receiving data (not quiet: :func:`runs_due_for_seal`) whose newest
+    version is older than ``every_s``, or that have none and were first stored ``every_s``
+    ago or more (a backfill's closed minutes are not sealed while its commits still
+    arrive): (run_id, first event end ns, that version's through_minute_utc). Oldest
+    checkpoint first."""
     query = text(
-        """
+        f"""
         SELECT r.run_id, r.first_event_ns,
                latest.document -> 'minutes' ->> 'through_minute_utc'
         FROM runs r
@@ -134,7 +150,7 @@ def runs_due_for_checkpoint(
             SELECT s.computed_at, s.document FROM snapshots s
             WHERE s.run_id = r.run_id ORDER BY s.version DESC LIMIT 1
         ) latest ON true
-        WHERE r.updated_at > now() - make_interval(secs => :quiet)
+        WHERE NOT ({_QUIET})
           AND coalesce(latest.computed_at, r.created_at) <= now() - make_interval(secs => :every)
         ORDER BY latest.computed_at NULLS FIRST
         """

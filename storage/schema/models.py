@@ -176,6 +176,10 @@ class Run(Base):
     # (docs/configuration.md#retention); its seals and figures stay.
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archive_dir: Mapped[str | None] = mapped_column(Text)
+    # The latest end + Retry-After of any stored attempt (event clock, ns): until then a
+    # client was told to wait, so the run's quiet period starts only after it (the worker
+    # does not seal a fleet final while it waits out a quota window; migration 0024).
+    wait_until_ns: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_runs_sweep_id", "sweep_id"),)
 

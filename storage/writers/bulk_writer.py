@@ -48,13 +48,14 @@ _UPSERT_RUNS_ON_CONFLICT = """
         sweep_id = COALESCE(excluded.sweep_id, r.sweep_id),
         attempts = r.attempts + excluded.attempts,
         max_slot_ns = GREATEST(r.max_slot_ns, excluded.max_slot_ns),
+        wait_until_ns = GREATEST(r.wait_until_ns, excluded.wait_until_ns),
         updated_at = excluded.updated_at
     RETURNING r.archived_at IS NOT NULL AS archived
 """
 
 _RUNS_COLUMNS = (
     "run_id, first_event_ns, last_event_ns, shard_ids, declared_shard_count, "
-    "concurrency_cap, sweep_id, attempts, max_slot_ns, updated_at"
+    "concurrency_cap, sweep_id, attempts, max_slot_ns, wait_until_ns, updated_at"
 )
 
 _MERGE_FROM_STAGING = f"""
@@ -64,12 +65,13 @@ WITH inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
               end_ns - start_ns
-              + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns
+              + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns,
+              end_ns + round(least(nullif(retry_after_s, 0), 3e9) * 1e9)::bigint AS wait_until_ns
 ), per_run AS (
     INSERT INTO runs AS r ({_RUNS_COLUMNS})
     SELECT run_id, min(end_ns), max(end_ns), array_agg(DISTINCT shard_id ORDER BY shard_id),
            max(declared_shard_count), max(concurrency_cap), max(sweep_id), count(*),
-           max(slot_ns), clock_timestamp()
+           max(slot_ns), max(wait_until_ns), clock_timestamp()
     FROM inserted GROUP BY run_id ORDER BY run_id
     {_UPSERT_RUNS_ON_CONFLICT}
 )
@@ -78,10 +80,11 @@ SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_run WHERE arch
 
 _UPSERT_RUNS = f"""
 INSERT INTO runs AS r ({_RUNS_COLUMNS})
-SELECT run_id, first_ns, last_ns, shard_ids, declared, cap, sweep, n, slot, clock_timestamp()
+SELECT run_id, first_ns, last_ns, shard_ids, declared, cap, sweep, n, slot, wait_until,
+       clock_timestamp()
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::int[],
-            %s::text[], %s::bigint[], %s::bigint[])
-     AS u(run_id, first_ns, last_ns, shard_csv, declared, cap, sweep, n, slot)
+            %s::text[], %s::bigint[], %s::bigint[], %s::bigint[])
+     AS u(run_id, first_ns, last_ns, shard_csv, declared, cap, sweep, n, slot, wait_until)
 CROSS JOIN LATERAL (SELECT string_to_array(shard_csv, chr(31)) AS shard_ids) s
 ORDER BY run_id
 {_UPSERT_RUNS_ON_CONFLICT}
@@ -203,7 +206,7 @@ def _refuse_archived(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -
 
 def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
     """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock)."""
-    columns: list[list[Any]] = [[] for _ in range(9)]
+    columns: list[list[Any]] = [[] for _ in range(10)]
     for run_id in sorted(runs):
         t = runs[run_id]
         values = (
@@ -216,6 +219,7 @@ def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
             t.sweep_id,
             t.attempts,
             t.max_slot_ns,
+            t.wait_until_ns or None,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)

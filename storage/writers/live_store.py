@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from tpmledger.storage.schema.models import LiveMinute, LiveRunMinute
-from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.server.database import connect_raw, in_transaction
 from tpmledger.storage.server.distribution import attempts_distributed
 from tpmledger.storage.writers.minute_versions import rows_as_of
 
@@ -39,19 +39,29 @@ class LiveRunFacts:
     max_slot_ns: int
 
 
+def connect_live(url: str) -> psycopg.Connection:
+    """The live updater's own connection, kept between updates (autocommit outside
+    :func:`live_transaction`). A fresh connection per update started a new PostgreSQL
+    backend, with cold caches, twice per update: on a loaded machine, most of an update's
+    wall time (docs/metrics.md#live-figures)."""
+    conn = connect_raw(url)
+    conn.autocommit = True
+    return conn
+
+
 @contextmanager
-def live_transaction(url: str) -> Iterator[psycopg.Connection]:
-    """One REPEATABLE READ transaction (commit on exit, rollback on error)."""
-    with raw_transaction(url) as conn:
+def live_transaction(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """One REPEATABLE READ transaction on ``conn`` (commit on exit, rollback on error)."""
+    with in_transaction(conn):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         yield conn
 
 
-def summarize_new_batches(url: str) -> None:
+def summarize_new_batches(conn: psycopg.Connection) -> None:
     """Summarize the block ranges filled since the last call, so looking up new commits'
     rows reads only their pages (an unsummarized range is read whole on every lookup;
     autovacuum would summarize them, but not soon enough under a steady ingest)."""
-    with raw_transaction(url) as conn:
+    with in_transaction(conn):
         if attempts_distributed(conn):
             # On Citus the coordinator's table is empty; each shard has its own index.
             conn.execute(_SUMMARIZE_SHARDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -229,3 +230,156 @@ def test_live_figures_come_while_the_kernels_still_compile(
         worker.join(timeout=30)
         compiled_kernels.ready()
     assert not worker.is_alive()
+
+
+def _final_versions(url: str, run_id: str) -> list[tuple[int, bool, int]]:
+    with raw_transaction(url) as conn:
+        rows = conn.execute(
+            "SELECT version, final, events_count FROM snapshots WHERE run_id = %s ORDER BY version",
+            (run_id,),
+        ).fetchall()
+    return [(int(v), bool(f), int(n)) for v, f, n in rows]
+
+
+def test_a_run_waiting_out_a_retry_after_is_not_sealed_final_meanwhile(database_url: str) -> None:
+    """Every slot of a quota-bound fleet was answered 429 with Retry-After and waits it out,
+    so nothing arrives for longer than the quiet period; the worker must not seal the run
+    final meanwhile (issue 37: the demo's cap-32 run was sealed final five times)."""
+    quiet_s, wait_s = 1.0, 4.0
+    now = time.time_ns()
+    served = [
+        attempt_row(run_id="w-quota", start_ns=now - 3 * SECOND, end_ns=now - 2 * SECOND)
+        for _ in range(3)
+    ]
+    limited = [
+        attempt_row(
+            run_id="w-quota",
+            start_ns=now - SECOND // 2,
+            end_ns=now,
+            status="error",
+            error_type="RateLimitError",
+            http_status=429,
+            retry_after_s=wait_s,
+        )
+        for _ in range(4)
+    ]
+    stored_at = time.monotonic()
+    store(database_url, served + limited)
+    loop = ResealLoop(database_url, quiet_s=quiet_s, in_process=True)
+    while time.monotonic() - stored_at < wait_s - 0.5:  # quiet for far longer than quiet_s
+        assert loop.poll_once() == []
+        time.sleep(0.2)
+    assert _final_versions(database_url, "w-quota") == []
+    time.sleep(max(0.0, wait_s - (time.monotonic() - stored_at)))
+    # The wait is over: the retries are answered and their spans arrive.
+    retried = [
+        attempt_row(
+            run_id="w-quota",
+            start_ns=now + int(wait_s * SECOND),
+            end_ns=now + int((wait_s + 1) * SECOND),
+            resend_count=1,
+        )
+        for _ in range(4)
+    ]
+    store(database_url, retried)
+    assert _wait_for(lambda: loop.poll_once() == ["w-quota"], limit_s=30)
+    # One version, final, holding every attempt: no final seal was followed by more data.
+    assert _final_versions(database_url, "w-quota") == [(1, True, 11)]
+    # The next quiet period is the plain one: the last attempts announced no wait.
+    assert loop.poll_once() == []
+
+
+def test_an_announced_wait_delays_the_final_seal_by_at_most_five_minutes(
+    database_url: str,
+) -> None:
+    """A Retry-After of a day (a daily quota) holds the run back ANNOUNCED_WAIT_MAX_S at most."""
+    from tpmledger.storage.readers.snapshots_read import (
+        ANNOUNCED_WAIT_MAX_S,
+        runs_due_for_checkpoint,
+        runs_due_for_seal,
+    )
+
+    store(
+        database_url,
+        [attempt_row(run_id="w-day", http_status=429, status="error", retry_after_s=86_400.0)],
+    )
+
+    def quiet_since(seconds: float) -> tuple[bool, bool]:
+        with raw_transaction(database_url) as conn:
+            conn.execute(
+                "UPDATE runs SET updated_at = now() - make_interval(secs => %s)"
+                " WHERE run_id = 'w-day'",
+                (seconds,),
+            )
+        due = [r for r, _ in in_one_snapshot(database_url, runs_due_for_seal, 10.0)]
+        live = [r for r, *_ in in_one_snapshot(database_url, runs_due_for_checkpoint, 0.0, 10.0)]
+        return "w-day" in due, "w-day" in live
+
+    assert ANNOUNCED_WAIT_MAX_S == 300.0
+    assert quiet_since(60.0) == (False, True)  # waiting: still live, checkpoints go on
+    assert quiet_since(305.0) == (False, True)
+    assert quiet_since(311.0) == (True, False)  # quiet_s after the longest wait honoured
+
+
+@pytest.mark.slow
+def test_a_quota_bound_fleet_is_sealed_final_once_after_its_wait(running_ingest: object) -> None:
+    """The real simulator against its provider's quota: once the minute's tokens are spent,
+    every call is answered 429 with Retry-After until the UTC minute resets, and the fleet
+    sends nothing for longer than the quiet period. Its spans go through the OpenTelemetry
+    SDK to a real ingest; the worker's reseal loop polls all along (quiet period 3 s) and
+    must seal the run final once, after the fleet's last spans, never while it waits."""
+    from tests.fixtures.servers import RunningIngest
+    from tpmledger.simulator.config import LengthDistribution, ServerConfig, WorkloadConfig
+    from tpmledger.simulator.fleet import FleetConfig, run_fleet
+
+    assert isinstance(running_ingest, RunningIngest)
+    url = running_ingest.database_url
+    quiet_s = 3.0
+    # Start early in a minute: about six calls spend the quota within ~15 s, then the
+    # fleet waits ~35 s for the next window; it stops 5 s into that window.
+    if time.time() % 60 > 10:
+        time.sleep(60 - time.time() % 60 + 0.5)
+    config = FleetConfig(
+        run_id="w-fleet",
+        otlp_endpoint=running_ingest.http_url,
+        shards=1,
+        concurrency=1,
+        duration_s=60 - time.time() % 60 + 5,
+        workload=WorkloadConfig(
+            prompt_tokens=LengthDistribution(median=40, sigma=0.1, maximum=60),
+            max_completion_tokens=LengthDistribution(median=40, sigma=0.1, maximum=60),
+            stream_share=0.0,
+        ),
+        server=ServerConfig(quota_tpm=400, error_rate=0.0, timeout_rate=0.0),
+    )
+    stop = threading.Event()
+    sealed_during: list[list[str]] = []
+    loop = ResealLoop(url, quiet_s=quiet_s, in_process=True)
+
+    def poll() -> None:
+        while not stop.is_set():
+            sealed_during.append(loop.poll_once())
+            stop.wait(0.5)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        result = run_fleet(config)
+    finally:
+        stop.set()
+        poller.join(timeout=60)
+    assert result.complete == {0} and result.total.calls_ok > 0
+    assert not any(sealed_during), "sealed while the fleet was still running"
+    with raw_transaction(url) as conn:
+        ends = [int(e) for (e,) in conn.execute(
+            "SELECT end_ns FROM attempts WHERE run_id = 'w-fleet' ORDER BY end_ns"
+        )]  # fmt: skip
+        waits = conn.execute(
+            "SELECT count(*) FROM attempts WHERE run_id = 'w-fleet' AND retry_after_s > 10"
+        ).fetchone()
+    # The spans show the pause: a gap far longer than the quiet period, announced by 429s.
+    gap_s = max(b - a for a, b in itertools.pairwise(ends)) / SECOND
+    assert gap_s > quiet_s + 10, gap_s
+    assert waits is not None and waits[0] > 0
+    assert _wait_for(lambda: loop.poll_once() == ["w-fleet"], limit_s=120)
+    assert _final_versions(url, "w-fleet") == [(1, True, len(ends))]

@@ -91,3 +91,40 @@ def click_link(driver: Any, text: str) -> bool:
     except (StaleElementReferenceException, NoSuchElementException):
         return False
     return True
+
+
+# The boxes of what Plotly drew as text in a graph: its title, the legend, every
+# annotation (panel titles, notes) and the axis titles, as the browser laid them out.
+_TEXT_BOXES_JS = """
+const root = arguments[0] ? document.querySelector('#' + arguments[0]) : document;
+const boxes = [];
+for (const [kind, css] of [['title', '.gtitle'], ['legend', '.legend .bg'],
+                           ['annotation', '.annotation'], ['axis title', '.xtitle'],
+                           ['axis title', '.ytitle'], ['axis title', '.y2title']]) {
+  for (const e of root.querySelectorAll(css)) {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.height > 0) {
+      boxes.push({kind: kind, text: (e.textContent || '').slice(0, 40),
+                  left: r.left, top: r.top, right: r.right, bottom: r.bottom});
+    }
+  }
+}
+return boxes;
+"""
+
+
+def overlapping_text(driver: Any, graph_id: str | None = None) -> list[tuple[str, str]]:
+    """Pairs of a graph's title, legend, annotations and axis titles whose boxes overlap
+    in the page (``graph_id``: the ``dcc.Graph``'s id; None: the whole page)."""
+    boxes: list[dict[str, Any]] = driver.execute_script(_TEXT_BOXES_JS, graph_id)
+    overlaps = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            if (
+                a["left"] < b["right"]
+                and b["left"] < a["right"]
+                and a["top"] < b["bottom"]
+                and b["top"] < a["bottom"]
+            ):
+                overlaps.append((f"{a['kind']} {a['text']!r}", f"{b['kind']} {b['text']!r}"))
+    return overlaps

@@ -148,6 +148,7 @@ def test_a_browser_logs_in_once_and_the_download_links_work_with_the_cookie(
         ingest.stop()
 
 
+@pytest.mark.slow
 def test_a_token_less_dashboard_answers_only_the_host_names_it_serves(database_url: str) -> None:
     """DNS rebinding: a page whose own name resolves to 127.0.0.1 is refused (421)."""
     server = start_dashboard(database_url)

@@ -64,6 +64,7 @@ def test_counts_are_checked_before_decoding() -> None:
     assert MAX_ITEMS >= 8_192 and MAX_ATTRIBUTES >= 8_192 * 32
 
 
+@pytest.mark.slow
 def test_amplification_probes_are_refused_early_and_healthz_answers(
     running_ingest: RunningIngest,
 ) -> None:

@@ -162,6 +162,7 @@ def test_any_delivery_order_counts_each_attempt_once(
     assert all('"model":null' in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_run_without_http_children_counts_llm_spans_and_says_how_to_measure_retries(
     tmp_path: Path, running_ingest: RunningIngest
 ) -> None:

@@ -105,6 +105,7 @@ def test_bad_metric_points_are_rejected_alone_over_http(ingest: RunningIngest) -
     assert in_one_snapshot(ingest.database_url, metric_tokens, "m-http") == 120
 
 
+@pytest.mark.slow
 def test_bad_metric_points_are_rejected_alone_over_grpc(ingest: RunningIngest) -> None:
     with grpc.insecure_channel(ingest.grpc_endpoint) as channel:
         export = channel.unary_unary(

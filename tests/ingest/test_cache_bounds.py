@@ -13,6 +13,7 @@ import re
 
 import httpx
 import psutil
+import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from tests.fixtures.servers import RunningIngest
@@ -51,6 +52,7 @@ def _worker_rss(server: RunningIngest) -> int:
     return sum(child.memory_info().rss for child in process.children(recursive=True))
 
 
+@pytest.mark.slow
 def test_distinct_large_attributes_do_not_grow_the_workers(
     running_ingest: RunningIngest,
 ) -> None:

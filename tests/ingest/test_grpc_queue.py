@@ -28,6 +28,7 @@ from tpmledger.ingest.grpc_server import CallQueue
 SHARDS = 16
 
 
+@pytest.mark.slow
 def test_sixteen_simultaneous_raw_calls_all_succeed_on_the_first_try(
     running_ingest: RunningIngest,
 ) -> None:
@@ -52,6 +53,7 @@ def test_sixteen_simultaneous_raw_calls_all_succeed_on_the_first_try(
     assert stored_count(running_ingest.database_url) == SHARDS * 200
 
 
+@pytest.mark.slow
 def test_a_sixteen_shard_flush_with_the_real_exporter_is_stored_whole(
     running_ingest: RunningIngest,
 ) -> None:

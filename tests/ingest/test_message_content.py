@@ -199,6 +199,7 @@ def _stored_attempts(url: str) -> int:
         return int(row[0])
 
 
+@pytest.mark.slow
 def test_no_content_is_readable_anywhere_in_the_database(
     database_url: str, openai_base_url: str
 ) -> None:

@@ -27,6 +27,7 @@ def hanging_url() -> Iterator[str]:
     listener.close()
 
 
+@pytest.mark.slow
 def test_a_hanging_target_leaves_ingest_alone(database_url: str, hanging_url: str) -> None:
     vllm = FakeModelServer("vllm", engines=[EngineFigures(running=2, waiting=1)]).start()
     ingest = start_ingest(

@@ -99,6 +99,7 @@ def _rows(database_url: str) -> list[dict[str, Any]]:
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 def test_collector_batches_become_server_minutes(
     running_ingest: RunningIngest, transport: str

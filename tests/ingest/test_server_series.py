@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
 from tests.fixtures.servers import RunningIngest
 from tpmledger.ingest.server_scraper import ServerScraper
 
 
+@pytest.mark.slow
 def test_metrics_show_each_servers_last_closed_minute(running_ingest: RunningIngest) -> None:
     closed = (time.time_ns() // 60_000_000_000 - 1) * 60_000_000_000 + 5_000_000_000
     full = FakeModelServer(

@@ -14,6 +14,7 @@ import time
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from tests.fixtures.servers import start_ingest, wait_for
 from tests.ingest.otlp_builders import export_request, llm_span
@@ -38,6 +39,7 @@ def _in_flight(http_url: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.slow
 def test_a_stalled_upload_costs_only_its_own_connection(database_url: str) -> None:
     server = start_ingest(database_url, env={"TPMLEDGER_BODY_STALL_S": "3"})
     stalled = []

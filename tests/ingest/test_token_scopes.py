@@ -207,6 +207,7 @@ def test_tokens_from_before_scopes_keep_both(database_url: str) -> None:
         verifier.check_token(None, "read")
 
 
+@pytest.mark.slow
 def test_the_documented_prometheus_token_can_scrape_metrics(
     database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

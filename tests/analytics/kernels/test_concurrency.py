@@ -163,6 +163,7 @@ def test_an_attempt_that_ends_before_it_starts_is_never_in_flight(
             assert (int(flight[col]), int(depth[col])) == expected, (shard, col)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(SPANS, st.booleans())
 def test_minute_figures_and_sag_from_the_samples(spans: list[Span], from_steps: bool) -> None:

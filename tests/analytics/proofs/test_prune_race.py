@@ -65,6 +65,7 @@ def _prune_command(env: dict[str, str], archive: Path) -> subprocess.Popen[bytes
     )
 
 
+@pytest.mark.slow
 def test_two_prunes_and_the_workers_retention_at_once_lose_nothing(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,6 +161,7 @@ def test_verify_of_an_archived_run_checks_its_archive(
     assert any(m.field == "events digest" for m in report.mismatches)
 
 
+@pytest.mark.slow
 def test_an_existing_verified_archive_is_kept_and_never_rewritten(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.analytics.bottleneck_runs import (
     MINUTE_NS,
@@ -60,6 +61,7 @@ def _scrape_minutes(
         assert scraper.states[server.url].up
 
 
+@pytest.mark.slow
 def test_a_kv_cache_bound_fleet_is_serving_live_and_sealed(
     running_ingest: RunningIngest,
 ) -> None:
@@ -112,6 +114,7 @@ def test_a_kv_cache_bound_fleet_is_serving_live_and_sealed(
     assert missing.status_code == 404
 
 
+@pytest.mark.slow
 def test_a_quota_bound_run_stays_provider_quota_though_its_server_is_idle(
     running_ingest: RunningIngest,
 ) -> None:

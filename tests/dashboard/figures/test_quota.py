@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.dashboard.browser_helpers import overlapping_text
 from tests.storage.builders import BASE_NS, MINUTE_NS
 from tpmledger.dashboard.figures.quota import headroom_lines, quota_figure
 from tpmledger.storage.readers.target_minutes import TargetMinute
@@ -88,3 +93,55 @@ def test_open_minutes_are_drawn_in_progress() -> None:
     # Without open minutes nothing is drawn in progress.
     plain = quota_figure(rows)
     assert not [t for t in plain["data"] if "in progress" in t["name"]]
+
+
+def _three_targets() -> list[TargetMinute]:
+    rows = []
+    for i in range(6):
+        rows += [
+            _minute(i, "gpt-4o", used_tpm=700_000 + 25_000 * i, used_rpm=300 + 40 * i,
+                    quota_tpm=900_000, quota_rpm=650, rate_limited=3 if i == 4 else 0),
+            _minute(i, "a-model-with-a-long-name", used_tpm=4_000_000, used_rpm=100,
+                    quota_tpm=40_000_000, rate_limited=1 if i == 2 else 0),
+            _minute(i, "no-quota", used_tpm=50_000),
+        ]  # fmt: skip
+    return rows
+
+
+def test_the_legend_sits_below_the_time_axis_with_room_for_its_rows() -> None:
+    # Above the panels, its wrapped rows ran into the figure's title and the first panel's
+    # title (issue 37, seen in a real browser).
+    fig = quota_figure(_three_targets(), {"2026-02-01 03:49"})
+    layout = fig["layout"]
+    entries = [t for t in fig["data"] if t.get("showlegend", True)]
+    assert len(entries) == 7  # 3 + 2 + 1 target entries, and "in progress"
+    legend = layout["legend"]
+    assert legend["y"] < 0 and legend["yanchor"] == "top" and legend["traceorder"] == "normal"
+    paper = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    below = -legend["y"] * paper  # px between the panels' bottom and the legend's top
+    assert below >= 70  # the time axis' two lines of ticks and its title
+    assert layout["margin"]["b"] >= below + 22 * 4  # four rows of two entries fit
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [560, 900, 1300])
+def test_no_text_of_the_figure_overlaps_in_a_real_browser(
+    browser: Any, tmp_path: Path, output_dir: Path, width: int
+) -> None:
+    import plotly
+
+    fig = quota_figure(_three_targets(), {"2026-02-01 03:49"})
+    script = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    page = tmp_path / "quota.html"
+    page.write_text(
+        f'<html><head><script src="file://{script}"></script></head><body style="margin:0">'
+        f'<div id="g" style="width:{width}px"></div><script>'
+        f"Plotly.newPlot('g', {json.dumps(fig['data'])}, {json.dumps(fig['layout'])});"
+        "</script></body></html>"
+    )
+    browser.get(f"file://{page}")
+    from tests.fixtures.servers import wait_for
+
+    wait_for(lambda: browser.execute_script("return !!document.querySelector('#g .legend')"))
+    assert overlapping_text(browser, "g") == []
+    browser.find_element("id", "g").screenshot(str(output_dir / f"quota-{width}px.png"))

@@ -11,7 +11,14 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from tests.analytics.bottleneck_runs import RUNS, RunSpec, base_minute_ns, minute_text, record_run
 from tests.analytics.seeding import store
-from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import (
+    annotation,
+    overlapping_text,
+    screenshot,
+    text_of,
+    wait_graph,
+    wait_text,
+)
 from tests.dashboard.conftest import RunningDashboard
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.sealing import seal_run
@@ -57,6 +64,9 @@ def test_run_page_names_the_bottleneck_and_draws_used_versus_quota(
     headroom = text_of(browser, "run-quota-headroom")
     assert headroom.startswith("openai/gpt-test: lowest headroom ")
     assert "of 7,200 tokens" in headroom or "requests)" in headroom
+    # Its title, legend, panel titles and axis titles are each readable (issue 37: the
+    # legend ran into the title).
+    assert overlapping_text(browser, "run-quota") == []
     screenshot(browser, output_dir, "quota-bound-run")
 
     # A live run (never sealed): the verdict over the minutes so far, said to be live.

@@ -150,3 +150,29 @@ def test_a_runs_cap_and_shard_count_are_the_largest_declared_in_any_order(
             "SELECT concurrency_cap, declared_shard_count FROM runs WHERE run_id = %s", (run_id,)
         ).fetchone()
     assert row == (32, 32)
+
+
+def test_a_runs_announced_wait_is_the_latest_end_plus_retry_after(database_url: str) -> None:
+    """``runs.wait_until_ns``: how long the run's clients were told to wait, on both write
+    paths (the fast COPY and the staging path a re-sent span takes)."""
+    second = 10**9
+    limited = attempt_row(end_ns=BASE_NS + 10 * second, http_status=429, retry_after_s=30.0)
+    rows = [
+        attempt_row(end_ns=BASE_NS + 20 * second),  # no Retry-After: no wait
+        limited,
+        attempt_row(end_ns=BASE_NS + 12 * second, http_status=429, retry_after_s=2.5),
+    ]
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows)
+        write_attempts(conn, [attempt_row(run_id="run-b")])
+    with read_session(database_url) as session:
+        run, plain = session.get(Run, "run-a"), session.get(Run, "run-b")
+    assert run is not None and run.wait_until_ns == BASE_NS + 40 * second
+    assert plain is not None and plain.wait_until_ns is None
+    later = attempt_row(end_ns=BASE_NS + 50 * second, http_status=429, retry_after_s=0.25)
+    earlier = attempt_row(end_ns=BASE_NS + 11 * second, http_status=429, retry_after_s=1.0)
+    with raw_transaction(database_url) as conn:  # a re-sent span: the staging path
+        assert write_attempts(conn, [limited, later, earlier]) == 2
+    with read_session(database_url) as session:
+        run = session.get(Run, "run-a")
+    assert run is not None and run.wait_until_ns == BASE_NS + 50 * second + second // 4
