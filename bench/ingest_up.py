@@ -58,8 +58,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_workload as workload
-
 from ingest_alone import raw_copy, start_profiler
+
 from tpmledger.storage.server.database import libpq_url
 
 RESULTS = workload.REPO / "bench" / "results" / "ingest_up.txt"
