@@ -3,8 +3,9 @@
 #   bash scripts/test.sh                # everything
 #   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser, compose
 #                                       # or citus left out
-# Without --fast and as root, a last lane runs the Citus suites against a coordinator and two
-# workers (scripts/citus-lane.sh).
+# Without --fast, a lane beside the main pytest run runs the demo test, the Numba kernels with
+# bounds checks and (as root) the Citus suites against a coordinator and two workers
+# (scripts/citus-lane.sh).
 #   bash scripts/test.sh -k ingest      # extra arguments go to pytest
 #   bash scripts/test.sh --fast -k ingest
 # The tests get their own virtual environment, .venv-test (TPMLEDGER_TEST_VENV moves it): the
@@ -68,13 +69,28 @@ echo "== ruff check";        "$venv/bin/ruff" check .
 echo "== ruff format --check"; "$venv/bin/ruff" format --check .
 echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 
-# pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored), with
-# its temporary files (the embedded PostgreSQL's data directories among them) in a
-# directory of its own. Ctrl-C reaches this shell only: the trap passes it on to pytest
-# (which tears its fixtures down), ends what is still running after 10 s, and then stops
+# A full run (no --fast, no pytest arguments) runs two lanes side by side, each pytest a
+# process of its own whose exit status counts (a crash at interpreter teardown fails it):
+# - the main lane: every test but the demo's;
+# - the lane beside it: the demo test (it runs the demo's real 4.5-minute scenario and mostly
+#   waits on the clock), then the Numba kernels again with bounds checks compiled in, then
+#   (as root) the Citus suites against a coordinator and two workers (scripts/citus-lane.sh),
+#   whose installation starts at once, beside the demo. Its output is shown when it ends.
+# Otherwise one pytest runs what was asked for.
+full=0
+if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
+beside_tests=(tests/simulator/test_demo.py)
+
+# Each pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored),
+# with its temporary files (the embedded PostgreSQL's data directories among them) in a
+# directory of its own. Ctrl-C reaches this shell only: the trap passes it on to each lane
+# (pytest tears its fixtures down), ends what is still running after 10 s, and then stops
 # every server whose postmaster.pid lies in that directory.
 run_tmp="$(mktemp -d "${TMPDIR:-/tmp}/tpmledger-tests.XXXXXX")"
+mkdir "$run_tmp/main" "$run_tmp/beside"
 pytest_pid=""
+beside_pid=""
+beside_log=""
 stop_servers() {
     local pidfile pid
     while IFS= read -r pidfile; do
@@ -83,73 +99,99 @@ stop_servers() {
         if [ -n "$pid" ]; then kill -QUIT "$pid" 2>/dev/null || true; fi
     done < <(find "$run_tmp" -name postmaster.pid 2>/dev/null)
 }
+running() {
+    local pid
+    for pid in "$@"; do if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi; done
+    return 1
+}
 finish() {
     trap - INT TERM
-    if [ -n "$citus_prep" ]; then kill -- "$citus_prep" 2>/dev/null || true; fi
-    if [ -n "$pytest_pid" ] && kill -0 "$pytest_pid" 2>/dev/null; then
+    if running "$pytest_pid" "$beside_pid"; then
         echo "== stopping pytest and its PostgreSQL" >&2
-        kill -INT "$pytest_pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$pytest_pid" 2>/dev/null || break; sleep 0.2; done
-        kill -TERM -- "-$pytest_pid" 2>/dev/null || true
+        if running "$pytest_pid"; then kill -INT "$pytest_pid" 2>/dev/null || true; fi
+        # The lane beside is a subshell: its whole process group hears the signal.
+        if running "$beside_pid"; then kill -INT -- "-$beside_pid" 2>/dev/null || true; fi
+        for _ in $(seq 1 50); do running "$pytest_pid" "$beside_pid" || break; sleep 0.2; done
+        for pid in $pytest_pid $beside_pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done
         sleep 1
-        kill -KILL -- "-$pytest_pid" 2>/dev/null || true
+        for pid in $pytest_pid $beside_pid; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     fi
     stop_servers
     rm -rf "$run_tmp"
+    if [ -n "$beside_log" ]; then rm -f "$beside_log"; fi
     exit 130
 }
 trap finish INT TERM
-# The Citus lane (root, full runs only) needs Citus installed; where the prebuilt build does
-# not load it is built from source (~15 min on 2 cores), so that starts now, niced, beside
-# the main suite (scripts/citus-lane.sh --prepare).
-citus_prep=""
-citus_log=""
-if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ] && [ "$(id -u)" = 0 ] &&
-    [ -f "${TPMLEDGER_CITUS_DIR:-../shared/citus}/cluster.sh" ]; then
-    citus_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-citus-prepare.XXXXXX")"
-    bash scripts/citus-lane.sh --prepare >"$citus_log" 2>&1 &
-    citus_prep=$!
-fi
+
+beside_lane() {
+    set +m  # one process group: Ctrl-C reaches this subshell and whatever it runs
+    trap 'exit 130' INT TERM
+    local s=0 prep="" citus_log="" bounds_cache
+    # The Citus lane needs Citus installed; where the prebuilt build does not load it is
+    # built from source (~15 min on 2 cores), so that starts first (scripts/citus-lane.sh
+    # --prepare, niced).
+    if [ "$(id -u)" = 0 ] && [ -f "${TPMLEDGER_CITUS_DIR:-../shared/citus}/cluster.sh" ]; then
+        citus_log="$run_tmp/citus-prepare.log"
+        bash scripts/citus-lane.sh --prepare >"$citus_log" 2>&1 &
+        prep=$!
+    fi
+    echo "== pytest ${beside_tests[*]}"
+    TMPDIR="$run_tmp/beside" "$venv/bin/pytest" -p no:cacheprovider "${beside_tests[@]}" || s=$?
+    # The Numba kernels again with bounds checks compiled in (an out-of-range index raises
+    # IndexError instead of reading or writing past an array): the analytics kernels, the
+    # seal, the live path and the binary COPY encoder. A cache of their own: kernels
+    # compiled without the checks must not be reused. Its slow tests are left out.
+    bounds_cache=$(mktemp -d)
+    echo "== pytest, Numba bounds-checked (NUMBA_BOUNDSCHECK=1)"
+    TMPDIR="$run_tmp/beside" NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR="$bounds_cache" \
+        "$venv/bin/pytest" -q -p no:cacheprovider \
+        -m "not slow and not browser and not compose and not citus" \
+        tests/analytics/kernels tests/analytics/seal tests/analytics/live \
+        tests/storage/codecs/test_binary_copy.py || s=$?
+    rm -rf "$bounds_cache"
+    # The Citus lane: the suites that matter against a coordinator and two workers.
+    if [ "$(id -u)" = 0 ]; then
+        if [ -n "$prep" ]; then
+            echo "== Citus: waiting for its installation"
+            wait "$prep" || { cat "$citus_log"; exit 1; }
+        fi
+        echo "== Citus lane"
+        TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh || s=$?
+    else
+        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
+    fi
+    exit "$s"
+}
+
 # A native crash must show where it happened (every thread's stack), never pass silently.
 export PYTHONFAULTHANDLER=1
-echo "== pytest ${markers[*]+${markers[*]}}"
+main_args=(${markers[@]+"${markers[@]}"} "$@")
 set -m
-TMPDIR="$run_tmp" "$venv/bin/pytest" ${markers[@]+"${markers[@]}"} "$@" &
+if [ "$full" = 1 ]; then
+    beside_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-beside.XXXXXX")"
+    beside_lane >"$beside_log" 2>&1 &
+    beside_pid=$!
+    for test in "${beside_tests[@]}"; do main_args+=(--ignore="$test"); done
+    echo "== pytest (beside it: the demo test, the bounds-checked and the Citus lanes; log: $beside_log)"
+else
+    echo "== pytest ${markers[*]+${markers[*]}}"
+fi
+TMPDIR="$run_tmp/main" "$venv/bin/pytest" "${main_args[@]}" &
 pytest_pid=$!
 set +m
 status=0
 wait "$pytest_pid" || status=$?
-# A signal ends the wait early: the trap has run and exited; otherwise pytest is done.
+if [ -n "$beside_pid" ]; then
+    echo "== the lane beside (${beside_tests[*]}, bounds-checked, Citus)"
+    beside_status=0
+    wait "$beside_pid" || beside_status=$?
+    cat "$beside_log"
+    rm -f "$beside_log"
+    echo "== the lane beside ended with status $beside_status"
+    if [ "$status" -eq 0 ]; then status=$beside_status; fi
+fi
+# A signal ends a wait early: the trap has run and exited; otherwise both lanes are done.
 trap - INT TERM
 stop_servers  # none is left after a normal end; a crashed session's would be
 rm -rf "$run_tmp"
-# The Numba kernels again with bounds checks compiled in (an out-of-range index raises
-# IndexError instead of reading or writing past an array): the analytics kernels, the seal,
-# the live path and the binary COPY encoder. A cache of their own: kernels compiled without
-# the checks must not be reused. A few minutes; its slow tests are left out. Not with --fast.
-if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then
-    bounds_cache=$(mktemp -d)
-    echo "== pytest, Numba bounds-checked (NUMBA_BOUNDSCHECK=1)"
-    NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR="$bounds_cache" "$venv/bin/pytest" -q -p no:cacheprovider \
-        -m "not slow and not browser and not compose and not citus" \
-        tests/analytics/kernels tests/analytics/seal tests/analytics/live \
-        tests/storage/codecs/test_binary_copy.py || status=$?
-    rm -rf "$bounds_cache"
-fi
-# The Citus lane: the suites that matter against a coordinator and two workers (root only,
-# not with --fast; scripts/citus-lane.sh).
-if [ "$status" -eq 0 ] && [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        if [ -n "$citus_prep" ]; then
-            echo "== Citus: waiting for its installation (started beside the main suite)"
-            wait "$citus_prep" || { cat "$citus_log"; status=1; }
-            citus_prep=""
-        fi
-        [ "$status" -ne 0 ] ||
-            { echo "== Citus lane"; TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh || status=$?; }
-    else
-        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
-    fi
-fi
-if [ -n "$citus_prep" ]; then kill -- "$citus_prep" 2>/dev/null || true; fi
 exit "$status"
