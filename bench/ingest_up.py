@@ -413,13 +413,18 @@ class FirstFigures(threading.Thread):
             print(f"first-figures probe failed: {exc!r}", file=sys.stderr, flush=True)
 
     def _poll(self) -> None:
+        # One more look after stop(): a run caught up between two polls was reported "not
+        # seen" (the figure is then an upper bound: the moment stop() came).
         with psycopg.connect(libpq_url(self.url), autocommit=True) as conn:
-            while not self._stop_event.is_set():
+            while True:
+                stopping = self._stop_event.is_set()
                 row = conn.execute(
                     "SELECT 1 FROM live_run_minutes WHERE run_id = %s LIMIT 1", (self.run_id,)
                 ).fetchone()
                 if row:
                     self.seconds = time.perf_counter() - self.started
+                    return
+                if stopping:
                     return
                 self._stop_event.wait(0.1)
 
