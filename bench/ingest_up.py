@@ -193,6 +193,10 @@ class Sampler(threading.Thread):
         self.ledger = CpuLedger()
         self.statement_s: dict[tuple[str, str], float] = {}
         self.samples = 0
+        #: The largest resident set each service role held at one sample (its processes
+        #: summed), the burst and the catch-up together; PostgreSQL's backends share memory,
+        #: so they are left out.
+        self.peak_rss: dict[str, int] = {}
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._primed = False
@@ -223,8 +227,12 @@ class Sampler(threading.Thread):
                     key = (app, statement_class(query))
                     self.statement_s[key] = self.statement_s.get(key, 0.0) + self.interval
             for role, processes in service_processes(self.up).items():
+                resident = 0
                 for process in processes:
                     self.ledger.see(process.pid, role, _cpu(process), new=new)
+                    with contextlib.suppress(psutil.Error):
+                        resident += process.memory_info().rss
+                self.peak_rss[role] = max(self.peak_rss.get(role, 0), resident)
             for child in psutil.Process().children():  # the forked senders, the busy loops
                 role = "competing busy loops" if child.pid in self.hogs else "senders (bench)"
                 if "py-spy" in child.name():
@@ -525,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             first_figures = first.stop()
             catch_ledger, catch_statements = sampler.window()
             sampler.stop()
+            peak_rss = dict(sampler.peak_rss)
             for hog in hogs:
                 hog.kill()
             if profiler:
@@ -594,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         + (" (cold start: empty kernel cache, sent as soon as ingest was ready)"
            if args.cold else ""),
         f"live figures digest: {digest}",
+        "peak RSS by service (sampled every 0.25 s, its processes summed): "
+        + ", ".join(f"{role} {rss / 2**20:,.0f} MiB" for role, rss in sorted(peak_rss.items())),
         *describe_window("during the burst", elapsed, args.spans, send_ledger, send_statements),
         *describe_window("after the burst, until live caught up", caught_up, args.spans,
                          catch_ledger, catch_statements),
