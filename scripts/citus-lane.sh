@@ -55,6 +55,7 @@ TPMLEDGER_TEST_ADMIN_URL=$url "${TPMLEDGER_TEST_VENV:-.venv-test}/bin/pytest" -p
     tests/storage/server/test_distribution.py \
     tests/storage/test_citus_same_bytes.py \
     tests/storage/writers/test_bulk_writer.py \
+    tests/storage/test_run_wait_repair_migration.py \
     tests/ingest/test_faults.py \
     --deselect tests/ingest/test_faults.py::test_postgres_restart_during_load_loses_nothing \
     tests/ingest/test_grpc_ingest.py \

@@ -112,7 +112,7 @@ def upgrade() -> None:
         """
         UPDATE runs r SET max_slot_ns = (
             SELECT max(a.end_ns - a.start_ns
-                       + coalesce(round(least(a.queue_wait_s, 3e9) * 1e9)::bigint, 0))
+                       + coalesce(round(least(greatest(a.queue_wait_s, 0), 3e9) * 1e9)::bigint, 0))
             FROM attempts a WHERE a.run_id = r.run_id)
         """
     )

@@ -64,9 +64,14 @@ WITH inserted AS (
     SELECT {_COLUMNS} FROM attempts_staging
     ON CONFLICT DO NOTHING
     RETURNING run_id, shard_id, end_ns, declared_shard_count, concurrency_cap, sweep_id,
+              -- As attempt_encoding does. LEAST and GREATEST skip NULLs: NULL waits are
+              -- tested first, never capped into 3e9 s.
               end_ns - start_ns
-              + coalesce(round(greatest(least(queue_wait_s, 3e9), 0) * 1e9)::bigint, 0) AS slot_ns,
-              end_ns + round(least(nullif(retry_after_s, 0), 3e9) * 1e9)::bigint AS wait_until_ns
+              + CASE WHEN queue_wait_s > 0 THEN round(least(queue_wait_s, 3e9) * 1e9)::bigint
+                     ELSE 0 END AS slot_ns,
+              CASE WHEN retry_after_s > 0
+                   THEN end_ns + round(least(retry_after_s, 3e9) * 1e9)::bigint END
+                  AS wait_until_ns
 ), per_run AS (
     INSERT INTO runs AS r ({_RUNS_COLUMNS})
     SELECT run_id, min(end_ns), max(end_ns), array_agg(DISTINCT shard_id ORDER BY shard_id),

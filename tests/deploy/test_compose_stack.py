@@ -186,16 +186,23 @@ def tokens(spans: Sequence[ReadableSpan], key: str) -> int:
 def sealed_run(stack: Stack, run_id: str, attempts: int) -> dict[str, Any]:
     """The run once analytics has sealed every attempt sent."""
 
+    seen: dict[str, Any] = {}
+
     def ready() -> dict[str, Any] | None:
         runs = {r["run_id"]: r for r in stack.get("/v1/runs")["runs"]}
-        run = runs.get(run_id)
+        run = seen["run"] = runs.get(run_id)
         if run and run["latest_seal"] and run["attempts"] == attempts:
             detail: dict[str, Any] = stack.get(f"/v1/runs/{run_id}")
             if detail.get("attempts") == attempts and detail.get("seal"):
                 return detail
         return None
 
-    return wait_for(ready, timeout=180, interval=1.0)
+    try:
+        return wait_for(ready, timeout=180, interval=1.0)
+    except TimeoutError:
+        # What the CI report shows: the run as listed, and what the worker said.
+        worker = stack.compose("logs", "--no-color", "--tail", "40", "analytics").stdout
+        raise AssertionError(f"{run_id} not sealed: {seen.get('run')}\n{worker}") from None
 
 
 def assert_exact_totals(stack: Stack, run_id: str, sent: Sequence[ReadableSpan]) -> dict[str, Any]:

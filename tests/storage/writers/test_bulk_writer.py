@@ -176,3 +176,32 @@ def test_a_runs_announced_wait_is_the_latest_end_plus_retry_after(database_url: 
     with read_session(database_url) as session:
         run = session.get(Run, "run-a")
     assert run is not None and run.wait_until_ns == BASE_NS + 50 * second + second // 4
+
+
+def test_both_write_paths_give_a_run_the_same_facts(database_url: str) -> None:
+    """The staging path (a batch holding a re-sent span) derives a run's longest interval
+    and announced wait exactly as the fast COPY does, also for attempts with no queue wait
+    and no ``Retry-After`` (NULL): PostgreSQL's LEAST and GREATEST skip NULLs, so a NULL
+    once became the 3e9 s cap, and a run waited out ``ANNOUNCED_WAIT_MAX_S`` before its seal."""
+    second = 10**9
+
+    def rows(run_id: str) -> list[tuple[object, ...]]:
+        return [
+            attempt_row(run_id=run_id, end_ns=BASE_NS + 3 * second),  # no wait, no Retry-After
+            attempt_row(run_id=run_id, queue_wait_s=-1.0, end_ns=BASE_NS + 3 * second),
+            attempt_row(run_id=run_id, queue_wait_s=1.5, retry_after_s=0.0),
+            attempt_row(run_id=run_id, http_status=429, retry_after_s=2.0),
+        ]
+
+    resent = attempt_row(run_id="staged")
+    with raw_transaction(database_url) as conn:
+        write_attempts(conn, rows("fast"))
+        write_attempts(conn, [resent])
+    with raw_transaction(database_url) as conn:
+        assert write_attempts(conn, [resent, *rows("staged")]) == 4  # down the staging path
+    with read_session(database_url) as session:
+        fast, staged = session.get(Run, "fast"), session.get(Run, "staged")
+    assert fast is not None and staged is not None
+    assert fast.max_slot_ns == 3 * second + second // 2  # 2 s interval + 1.5 s queue wait
+    assert (staged.max_slot_ns, staged.wait_until_ns) == (fast.max_slot_ns, fast.wait_until_ns)
+    assert fast.wait_until_ns == BASE_NS + 4 * second
