@@ -179,7 +179,7 @@ def minute_facts(state: MinuteState, run_timeout: float | None) -> dict[str, Any
         "explicit_calls": state.explicit_calls,
         "logical_calls": state.logical_calls,
         "call_successes": state.call_successes,
-        "retry_causes": dict(state.causes),
+        "retry_causes": {cause: n for cause, n in state.causes.items() if n},
         "ttft": _sorted_summary(ttft),
         "latency": _sorted_summary(latency, 1.0 / 1e9),
         "max_timeout_s": state.max_timeout,

@@ -141,3 +141,21 @@ def test_state_gives_the_windows_rows_facts_and_extras(seed: int) -> None:
         _same(got, expected)
     extras = [e for s in states for e in state_extras(s)]
     assert sorted(extras) == sorted(minute_extras(window, minutes))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_taking_rows_away_gives_the_facts_of_the_rows_left(seed: int) -> None:
+    # Rows whose flags changed are taken away and folded again: a cause whose count
+    # falls back to zero is gone from the facts, as the window never had it.
+    window = _window(seed, 300)
+    minutes = [BASE + i * MINUTE for i in range(4)]
+    states = {m: MinuteState(m) for m in minutes}
+    fold_ending(states, window)
+    retried_failures = (pl.col("has_later") == 1) & (pl.col("call_id_explicit") == 1)
+    taken = window.filter(retried_failures)
+    assert taken.height > 0
+    fold_ending(states, taken, sign=-1)
+    left = window.filter(~retried_failures)
+    facts = run_minute_facts(left, minutes, None)
+    for minute, expected in zip(minutes, facts, strict=True):
+        assert minute_facts(states[minute], None)["retry_causes"] == expected["retry_causes"]
