@@ -37,7 +37,7 @@ from tpmledger.analytics.kernels.figure_rules import (
     SAG_FRACTION_OF_CAP,
     SAG_PASS_SHARE,
 )
-from tpmledger.analytics.kernels.group_kernels import second_grid, second_samples
+from tpmledger.analytics.kernels.group_kernels import second_grid
 from tpmledger.analytics.kernels.second_runs import (
     dense_runs,
     minute_cells_of_runs,
@@ -46,6 +46,7 @@ from tpmledger.analytics.kernels.second_runs import (
     sparse_runs,
     sparse_steps,
 )
+from tpmledger.analytics.kernels.second_samples import sample_bounds, window_samples
 from tpmledger.durations import SECOND_NS
 
 __all__ = [
@@ -116,17 +117,17 @@ def second_series(
     wait = wait_column.fill_null(-1.0).to_numpy()  # negative: no queue
     reported = wait_column.is_not_null().to_numpy()
     first, last = second_grid(start, end, wait, MAX_QUEUE_WAIT_S)
+    began, ended, queued = sample_bounds(start, end, wait)
+    codes = grid.shard_codes
     if (rows + 1) * (last - first) <= DENSE_CELLS_PER_ATTEMPT * events.height + DENSE_CELLS_FLOOR:
-        flight, depth, reporting = second_samples(
-            grid.shard_codes, start, end, wait, reported, first, last, rows
-        )
-        runs = dense_runs(flight, depth, first)
+        flight = window_samples(codes, began, ended, rows, first, last - first)
+        depth = window_samples(codes, queued, began, rows, first, last - first)
+        runs = dense_runs(_with_whole_run(flight), _with_whole_run(depth), first)
     else:
-        keys, reporting = sparse_steps(
-            grid.shard_codes, start, end, wait, reported, first, last, rows
-        )
+        keys = sparse_steps(codes, began, ended, queued, first, last, rows)
         keys.sort()
         runs = sparse_runs(keys, first, last, rows + 1)
+    reporting = np.bincount(codes[reported], minlength=rows)
     queue_shards = frozenset(s for s, n in zip(grid.shard_ids, reporting, strict=True) if n)
     window_first = max(window[0] // SECOND_NS, first)
     window_last = min(window[0] // SECOND_NS + 60 * window[1], last)
@@ -139,6 +140,11 @@ def second_series(
         window_first,
         max(window_last - window_first, 0) // 60,
     )
+
+
+def _with_whole_run(samples: Ints) -> Ints:
+    """The shards' samples and, in a last row, their sum (the whole run's)."""
+    return np.vstack([samples, samples.sum(axis=0, keepdims=True)])
 
 
 def sampled_series(

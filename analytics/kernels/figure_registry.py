@@ -4,8 +4,9 @@ A figure function is declared with :func:`figure`; declaring a second function u
 already taken fails at import. The seal, the live run object and the read side call the same
 registered functions with the rows they hold, so live and sealed figures differ only in
 their rows. :func:`recording` lets a test see which registered figures a path computed,
-which is how the test suite proves that the paths share them
-(``tests/analytics/kernels/test_figure_registry.py``).
+and :func:`substituted` swaps a registered formula for a perturbed one while a block runs,
+which is how the test suite proves that the paths share them: each path's output changes
+when the one formula does (``tests/analytics/kernels/test_figure_registry.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from typing import Any, Final, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: name → the one function that computes it.
+#: name → the one function that computes it (as called: it records, then runs the formula).
 FIGURES: Final[dict[str, Callable[..., Any]]] = {}
+#: name → the formula a call runs (the declared one, unless :func:`substituted`).
+_FORMULAS: Final[dict[str, Callable[..., Any]]] = {}
 
 _seen: ContextVar[set[str] | None] = ContextVar("figures_seen", default=None)
 
@@ -43,8 +46,9 @@ def figure(name: str) -> Callable[[F], F]:
             seen = _seen.get()
             if seen is not None:
                 seen.add(name)
-            return function(*args, **kwargs)
+            return _FORMULAS[name](*args, **kwargs)
 
+        _FORMULAS[name] = function
         FIGURES[name] = computed
         return computed  # type: ignore[return-value]
 
@@ -60,3 +64,18 @@ def recording() -> Iterator[set[str]]:
         yield seen
     finally:
         _seen.reset(token)
+
+
+@contextmanager
+def substituted(
+    name: str, perturb: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
+    """Inside the block, every call of figure ``name`` runs ``perturb(formula)`` instead of
+    its formula (every caller, whatever name it imported the function under; all threads).
+    For tests: a path whose output changes under the substitution really calls the formula."""
+    declared = _FORMULAS[name]
+    _FORMULAS[name] = perturb(declared)
+    try:
+        yield
+    finally:
+        _FORMULAS[name] = declared

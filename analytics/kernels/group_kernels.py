@@ -128,9 +128,10 @@ def second_grid(start_ns: Ints, end_ns: Ints, wait_s: Floats, max_wait_s: float)
 
     Whole minutes from one minute before the earliest ``start − min(wait, max_wait_s)``
     (``wait_s`` negative: no queue) to one minute after the last end, or the last start
-    when an attempt ends before it starts: every step :func:`second_samples` and
-    :func:`~analytics.kernels.second_runs.sparse_steps` place falls inside the grid,
-    whatever the input (the loops do not check indexes).
+    when an attempt ends before it starts: every step
+    :func:`~analytics.kernels.second_runs.sparse_steps` places falls inside the grid,
+    whatever the input (the loop does not check indexes), and
+    :func:`~analytics.kernels.second_samples.window_samples` counts every sample.
     """
     lo, hi = float(start_ns[0]), max(start_ns[0], end_ns[0])
     for i in range(start_ns.size):
@@ -138,67 +139,6 @@ def second_grid(start_ns: Ints, end_ns: Ints, wait_s: Floats, max_wait_s: float)
         lo = min(lo, start_ns[i] - wait * SECOND_NS)
         hi = max(hi, end_ns[i], start_ns[i])
     return int(lo) // SECOND_NS // 60 * 60 - 60, ceil_second(hi) // 60 * 60 + 60
-
-
-@_kernel
-def second_samples(
-    codes: Ints,
-    start_ns: Ints,
-    end_ns: Ints,
-    wait_s: Floats,
-    reported: Bools,
-    first: int,
-    last: int,
-    rows: int,
-) -> tuple[Ints, Ints, Ints]:
-    """In-flight and queue depth sampled at every second of ``[first, last)``, per shard row
-    and, in a last row, for the whole run.
-
-    ``wait_s`` is the queue wait (negative: no queue), ``reported`` whether the attempt
-    reported one at all; the grid comes from :func:`second_grid`. Returns both
-    ``(rows + 1, last − first)`` arrays and per shard row how many attempts reported a
-    queue wait.
-
-    A sample at second t counts attempts with ceil(start) ≤ t < ceil(end) (in flight)
-    and ceil(queued_at) ≤ t < ceil(start) (queued); a queued_at before the grid is
-    clipped to its first column, and an attempt that ends before it starts is in flight
-    at no second. One pass adds +1/−1 steps (to the attempt's row and the whole run's),
-    one running sum per row.
-    Memory grows with the grid's seconds: :mod:`analytics.kernels.concurrency` uses it only when
-    the grid is small next to the number of attempts.
-    """
-    width = last - first
-    flight = np.zeros((rows + 1, width), np.int64)
-    depth = np.zeros((rows + 1, width), np.int64)
-    reporting = np.zeros(rows, np.int64)
-    for i in range(codes.size):
-        row = codes[i]
-        reporting[row] += reported[i]
-        began = ceil_second(start_ns[i]) - first
-        ended = ceil_second(end_ns[i]) - first
-        if ended > began:
-            flight[row, began] += 1
-            flight[row, ended] -= 1
-            flight[rows, began] += 1
-            flight[rows, ended] -= 1
-        if wait_s[i] >= 0:
-            waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as Polars' round()
-            if waited_ns < 2.0**62:
-                queued = max(ceil_second(start_ns[i] - np.int64(waited_ns)) - first, 0)
-            else:
-                queued = 0  # beyond any grid
-            depth[row, queued] += 1
-            depth[row, began] -= 1
-            depth[rows, queued] += 1
-            depth[rows, began] -= 1
-    for row in range(rows + 1):
-        in_flight, waiting = 0, 0
-        for column in range(width):
-            in_flight += flight[row, column]
-            flight[row, column] = in_flight
-            waiting += depth[row, column]
-            depth[row, column] = waiting
-    return flight, depth, reporting
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: top bits of key * golden

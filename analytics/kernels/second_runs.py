@@ -8,8 +8,9 @@ for, never the seconds one interval covers (docs/metrics.md#concurrency).
 
 Runs are built one of two ways, with the same result:
 
-- :func:`dense_runs` from per-second arrays (:func:`~analytics.group_kernels.second_samples`),
-  when the grid is small next to the number of attempts (every ordinary run);
+- :func:`dense_runs` from per-second arrays
+  (:func:`~analytics.kernels.second_samples.window_samples`), when the grid is small next
+  to the number of attempts (every ordinary run);
 - :func:`sparse_runs` from the attempts' steps sorted by (row, second), when the grid is
   large: one attempt from 2000 to now is four steps, not 820 million samples.
 
@@ -22,13 +23,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from tpmledger.analytics.kernels.group_kernels import ceil_second
 from tpmledger.compiled_kernels import kernels_ready
-from tpmledger.durations import SECOND_NS
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
-Bools = npt.NDArray[np.bool_]
 
 _kernel = numba.njit(nogil=True, cache=True)
 
@@ -75,45 +73,32 @@ def dense_runs(flight: Ints, depth: Ints, first: int) -> tuple[Ints, Ints, Ints,
 
 @_kernel
 def sparse_steps(
-    codes: Ints,
-    start_ns: Ints,
-    end_ns: Ints,
-    wait_s: Floats,
-    reported: Bools,
-    first: int,
-    last: int,
-    rows: int,
-) -> tuple[Ints, Ints]:
+    codes: Ints, began: Ints, ended: Ints, queued: Ints, first: int, last: int, rows: int
+) -> Ints:
     """Every +1/−1 step of every row (``rows`` shards, then ``'*'``) as unsorted keys
-    ``((row × width + second − first) × 4 + kind)``, and per shard how many attempts
-    reported a queue wait. Same steps and clipping as ``second_samples``."""
+    ``((row × width + second − first) × 4 + kind)``, from the attempts'
+    :func:`~analytics.kernels.second_samples.sample_bounds` (a ``queued`` before the grid
+    steps at its first second), as :func:`~analytics.kernels.second_samples.window_samples`
+    counts them."""
     width = last - first
     total_row = rows
     keys = np.empty(8 * codes.size, np.int64)
-    reporting = np.zeros(rows, np.int64)
     n = 0
     for i in range(codes.size):
-        reporting[codes[i]] += reported[i]
-        began = ceil_second(start_ns[i]) - first
-        ended = ceil_second(end_ns[i]) - first
-        queued = -1
-        if wait_s[i] >= 0:
-            waited_ns = np.rint(wait_s[i] * SECOND_NS)  # half to even, as second_samples
-            if waited_ns < 2.0**62:
-                queued = max(ceil_second(start_ns[i] - np.int64(waited_ns)) - first, 0)
-            else:
-                queued = 0  # beyond any grid
+        up = began[i] - first
+        down = ended[i] - first
+        waits = max(queued[i] - first, 0)
         for row in (codes[i], total_row):
             base = row * width
-            if ended > began:  # an attempt that ends before it starts is never in flight
-                keys[n] = (base + began) * 4 + _FLIGHT_UP
-                keys[n + 1] = (base + ended) * 4 + _FLIGHT_DOWN
+            if down > up:  # an attempt that ends before it starts is never in flight
+                keys[n] = (base + up) * 4 + _FLIGHT_UP
+                keys[n + 1] = (base + down) * 4 + _FLIGHT_DOWN
                 n += 2
-            if queued >= 0:
-                keys[n] = (base + queued) * 4 + _QUEUE_UP
-                keys[n + 1] = (base + began) * 4 + _QUEUE_DOWN
+            if waits < up:
+                keys[n] = (base + waits) * 4 + _QUEUE_UP
+                keys[n + 1] = (base + up) * 4 + _QUEUE_DOWN
                 n += 2
-    return keys[:n], reporting
+    return keys[:n]
 
 
 @_kernel

@@ -30,7 +30,7 @@ minutes from the database (:mod:`analytics.live.live_updater`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ import numpy.typing as npt
 import polars as pl
 
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
+from tpmledger.analytics.kernels.second_samples import sample_bounds, window_samples
 from tpmledger.durations import MINUTE_NS, SECOND_NS
 
 Ints = npt.NDArray[np.int64]
@@ -57,8 +58,6 @@ SUMS = (
 )
 _EMPTY_FLOATS = np.zeros(0, dtype=np.float64)
 _EMPTY_INTS = np.zeros(0, dtype=np.int64)
-# A queue wait this long reaches before any grid (as the concurrency kernels clip it).
-_LONGEST_WAIT_NS = 2.0**62
 
 #: Column of an attempt -> token type of ``tpmledger_run_tokens_total`` (the minute extras).
 TOKEN_TYPES = {
@@ -163,11 +162,12 @@ def _fold_targets(
     ):
         caps = states[minute].target_caps
         caps[provider, model] = max(caps.get((provider, model), 0), int(cap))
+    events = events.filter(pl.col("model").is_not_null())
+    up, down, _ = sample_bounds(
+        events.get_column("start_ns").to_numpy(), events.get_column("end_ns").to_numpy()
+    )
     bounds = (
-        events.filter(pl.col("model").is_not_null())
-        .with_columns(
-            up=-((-pl.col("start_ns")) // SECOND_NS), down=-((-pl.col("end_ns")) // SECOND_NS)
-        )
+        events.with_columns(up=pl.Series(up), down=pl.Series(down))
         .group_by("minute_ns", "provider", "model")
         .agg(pl.col("up").min(), pl.col("down").max())
     )
@@ -336,44 +336,25 @@ def _removed(held: npt.NDArray[Any], values: npt.NDArray[Any], state: MinuteStat
     return np.delete(held, at)
 
 
-def _ceil_seconds(ns: Ints) -> Ints:
-    return -((-ns) // SECOND_NS)
-
-
 def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: int = 1) -> None:
     """Add the in-flight and queued seconds of the attempts of ``rows`` (flags known)
-    within every minute of ``states`` (as :func:`analytics.kernels.concurrency`'s samples:
-    at whole second t, in flight when ceil(start) <= t < ceil(end), queued when
-    ceil(queued_at) <= t < ceil(start))."""
+    within every minute of ``states``: the seal's samples
+    (:mod:`analytics.kernels.second_samples`) at the minute's 60 whole seconds."""
     events = rows.filter(pl.col("rollup") == 0)
     if events.height == 0 or not states:
         return
     ids = events.get_column("shard_id")
     shards = ids.unique().sort().to_list()
     codes = ids.cast(pl.Enum(shards)).to_physical().cast(pl.Int64).to_numpy()
-    start = events.get_column("start_ns").to_numpy()
-    began = _ceil_seconds(start)
-    ended = _ceil_seconds(events.get_column("end_ns").to_numpy())
-    wait = events.get_column("queue_wait_s").fill_null(-1.0).to_numpy()
-    queues = wait >= 0
-    waited = np.rint(np.where(queues, wait, 0.0) * SECOND_NS)
-    far = waited >= _LONGEST_WAIT_NS
-    queued = _ceil_seconds(start - np.where(far, 0.0, waited).astype(np.int64))
-    queued = np.where(far, np.iinfo(np.int64).min // 2, queued)
-    width = len(shards)
+    began, ended, queued = sample_bounds(
+        events.get_column("start_ns").to_numpy(),
+        events.get_column("end_ns").to_numpy(),
+        events.get_column("queue_wait_s").fill_null(-1.0).to_numpy(),
+    )
     _overlap_targets(states, events, began, ended, sign)
-    for minute, state in states.items():
-        first = minute // SECOND_NS
-        samples = []
-        for low, high, use in ((began, ended, None), (queued, began, queues)):
-            a = np.clip(low, first, first + 60) - first
-            b = np.clip(high, first, first + 60) - first
-            hit = a < b if use is None else (a < b) & use
-            steps = np.zeros((width, 61), dtype=np.int64)
-            np.add.at(steps, (codes[hit], a[hit]), 1)
-            np.add.at(steps, (codes[hit], b[hit]), -1)
-            samples.append(np.cumsum(steps, axis=1)[:, :60])
-        flight, depth = samples
+    flights = _minute_samples(states, codes, began, ended, len(shards))
+    depths = _minute_samples(states, codes, queued, began, len(shards))
+    for (state, flight), (_, depth) in zip(flights, depths, strict=True):
         touched = np.flatnonzero(flight.any(axis=1) | depth.any(axis=1))
         for code in touched.tolist():
             shard = str(shards[code])
@@ -382,37 +363,45 @@ def fold_overlap(states: Mapping[int, MinuteState], rows: pl.DataFrame, sign: in
             state.depth[shard] = state.depth.get(shard, zero) + sign * depth[code]
 
 
+def _minute_samples(
+    states: Mapping[int, MinuteState], codes: Ints, low: Ints, high: Ints, rows: int
+) -> Iterator[tuple[MinuteState, Ints]]:
+    """Per minute of ``states`` (in minute order), its ``(rows, 60)``
+    :func:`~analytics.kernels.second_samples.window_samples`: one window per run of
+    consecutive minutes, so the attempts are walked once per run, not once per minute."""
+    minutes = sorted(states)
+    while minutes:
+        count = 1
+        while count < len(minutes) and minutes[count] == minutes[0] + count * MINUTE_NS:
+            count += 1
+        first = minutes[0] // SECOND_NS
+        samples = window_samples(codes, low, high, rows, first, 60 * count)
+        for i in range(count):
+            yield states[minutes[i]], samples[:, 60 * i : 60 * (i + 1)]
+        minutes = minutes[count:]
+
+
 def _overlap_targets(
     states: Mapping[int, MinuteState], events: pl.DataFrame, began: Ints, ended: Ints, sign: int
 ) -> None:
     """In-flight per (provider, model) target at each whole second of every minute of
-    ``states`` (ceil(start) <= t < ceil(end), as the sealed target saturation)."""
+    ``states`` (the samples of :mod:`analytics.kernels.second_samples`, as the sealed
+    target saturation's)."""
     if "model" not in events.columns:
         return
-    model = events.get_column("model")
-    known = model.is_not_null().to_numpy()
+    known = events.get_column("model").is_not_null().to_numpy()
     if not known.any():
         return
-    keys = events.select(
-        pl.col("provider").fill_null("\x00"), pl.col("model").fill_null("")
-    ).with_columns(key=pl.concat_str("provider", "model", separator="\x1f"))
+    keys = events.filter(pl.col("model").is_not_null()).select(
+        key=pl.concat_str(pl.col("provider").fill_null("\x00"), "model", separator="\x1f")
+    )
     names = keys.get_column("key").unique().sort().to_list()
     codes = keys.get_column("key").cast(pl.Enum(names)).to_physical().cast(pl.Int64).to_numpy()
     targets: list[Target] = []
     for name in names:
         provider, _, model_name = name.partition("\x1f")
         targets.append((None if provider == "\x00" else provider, model_name))
-    for minute, state in states.items():
-        first = minute // SECOND_NS
-        a = np.clip(began, first, first + 60) - first
-        b = np.clip(ended, first, first + 60) - first
-        hit = (a < b) & known
-        if not hit.any():
-            continue
-        steps = np.zeros((len(names), 61), dtype=np.int64)
-        np.add.at(steps, (codes[hit], a[hit]), 1)
-        np.add.at(steps, (codes[hit], b[hit]), -1)
-        flight = np.cumsum(steps, axis=1)[:, :60]
+    for state, flight in _minute_samples(states, codes, began[known], ended[known], len(names)):
         for code in np.flatnonzero(flight.any(axis=1)).tolist():
             target = targets[code]
             zero = np.zeros(60, dtype=np.int64)

@@ -16,12 +16,12 @@ the SLO limits TTFT and no attempt of the run reports TTFT, goodput is not measu
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import polars as pl
 
 from tpmledger.analytics.kernels.figure_rules import clean
+from tpmledger.analytics.kernels.run_level import ratio, sustained_tpm_total
 from tpmledger.durations import MINUTE_NS
 from tpmledger.slo import Slo
 from tpmledger.storage.codecs.time_text import minute_text_ns
@@ -97,8 +97,8 @@ def goodput_figures(
     figures: dict[str, Any] = {
         "slo": slo.as_dict(),
         "slo_text": slo.text,
-        "goodput_tpm_total": float(statistics.median(inner)) if inner else None,
-        "good_call_share": good_calls / attempts,
+        "goodput_tpm_total": sustained_tpm_total(inner),  # the sustained TPM's formula
+        "good_call_share": ratio(good_calls, attempts),
         "good_calls": good_calls,
         "calls": attempts,
         "not_measured_because": None if inner else "fewer than 3 minutes: no inner minute",

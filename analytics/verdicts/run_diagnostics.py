@@ -45,6 +45,7 @@ from tpmledger.analytics.kernels.figure_rules import (
     DEFAULT_RETRY_BUDGET,
     retry_storm_result,
 )
+from tpmledger.analytics.kernels.second_samples import sample_bounds
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.durations import SECOND_NS
 from tpmledger.storage.codecs.time_text import minute_text_ns
@@ -249,10 +250,12 @@ def slot_held_by_tool(
 
 
 def _levels(starts: np.ndarray, ends: np.ndarray) -> tuple[int, dict[int, int]]:
-    """In-flight at whole seconds t with start ≤ t < end, as a step function (exact): the
-    seconds from the first start to the last end and the seconds spent at each level."""
-    up = -(-starts // SECOND_NS)  # ceil: start ≤ t  ⇔  ceil(start) ≤ t
-    down = -(-ends // SECOND_NS)  # t < end  ⇔  t < ceil(end)
+    """In-flight at whole seconds t with start ≤ t < end (the samples'
+    :func:`~analytics.kernels.second_samples.sample_bounds`), as a step function: the
+    seconds from the first start to the last end and the seconds spent at each level.
+    Steps, not a sample per second: the run's attempts can span years; the live path counts
+    the same levels in each minute's 60 samples (:mod:`analytics.live.minute_state`)."""
+    up, down, _ = sample_bounds(starts, ends)
     times = np.concatenate([up, down])
     steps = np.concatenate([np.ones(up.size, np.int64), -np.ones(down.size, np.int64)])
     order = np.lexsort((steps, times))

@@ -79,7 +79,7 @@ REVERSED_SPANS = st.lists(
     min_size=1,
     max_size=25,
 )
-_PER_SECOND_LOOPS = ("second_grid", "second_samples", "sparse_steps", "sparse_runs", "dense_runs")
+_PER_SECOND_LOOPS = ("second_grid", "sparse_steps", "sparse_runs", "dense_runs")
 
 
 @cache

@@ -10,17 +10,34 @@ whose minutes are all settled they publish the same values.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
+import polars as pl
 import pytest
 
 from tests.analytics.live.test_live_run_figures import RUN_ID, _calls
+from tests.analytics.live.test_minute_state import BASE, MINUTE, _window
 from tests.analytics.seeding import store
 from tpmledger.analytics.kernels import figure_registry
-from tpmledger.analytics.kernels.figure_registry import FigureDeclaredTwice, figure, recording
+from tpmledger.analytics.kernels.figure_registry import (
+    FigureDeclaredTwice,
+    figure,
+    recording,
+    substituted,
+)
+from tpmledger.analytics.kernels.run_figures import RunContext
+from tpmledger.analytics.kernels.second_samples import window_samples
 from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
+from tpmledger.analytics.live.minute_state_figures import minute_rows, minute_targets
+from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.verdicts.bottleneck import run_object_with_bottleneck
+from tpmledger.analytics.verdicts.run_diagnostics import TargetSaturation
 from tpmledger.analytics.views.live_view import run_view
+from tpmledger.provenance.event_file import EVENT_SCHEMA
 from tpmledger.storage.readers.live_read import live_minute_rows, sealed_minute_rows
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
@@ -101,3 +118,87 @@ def test_the_seal_and_the_live_run_object_share_every_run_figure(database_url: s
         assert have is not None and want is not None
         for key in set(want) - {"live", "minutes"}:
             assert have[key] == want[key], (name, key, have[key], want[key])
+
+
+# --- Mutation: a path that really calls a formula changes when the formula does. ---------
+# Names can be dodged, behaviour cannot: with a registered formula swapped for a perturbed
+# one (figure_registry.substituted), the live fold and the seal must both give other output,
+# and the same output again once it is restored.
+
+_TARGETS = [("p", "m"), ("p", "n"), (None, "m")]
+
+
+def _attempts(seed: int = 38) -> pl.DataFrame:
+    """A few minutes of attempts (several shards, queue waits, intervals across minutes),
+    each to a (provider, model) target."""
+    window = _window(seed, 600)
+    pick = np.random.default_rng(seed).integers(0, len(_TARGETS), window.height)
+    return window.with_columns(
+        provider=pl.Series([_TARGETS[i][0] for i in pick], dtype=pl.String),
+        model=pl.Series([_TARGETS[i][1] for i in pick], dtype=pl.String),
+    )
+
+
+def _live(attempts: pl.DataFrame) -> tuple[list[dict[str, Any]], list[Any]]:
+    """What the live updater folds and publishes: a minute's rows and its targets."""
+    minutes = [BASE + i * MINUTE for i in range(4)]
+    states = {m: MinuteState(m) for m in minutes}
+    fold_ending(states, attempts)
+    fold_overlap(states, attempts)
+    rows = minute_rows([states[m] for m in minutes], {"0": 4}).to_dicts()
+    return rows, [minute_targets(states[m]) for m in minutes]
+
+
+def _sealed(attempts: pl.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the seal computes: the minute table (its streaming walk, one chunk) and the
+    target saturation diagnostic."""
+    events = attempts.filter(pl.col("rollup") == 0).select(
+        pl.col(n).cast(t) if n in attempts.columns else pl.lit(None, t).alias(n)
+        for n, t in EVENT_SCHEMA.items()
+    )
+    minutes = fold_events(events, RunContext(caps={"0": 4})).minutes.to_dicts()
+    keys = attempts.select("trace_id", "span_id", "provider", "model").rows()
+    saturation = TargetSaturation.of({t: 2 for t in _TARGETS}, keys)
+    assert saturation is not None
+    saturation.add(events)
+    return minutes, saturation.figures()
+
+
+def _later_end(formula: Callable[..., Any]) -> Callable[..., Any]:
+    def perturbed(*args: Any, **kwargs: Any) -> Any:
+        began, ended, queued = formula(*args, **kwargs)
+        return began, ended + 1, queued
+
+    return perturbed
+
+
+def _one_more(formula: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda *args, **kwargs: formula(*args, **kwargs) + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "perturb"), [("second_sample_bounds", _later_end), ("second_samples", _one_more)]
+)
+def test_the_live_fold_and_the_seal_both_run_the_registered_samples(
+    name: str, perturb: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> None:
+    attempts = _attempts()
+    live, sealed = _live(attempts), _sealed(attempts)
+    with substituted(name, perturb):
+        live_now, sealed_now = _live(attempts), _sealed(attempts)
+    assert live_now[0] != live[0], "the live minute rows do not use " + name
+    assert live_now[1] != live[1], "the live targets do not use " + name
+    assert sealed_now[0] != sealed[0], "the sealed minute table does not use " + name
+    if name == "second_sample_bounds":  # the seal counts target levels from the bounds' steps
+        assert sealed_now[1] != sealed[1], "the sealed target saturation does not use " + name
+    assert (_live(attempts), _sealed(attempts)) == (live, sealed)  # restored
+
+
+def test_a_substitution_reaches_every_caller_and_ends_with_the_block() -> None:
+    formula = figure_registry.FIGURES["second_samples"]
+    codes, low, high = (np.zeros(1, np.int64), np.array([5]), np.array([7]))
+    assert window_samples(codes, low, high, 1, 4, 4).tolist() == [[0, 1, 1, 0]]
+    with substituted("second_samples", _one_more):
+        assert formula(codes, low, high, 1, 4, 4).tolist() == [[1, 2, 2, 1]]
+        assert window_samples(codes, low, high, 1, 4, 4).tolist() == [[1, 2, 2, 1]]
+    assert window_samples(codes, low, high, 1, 4, 4).tolist() == [[0, 1, 1, 0]]
