@@ -12,12 +12,13 @@ from tests.analytics.seeding import store
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.proofs.event_file_process import EventFileProcess
 from tpmledger.analytics.proofs.run_events import RunEventFile
+from tpmledger.analytics.seal.run_computation import seal_view
 from tpmledger.storage.readers.runs_read import UnknownRun
 
 
 def _written_here(database_url: str, run_id: str) -> bytes:
     parts: list[bytes] = []
-    with RunEventFile(database_url, run_id, chunk_attempts=3) as file:
+    with seal_view(database_url) as view, RunEventFile(view.conn, run_id, chunk_attempts=3) as file:
         file.write_to(parts.append)
     return b"".join(parts)
 
