@@ -141,7 +141,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             out = args.export_dir or Path(tmp) / "export"
             started = time.perf_counter()
-            write_export(in_seal_view(url, build_summary, RUN_ID, key), out)
+            # The event file streams to the export folder (build_summary writes no copy).
+            summary = in_seal_view(url, build_summary, RUN_ID, key, events_to=out / "events.jsonl")
+            write_export(summary, out)
             say("export (build_summary + write_export)", f"{time.perf_counter() - started:8.3f} s")
             events = out / "events.jsonl"
             size = events.stat().st_size
