@@ -62,6 +62,8 @@ class ResealLoop:
     def __init__(
         self, url: str, quiet_s: float, slo: Slo | None = None, *, in_process: bool = False
     ) -> None:
+        """Takes a URL: a worker loop (an entry point) that opens a view per poll and
+        launches the seal's child processes."""
         self.url = url
         self.quiet_s = quiet_s
         self.slo = slo  # goodput is stored under it with each version (TPMLEDGER_SLO)

@@ -44,6 +44,7 @@ from seal_workload import RUN_ID, load, seal_peak_rss  # the seal bench's run
 from tpmledger.analytics.kernels.run_figures import RunContext
 from tpmledger.analytics.proofs.summary_export import build_summary, write_export
 from tpmledger.analytics.seal.memory_run import fold_events
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import read_events
 from tpmledger.provenance.signing_keys import SigningKey
@@ -140,7 +141,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             out = args.export_dir or Path(tmp) / "export"
             started = time.perf_counter()
-            write_export(build_summary(url, RUN_ID, key), out)
+            # The event file streams to the export folder (build_summary writes no copy).
+            summary = in_seal_view(url, build_summary, RUN_ID, key, events_to=out / "events.jsonl")
+            write_export(summary, out)
             say("export (build_summary + write_export)", f"{time.perf_counter() - started:8.3f} s")
             events = out / "events.jsonl"
             size = events.stat().st_size

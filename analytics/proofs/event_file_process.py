@@ -43,6 +43,7 @@ class EventFileProcess:
     :meth:`close` (it kills a child that is still writing)."""
 
     def __init__(self, url: str, run_id: str) -> None:
+        """Takes a URL: a child-process launcher (the URL crosses the process boundary)."""
         self._url = url
         self.run_id = run_id
         self.count = 0
@@ -97,10 +98,15 @@ class EventFileProcess:
 
 def _write(run_id: str) -> int:
     from tpmledger.analytics.proofs.run_events import RunEventFile
+    from tpmledger.storage.server.database import driver_connection, owned_engines, read_view
 
     out = sys.stdout.buffer
     try:
-        with RunEventFile(os.environ[URL_VARIABLE], run_id) as file:
+        with (
+            owned_engines(),  # the child's engine ends with it
+            read_view(os.environ[URL_VARIABLE]) as session,
+            RunEventFile(driver_connection(session), run_id) as file,
+        ):
             out.write(json.dumps({"count": file.count}).encode() + b"\n")
             out.flush()
             file.write_to(out.write)

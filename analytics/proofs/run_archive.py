@@ -55,6 +55,7 @@ from tpmledger.analytics.proofs.summary_export import (
     build_summary,
     write_export,
 )
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
 from tpmledger.provenance.signing_keys import SigningKey
 from tpmledger.provenance.summary_verify import VerifyReport, verify_archive
@@ -152,7 +153,11 @@ def prune(
     One prune at a time per database (:func:`prune_lock`): a second one waits for the
     first, then lists the runs still due (the first one's are archived by then); with
     ``wait=False`` it returns at once, ``busy``, and changes nothing. A dry run takes no
-    lock."""
+    lock.
+
+    Takes a URL: an entry point (``tpmledger prune``, the worker's prune loop); its per-run
+    steps below take it too, since each run is sealed in a child process and archived in
+    transactions of its own, so that one run's failure or lock leaves the others alone."""
     now = now_s if now_s is not None else time.time()
     cutoff_ns = int((now - older_than_s) * 1e9)
     cutoff = datetime.fromtimestamp(now - older_than_s, UTC)
@@ -187,6 +192,8 @@ def _prune_locked(
     log_origin: str | None,
     report: PruneReport,
 ) -> None:
+    """Takes a URL: one of :func:`prune`'s per-run steps (a child-process seal, transactions
+    of its own)."""
     for old in in_one_snapshot(url, runs_older_than, cutoff):
         target = archive_path(archive_dir, old.run_id)
         report.runs.append(_archive_or_keep(url, old, target, key, say, log_origin))
@@ -235,15 +242,17 @@ def _verified_folder(
     """The run's archive written under a temporary name beside ``target`` and verified:
     yields that folder, or the outcome that keeps the run's spans when it does not verify.
     The folder is this prune's own (a finished archive is never opened for writing); it
-    is removed on exit unless it was renamed into place."""
+    is removed on exit unless it was renamed into place. Takes a URL: one of
+    :func:`prune`'s per-run steps (the summary is read in a view of its own)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.parent / f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     temporary.mkdir()
     try:
         (temporary / RUN_MARKER).write_bytes(old.run_id.encode("utf-8"))
         # The event file streams into its gzip a range of minutes at a time (never whole).
-        summary = build_summary(
+        summary = in_seal_view(
             url,
+            build_summary,
             old.run_id,
             key,
             log_origin=log_origin,
@@ -272,6 +281,8 @@ def _delete(
     say: Callable[[str], None],
     before_commit: Callable[[], None] | None,
 ) -> int:
+    """Takes a URL: one of :func:`prune`'s per-run steps (a child-process seal, transactions
+    of its own)."""
     return delete_archived_spans(
         url,
         old.run_id,
@@ -308,6 +319,8 @@ def _archive_or_keep(
     say: Callable[[str], None],
     log_origin: str | None,
 ) -> PruneOutcome:
+    """Takes a URL: one of :func:`prune`'s per-run steps (a child-process seal, transactions
+    of its own)."""
     try:
         return _archive(url, old, target, key, say, log_origin)
     except (ArrivedMeanwhile, SnapshotOutdated):
@@ -332,6 +345,8 @@ def _archive(
     say: Callable[[str], None],
     log_origin: str | None,
 ) -> PruneOutcome:
+    """Takes a URL: one of :func:`prune`'s per-run steps (a child-process seal, transactions
+    of its own)."""
     say(f"{old.run_id}: sealing and exporting {old.attempts:,} attempts to {target}")
     # Sealed now unless its newest version is final and nothing arrived since, in a child
     # process (a seal recomputes the whole run: hundreds of MB for millions of attempts;

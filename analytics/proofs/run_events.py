@@ -11,14 +11,14 @@ those of the file written whole (:class:`provenance.event_file.FileDigestStream`
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from contextlib import ExitStack
 from datetime import datetime
 
 import polars as pl
+import psycopg
 
 from tpmledger.analytics.seal.run_chunks import canonical_events, chunk_ranges
 from tpmledger.provenance.event_file import FileDigests, FileDigestStream
-from tpmledger.storage.readers.attempt_frames import begin_repeatable_read, fetch_run_facts
+from tpmledger.storage.readers.attempt_frames import fetch_run_facts
 from tpmledger.storage.readers.runs_read import UnknownRun
 from tpmledger.storage.readers.seal_reads import (
     SealScope,
@@ -26,7 +26,6 @@ from tpmledger.storage.readers.seal_reads import (
     fetch_rollup_ids,
     fetch_seal_plan,
 )
-from tpmledger.storage.server.database import raw_transaction
 
 #: Attempts read, written and hashed at a time (a few KB each while held): some tens of MB
 #: above the process at rest, whatever the run's size.
@@ -42,7 +41,8 @@ def load_run_events(
 ) -> pl.DataFrame:
     """Canonical events of ``run_id`` (rollups excluded); raises ``UnknownRun``. With
     ``end_before_ns`` / ``received_by``, those of the attempts a version saw: ended
-    before its last minute's end and stored by its ``data_as_of``."""
+    before its last minute's end and stored by its ``data_as_of``. Takes a URL: a test
+    helper (:func:`load_run`'s)."""
     # Imported here: the figure kernels are not needed to stream a file (the read API
     # serves events.jsonl from the ingest process, which should stay small).
     from tpmledger.analytics.kernels.rollups import attempts_to_events
@@ -56,47 +56,42 @@ class RunEventFile:
     """The canonical file of one run (or of the attempts a version saw), written a chunk
     of whole minutes at a time.
 
-    Use as a context manager: entering opens one REPEATABLE READ transaction and reads
-    the plan (raises ``UnknownRun``), after which :attr:`count` is the number of lines;
-    :meth:`blocks` yields the file's bytes in order (each block is hashed as it goes by);
-    :meth:`finish` then gives the digests.
+    ``conn`` is in a REPEATABLE READ transaction its opener owns (a :class:`SealView`'s
+    ``conn``, or :func:`storage.server.database.read_view`'s connection): every chunk is
+    read in its one snapshot. Use as a context manager: entering reads the plan (raises
+    ``UnknownRun``), after which :attr:`count` is the number of lines; :meth:`blocks`
+    yields the file's bytes in order (each block is hashed as it goes by); :meth:`finish`
+    then gives the digests.
     """
 
     def __init__(
         self,
-        url: str,
+        conn: psycopg.Connection,
         run_id: str,
         *,
         end_before_ns: int | None = None,
         received_by: datetime | None = None,
         chunk_attempts: int = FILE_CHUNK_ATTEMPTS,
     ) -> None:
-        self._url = url
+        self._conn = conn
         self.run_id = run_id
         self._scope = SealScope(end_before_ns, received_by)
         self._chunk_attempts = chunk_attempts
-        self._stack = ExitStack()
         self._pending: list[memoryview] = []
         self._files = FileDigestStream(sink=self._pending.append)
         self.count = 0
 
     def __enter__(self) -> RunEventFile:
-        try:
-            conn = self._stack.enter_context(raw_transaction(self._url))
-            begin_repeatable_read(conn)
-            if fetch_run_facts(conn, self.run_id) is None:
-                raise UnknownRun(self.run_id)
-            self._conn = conn
-            self._plan = fetch_seal_plan(conn, self.run_id, self._scope)
-            self._rollups = fetch_rollup_ids(conn, self.run_id, self._scope)
-        except BaseException:
-            self._stack.close()
-            raise
+        conn = self._conn
+        if fetch_run_facts(conn, self.run_id) is None:
+            raise UnknownRun(self.run_id)
+        self._plan = fetch_seal_plan(conn, self.run_id, self._scope)
+        self._rollups = fetch_rollup_ids(conn, self.run_id, self._scope)
         self.count = self._plan.attempts - self._rollups.height
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        """Nothing to close: the connection is its opener's."""
 
     def blocks(self) -> Generator[bytes, None, None]:
         """The file's bytes, in order, a few MB at a time."""

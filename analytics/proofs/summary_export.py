@@ -40,6 +40,7 @@ from tpmledger.analytics.proofs.version_heads import (
 )
 from tpmledger.analytics.seal.memory_run import fold_events
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes
+from tpmledger.analytics.seal.run_computation import SealView
 from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.event_file import FileDigests, build_event_file
@@ -57,7 +58,6 @@ from tpmledger.storage.codecs.time_text import minute_text_ns, utc_ms
 from tpmledger.storage.readers.runs_read import run_is_known
 from tpmledger.storage.readers.snapshots_read import busy_minute_rows, snapshot_at
 from tpmledger.storage.schema.models import Snapshot
-from tpmledger.storage.server.database import in_one_snapshot, read_view
 
 EXPORT_FILES = (
     "events.jsonl",
@@ -107,7 +107,7 @@ def summary_envelope(session: Session, run_id: str, key: SigningKey) -> dict[str
 
 
 def build_summary(
-    url: str,
+    view: SealView,
     run_id: str,
     key: SigningKey,
     version: int | None = None,
@@ -127,20 +127,23 @@ def build_summary(
     version are those it saw: attempts stored by its ``data_as_of`` that ended by the end
     of its last minute (a checkpoint covers closed minutes only). Raises
     :class:`SnapshotOutdated` when the stored events no longer hash to what the snapshot
-    sealed.
+    sealed. The snapshot row, the file and the sealed leaves are read in ``view``'s one
+    snapshot.
     """
     if version is None:
-        snapshot = in_one_snapshot(url, _latest_snapshot, run_id)
+        snapshot = _latest_snapshot(view.session, run_id)
         if snapshot is None:
             raise RunNotSealed(run_id)
-        file = RunEventFile(url, run_id)
+        file = RunEventFile(view.conn, run_id)
     else:
-        with read_view(url) as session:
-            snapshot = snapshot_at(session, run_id, version)
+        snapshot = snapshot_at(view.session, run_id, version)
         if snapshot is None:
             raise VersionNotSealed(run_id, version)
         file = RunEventFile(
-            url, run_id, end_before_ns=version_end_ns(snapshot), received_by=snapshot.data_as_of
+            view.conn,
+            run_id,
+            end_before_ns=version_end_ns(snapshot),
+            received_by=snapshot.data_as_of,
         )
     with file, _events_sink(events_to, compress_events) as write:
         file.write_to(write)
@@ -163,7 +166,7 @@ def build_summary(
             f"(sha256 {snapshot.events_sha256[:16]}…): reseal with "
             f"`tpmledger analyze {shlex.quote(run_id)}`"
         )
-    proofs = build_minute_proofs(run_id, _sealed_leaves(url, snapshot, digests))
+    proofs = build_minute_proofs(run_id, _sealed_leaves(view.session, snapshot, digests))
     if (proofs["merkle_root"], proofs["tree_size"]) != (snapshot.merkle_root, snapshot.tree_size):
         raise SnapshotOutdated(
             f"minute Merkle root {proofs['merkle_root']} differs from snapshot "
@@ -201,12 +204,13 @@ def _events_sink(path: Path | None, compress: bool) -> Iterator[Callable[[bytes]
             yield out.write
 
 
-def _sealed_leaves(url: str, snapshot: Snapshot, digests: FileDigests) -> list[dict[str, Any]]:
+def _sealed_leaves(
+    session: Session, snapshot: Snapshot, digests: FileDigests
+) -> list[dict[str, Any]]:
     """Every minute's leaf, first to last: the version's sealed figures of the minutes
     with attempts, a constant leaf for the others (retries 0, or null when the run does
     not measure retries), each with the streamed file's digest of its lines."""
-    with read_view(url) as session:
-        busy = busy_minute_rows(session, snapshot.run_id, snapshot.version, LEAF_FIGURES)
+    busy = busy_minute_rows(session, snapshot.run_id, snapshot.version, LEAF_FIGURES)
     figures = {int(row.pop("minute_utc").timestamp()) * SECOND_NS: row for row in busy}
     retries_when_empty = 0 if (snapshot.metrics or {}).get("retry_rate") is not None else None
     empty = {name: 0 for name in LEAF_FIGURES} | {"retries": retries_when_empty}

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 
 from tpmledger.analytics.kernels.minute_table import with_minute_utc
-from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
+from tpmledger.analytics.seal.run_computation import SealView, compute_in_view, metrics_sha256
 from tpmledger.analytics.seal.sealing import seal_of
 from tpmledger.provenance.summary_verify import verify_archive
 from tpmledger.storage.codecs.time_text import minute_text
@@ -29,7 +29,6 @@ from tpmledger.storage.readers.runs_read import run_is_known
 from tpmledger.storage.readers.snapshots_read import minute_rows
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.schema.models import Snapshot
-from tpmledger.storage.server.database import read_view
 from tpmledger.storage.writers.retention_store import archived
 
 REL_TOLERANCE = 1e-9
@@ -192,25 +191,25 @@ def _archive(folder: Path, run_id: str, latest: Snapshot) -> list[Mismatch]:
     return out
 
 
-def verify_run(url: str, run_id: str) -> VerificationReport:
+def verify_run(view: SealView, run_id: str) -> VerificationReport:
     """Verify ``run_id``'s newest snapshot against a full recomputation from the database.
 
     What was sealed (every version, the newest one's minute rows, whether the run was
-    archived) is read in one snapshot; the recomputation reads the run in a snapshot of its
-    own (:func:`compute_run`), and says so when data arrived in between.
+    archived) and the recomputation (:func:`compute_in_view`) are read in ``view``'s one
+    snapshot; the report says so when the run received data after its newest seal.
     """
-    with read_view(url) as session:
-        snapshots = list(
-            session.scalars(
-                select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
-            )
+    session = view.session
+    snapshots = list(
+        session.scalars(
+            select(Snapshot).where(Snapshot.run_id == run_id).order_by(Snapshot.version)
         )
-        if not snapshots:
-            raise NotSealed(run_id, known=run_is_known(session, run_id))
-        latest = snapshots[-1]
-        gone = archived(session, run_id)
-        sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)
-        session.expunge_all()
+    )
+    if not snapshots:
+        raise NotSealed(run_id, known=run_is_known(session, run_id))
+    latest = snapshots[-1]
+    gone = archived(session, run_id)
+    sealed_rows = minute_rows(session, run_id, latest.version, shard_id=None)
+    session.expunge_all()
     report = VerificationReport(run_id, latest.version, latest.seal)
     report.mismatches += _chain(snapshots)
     report.mismatches += _row_against_document(latest)
@@ -225,7 +224,7 @@ def verify_run(url: str, run_id: str) -> VerificationReport:
         )
         report.mismatches += _archive(Path(where), run_id, latest)
         return report
-    computation = compute_run(url, run_id)
+    computation = compute_in_view(view, run_id)
     if computation.facts.updated_at > latest.data_as_of:
         report.notes.append(
             f"the run received data after v{latest.version} was sealed "

@@ -1,9 +1,10 @@
 """Everything computed for one run from the database: figures, file digests, Merkle tree.
 
-Reading happens in one REPEATABLE READ transaction, so every chunk of attempts and the
-``runs`` row (whose ``updated_at`` becomes the snapshot's ``data_as_of``) describe the
-same moment. Sealing and re-verification both go through :func:`compute_run`, which
-streams (docs/provenance.md#streaming-seal).
+Reading happens in one :class:`SealView`, a REPEATABLE READ snapshot, so every chunk of
+attempts, the ``runs`` row (whose ``updated_at`` becomes the snapshot's ``data_as_of``)
+and every other input of a seal describe the same moment. Sealing and re-verification
+both go through :func:`compute_in_view`, which streams (docs/provenance.md#streaming-seal).
+Only entry points open a view (docs/architecture.md#data-access).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import polars as pl
+import psycopg
 import rfc8785
+from sqlalchemy.orm import Session
 
 from tpmledger.analytics.kernels.figure_rules import clean
 from tpmledger.analytics.kernels.run_figures import RunAnalysis, RunContext
@@ -46,7 +49,7 @@ from tpmledger.storage.readers.seal_reads import (
 from tpmledger.storage.readers.server_minutes_read import fetch_server_minutes, run_models
 from tpmledger.storage.readers.target_minutes import TargetMinute, fetch_target_minutes
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
-from tpmledger.storage.server.database import raw_transaction
+from tpmledger.storage.server.database import driver_connection, raw_transaction, read_view
 
 # Keys of the stored run object that the seal itself produces (not hashed into metrics).
 SEAL_KEYS = ("seal", "snapshot_version")
@@ -55,11 +58,57 @@ __all__ = [
     "SEAL_KEYS",
     "ChunkConsumer",
     "RunComputation",
+    "SealView",
     "StageTimer",
     "UnknownRun",
+    "compute_in_view",
     "compute_run",
+    "in_seal_view",
     "load_run",
+    "seal_view",
 ]
+
+T = TypeVar("T")
+
+
+class SealView:
+    """One REPEATABLE READ snapshot of the database that a seal, a verification or an
+    export reads all its inputs from: :attr:`session` (the ORM reads) and :attr:`conn`
+    (its psycopg connection, for the COPY reads), plus :meth:`twin` connections that import
+    the same snapshot (``SET TRANSACTION SNAPSHOT``) for the seal's parallel readers.
+
+    Opened and closed by :func:`seal_view` (an entry point's business); everything below
+    takes the view. The transaction itself is storage's (:func:`read_view`)."""
+
+    def __init__(self, session: Session, open_twin: Callable[[], psycopg.Connection]) -> None:
+        self.session = session
+        self.conn: psycopg.Connection = driver_connection(session)
+        self._open_twin = open_twin  # closed with the view by its opener
+        self._twins: list[psycopg.Connection] = []
+
+    def twin(self, index: int) -> psycopg.Connection:
+        """The ``index``-th connection (from 0) that sees exactly this view's snapshot,
+        opened on first use and closed with the view (on Citus, :attr:`conn` itself:
+        :func:`storage.readers.seal_reads.snapshot_twin`)."""
+        while len(self._twins) <= index:
+            self._twins.append(self._open_twin())
+        return self._twins[index]
+
+
+@contextmanager
+def seal_view(url: str) -> Iterator[SealView]:
+    """Open a :class:`SealView` of ``url``'s database; its session and twins close on exit.
+    Takes a URL: entry points (a command, a worker loop, a child process) open views."""
+    with read_view(url) as session, ExitStack() as twins:
+        conn = driver_connection(session)
+        yield SealView(session, lambda: twins.enter_context(snapshot_twin(conn, url)))
+
+
+def in_seal_view(url: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(view, *args, **kwargs)`` in one :func:`seal_view`. Takes a URL: what an entry
+    point calls."""
+    with seal_view(url) as view:
+        return fn(view, *args, **kwargs)
 
 
 @dataclass
@@ -121,7 +170,8 @@ def load_run(
 ) -> tuple[RunFacts, pl.DataFrame]:
     """The run's facts and its stored attempts (those that ended before
     ``end_before_ns`` and were stored by ``received_by``, when given), read from one
-    consistent snapshot."""
+    consistent snapshot. Takes a URL: a test and bench helper (its split fetch connects a
+    second backend)."""
     with raw_transaction(url) as conn:
         begin_repeatable_read(conn)
         facts = fetch_run_facts(conn, run_id)
@@ -194,14 +244,26 @@ def compute_run(
     run_id: str,
     timer: StageTimer | None = None,
     end_before_ns: int | None = None,
+    **options: Any,
+) -> RunComputation:
+    """:func:`compute_in_view` in a view of its own. Takes a URL: a test and bench helper
+    (code below the entry points takes the view)."""
+    return in_seal_view(url, compute_in_view, run_id, timer, end_before_ns, **options)
+
+
+def compute_in_view(
+    view: SealView,
+    run_id: str,
+    timer: StageTimer | None = None,
+    end_before_ns: int | None = None,
     *,
     received_by: datetime | None = None,
     consumers: Sequence[ChunkConsumer] = (),
     chunk_attempts: int = CHUNK_ATTEMPTS,
     progress: Progress | None = None,
 ) -> RunComputation:
-    """Read ``run_id`` a chunk of minutes at a time and compute its minute table, figures,
-    canonical file digests and tree (over the attempts that ended before
+    """Read ``run_id`` in ``view`` a chunk of minutes at a time and compute its minute
+    table, figures, canonical file digests and tree (over the attempts that ended before
     ``end_before_ns``, a checkpoint, and were stored by ``received_by``, a rebuilt
     version). Memory follows the chunk, not the run (docs/provenance.md#streaming-seal).
 
@@ -209,45 +271,42 @@ def compute_run(
     so far after each chunk (total: the run's stored attempts, rollups included). Each
     chunk's file is written and hashed in a worker thread while this thread computes its
     figures (hashlib, Polars and the compiled loops release the GIL); stages that overlap
-    record wall time only.
+    record wall time only. The next chunk is read on the view's first twin connection, the
+    target-minute aggregate on its second.
     """
     timer = timer or StageTimer()
     scope = SealScope(end_before_ns, received_by)
     files = FileDigestStream()
-    with raw_transaction(url) as conn:
-        begin_repeatable_read(conn)
-        prepare_seal_transaction(conn)
-        facts = fetch_run_facts(conn, run_id)
-        if facts is None:
-            raise UnknownRun(run_id)
-        with (
-            snapshot_twin(conn, url) as twin,
-            snapshot_twin(conn, url) as third,
-            ThreadPoolExecutor(max_workers=1) as aside,
-        ):
-            # The target-minute aggregate (docs/metrics.md#bottleneck) runs in PostgreSQL on a
-            # third connection of the same snapshot while this process walks the chunks.
-            pending = aside.submit(fetch_target_minutes, third, [run_id], scope)
-            with timer.stage("plan"):
-                chunks = RunChunks(conn, twin, run_id, scope)
-                plan = chunks.plan
-            context = RunContext(
-                run_id=run_id,
-                caps=plan.caps,
-                declared_shard_count=facts.declared_shard_count,
-                concurrency_cap=facts.concurrency_cap,
-                sweep_id=facts.sweep_id,
-            )
-            stream = RunStream(plan.shard_ids, context)
-            ranges = chunk_ranges(plan, chunk_attempts)
-            walked = chunks.prefetched(ranges)
-            if progress is not None:
-                walked = _reporting(walked, progress, plan.attempts)
-            _walk(walked, stream, files, consumers, timer)
-            with timer.stage("targets", cpu=False):  # waiting for the aggregate, if at all
-                targets = pending.result()
-            # The serving side's minutes, joined on the run's models (few rows).
-            servers = fetch_server_minutes(third, run_id, run_models(targets))
+    conn = view.conn
+    prepare_seal_transaction(conn)
+    facts = fetch_run_facts(conn, run_id)
+    if facts is None:
+        raise UnknownRun(run_id)
+    twin, third = view.twin(0), view.twin(1)
+    with ThreadPoolExecutor(max_workers=1) as aside:
+        # The target-minute aggregate (docs/metrics.md#bottleneck) runs in PostgreSQL on a
+        # third connection of the same snapshot while this process walks the chunks.
+        pending = aside.submit(fetch_target_minutes, third, [run_id], scope)
+        with timer.stage("plan"):
+            chunks = RunChunks(conn, twin, run_id, scope)
+            plan = chunks.plan
+        context = RunContext(
+            run_id=run_id,
+            caps=plan.caps,
+            declared_shard_count=facts.declared_shard_count,
+            concurrency_cap=facts.concurrency_cap,
+            sweep_id=facts.sweep_id,
+        )
+        stream = RunStream(plan.shard_ids, context)
+        ranges = chunk_ranges(plan, chunk_attempts)
+        walked = chunks.prefetched(ranges)
+        if progress is not None:
+            walked = _reporting(walked, progress, plan.attempts)
+        _walk(walked, stream, files, consumers, timer)
+        with timer.stage("targets", cpu=False):  # waiting for the aggregate, if at all
+            targets = pending.result()
+        # The serving side's minutes, joined on the run's models (few rows).
+        servers = fetch_server_minutes(third, run_id, run_models(targets))
     with timer.stage("compute", cpu=False):
         analysis = (
             stream.finish()

@@ -68,10 +68,12 @@ def seal_in_own_process(url: str, run_id: str, *, even_if_current: bool = False)
     """Seal ``run_id`` in a child process unless its newest version is final and nothing
     arrived since (``even_if_current``: recompute it anyway, a new version only if it
     changed, as ``seal_run`` does); True when a child ran. Raises :class:`SealFailed`
-    when the seal fails."""
+    when the seal fails. Takes a URL: a child-process launcher (the URL crosses the process
+    boundary)."""
     from tpmledger.analytics.seal.sealing import seal_is_current
+    from tpmledger.storage.server.database import in_one_snapshot
 
-    if not even_if_current and seal_is_current(url, run_id):
+    if not even_if_current and in_one_snapshot(url, seal_is_current, run_id):
         return False
     arguments = ["--even-if-current"] if even_if_current else []
     _run_child(url, run_id, arguments)
@@ -89,7 +91,8 @@ def seal_run_in_child(
     """``seal_run(url, run_id, slo=…, end_before_ns=…, quiet_s=…)`` in a child process: a
     new version if the run's figures changed (or the newest one), with the child's stage
     times and peak memory. Raises :class:`SealFailed` when the seal fails (``kind`` is
-    e.g. ``RunTooLong``)."""
+    e.g. ``RunTooLong``). Takes a URL: a child-process launcher (the URL crosses the
+    process boundary)."""
     arguments = ["--report"]
     if slo is not None and slo.text:
         arguments += ["--slo", slo.text]
@@ -104,7 +107,8 @@ def seal_run_in_child(
 
 
 def _run_child(url: str, run_id: str, arguments: list[str]) -> str:
-    """Run the child; its standard output, or :class:`SealFailed`."""
+    """Run the child; its standard output, or :class:`SealFailed`. Takes a URL: it passes it
+    to the child (through the environment)."""
     done = subprocess.run(
         [sys.executable, "-P", "-m", __name__, run_id, *arguments],
         env={**os.environ, URL_VARIABLE: url},
@@ -196,6 +200,8 @@ def main(argv: list[str]) -> int:
 
 
 def _seal(run_id: str, options: list[str], url: str) -> int:
+    """The child's seal. Takes a URL: it calls the entry points ``seal_run`` /
+    ``seal_unless_current``, which open their own views."""
     from tpmledger.analytics.seal.compile_notice import ensure_kernels
     from tpmledger.analytics.seal.run_computation import StageTimer
     from tpmledger.analytics.seal.sealing import seal_run, seal_unless_current

@@ -2,7 +2,7 @@
 
 They are computed from the same chunks as the seal's figures
 (:class:`analytics.sealed_figures_stream.SealedFiguresStream`, fed by
-:func:`analytics.run_computation.compute_run`) and before the sealing transaction;
+:func:`analytics.run_computation.compute_in_view`) and before the sealing transaction;
 :func:`store_sealed_figures` writes them in that transaction with the version number.
 Pages and API requests read the stored rows (:func:`run_extras`) and never scan spans.
 """

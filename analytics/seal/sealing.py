@@ -35,8 +35,10 @@ from tpmledger.analytics.seal.minute_log import MINUTE, changed_minutes, first_m
 from tpmledger.analytics.seal.run_computation import (
     Progress,
     RunComputation,
+    SealView,
     StageTimer,
-    compute_run,
+    compute_in_view,
+    seal_view,
 )
 from tpmledger.analytics.seal.sealed_figures import SealedFigures, store_sealed_figures
 from tpmledger.analytics.seal.sealed_figures_stream import SealedFiguresStream, read_figure_inputs
@@ -218,7 +220,7 @@ def _minute_range(computation: RunComputation) -> tuple[datetime, datetime] | No
 
 
 def compute_for_sealing(
-    url: str,
+    view: SealView,
     run_id: str,
     timer: StageTimer | None = None,
     end_before_ns: int | None = None,
@@ -226,10 +228,11 @@ def compute_for_sealing(
     progress: Progress | None = None,
 ) -> tuple[RunComputation, SealedFigures]:
     """The run's computation and the figures sealed beside it (diagnostics, minute
-    outcomes, goodput under ``slo``), from one streaming read of the run."""
-    extras = SealedFiguresStream.from_inputs(*in_one_snapshot(url, read_figure_inputs, run_id), slo)
-    computation = compute_run(
-        url, run_id, timer, end_before_ns, consumers=[extras], progress=progress
+    outcomes, goodput under ``slo``), from one streaming read of the run; every input is
+    read in ``view``'s one snapshot."""
+    extras = SealedFiguresStream.from_inputs(*read_figure_inputs(view.session, run_id), slo)
+    computation = compute_in_view(
+        view, run_id, timer, end_before_ns, consumers=[extras], progress=progress
     )
     whole = computation.analysis.minutes.filter(pl.col("shard_id") == WHOLE_RUN).sort("minute_ns")
     figures = extras.finish(
@@ -240,7 +243,7 @@ def compute_for_sealing(
 
 
 def seal_computation(
-    url: str,
+    session: Session,
     computation: RunComputation,
     figures: SealedFigures,
     *,
@@ -254,84 +257,83 @@ def seal_computation(
     sweep does not take it as the cap's final figures. Live minute rows the snapshot
     covers are deleted in the same transaction (docs/metrics.md#live-figures). ``figures``
     (diagnostics, minute outcomes, goodput: :func:`compute_for_sealing`) are stored with
-    the version (and added to an unchanged newest version that lacks them).
+    the version (and added to an unchanged newest version that lacks them). ``session``
+    is a writing transaction (:func:`storage.server.database.transaction`), committed by
+    its opener.
     """
     run_id = computation.run_id
-    with transaction(url) as session:
-        lock_run_for_sealing(session, run_id)
-        version, previous_seal = latest_version(session, run_id)
-        if version and not force:
-            latest = session.get(Snapshot, (run_id, version))
-            if latest is not None and latest.data_as_of > computation.facts.updated_at:
-                # Another sealer (a worker replica) stored a version of newer data while
-                # this one computed: an older computation never follows a newer version.
-                return SealResult(
-                    run_id,
-                    version,
-                    latest.seal,
-                    False,
-                    latest.metrics,
-                    latest.document,
-                    latest.final,
-                    latest.data_as_of,
-                )
-            if latest is not None and _unchanged(latest, computation, final):
-                drop_sealed_live_rows(
-                    session, run_id, computation.facts.updated_at, _minute_range(computation)
-                )
-                store_sealed_figures(session, run_id, version, figures)
-                return SealResult(
-                    run_id,
-                    version,
-                    latest.seal,
-                    False,
-                    latest.metrics,
-                    latest.document,
-                    latest.final,
-                    computation.facts.updated_at,
-                )
-        computed_at = now or datetime.now(UTC)
-        # The document carries milliseconds; store exactly what was sealed.
-        computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
-        previous = session.get(Snapshot, (run_id, version)) if version else None
-        rebase = rebase_of(session, previous, computation) if previous is not None else None
-        document = snapshot_document(
-            computation,
-            version + 1,
-            previous_seal,
-            computed_at,
-            rebased=rebase.rebased if rebase else None,
-        )
-        if rebase is not None:
-            late = {**figures.diagnostics, "late_attempts": rebase.stored}
-            figures = replace(figures, diagnostics=late)
-        seal = seal_of(document)
-        metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
-        row = {
-            "run_id": run_id,
-            "version": version + 1,
-            "computed_at": computed_at,
-            "seal": seal,
-            "previous_seal": previous_seal,
-            "events_sha256": computation.file.sha256,
-            "events_count": computation.file.count,
-            "merkle_root": computation.tree.root,
-            "tree_size": computation.tree.tree_size,
-            "metrics_sha256": document["metrics_sha256"],
-            "document": document,
-            "metrics": metrics,
-            "data_as_of": computation.facts.updated_at,
-            "final": final,
-            "leaf_hashes": b"".join(computation.tree.leaf_hashes),
-            "leaves_stored": True,
-        }
-        records = iter_minute_records(computation.analysis.minutes, run_id, version + 1)
-        insert_snapshot(session, row, records)
-        store_version_leaves(session, run_id, version + 1, computation.tree)
-        store_sealed_figures(session, run_id, version + 1, figures)
-        drop_sealed_live_rows(
-            session, run_id, computation.facts.updated_at, _minute_range(computation)
-        )
+    lock_run_for_sealing(session, run_id)
+    version, previous_seal = latest_version(session, run_id)
+    if version and not force:
+        latest = session.get(Snapshot, (run_id, version))
+        if latest is not None and latest.data_as_of > computation.facts.updated_at:
+            # Another sealer (a worker replica) stored a version of newer data while
+            # this one computed: an older computation never follows a newer version.
+            return SealResult(
+                run_id,
+                version,
+                latest.seal,
+                False,
+                latest.metrics,
+                latest.document,
+                latest.final,
+                latest.data_as_of,
+            )
+        if latest is not None and _unchanged(latest, computation, final):
+            drop_sealed_live_rows(
+                session, run_id, computation.facts.updated_at, _minute_range(computation)
+            )
+            store_sealed_figures(session, run_id, version, figures)
+            return SealResult(
+                run_id,
+                version,
+                latest.seal,
+                False,
+                latest.metrics,
+                latest.document,
+                latest.final,
+                computation.facts.updated_at,
+            )
+    computed_at = now or datetime.now(UTC)
+    # The document carries milliseconds; store exactly what was sealed.
+    computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
+    previous = session.get(Snapshot, (run_id, version)) if version else None
+    rebase = rebase_of(session, previous, computation) if previous is not None else None
+    document = snapshot_document(
+        computation,
+        version + 1,
+        previous_seal,
+        computed_at,
+        rebased=rebase.rebased if rebase else None,
+    )
+    if rebase is not None:
+        late = {**figures.diagnostics, "late_attempts": rebase.stored}
+        figures = replace(figures, diagnostics=late)
+    seal = seal_of(document)
+    metrics = {**computation.metrics, "seal": seal, "snapshot_version": version + 1}
+    row = {
+        "run_id": run_id,
+        "version": version + 1,
+        "computed_at": computed_at,
+        "seal": seal,
+        "previous_seal": previous_seal,
+        "events_sha256": computation.file.sha256,
+        "events_count": computation.file.count,
+        "merkle_root": computation.tree.root,
+        "tree_size": computation.tree.tree_size,
+        "metrics_sha256": document["metrics_sha256"],
+        "document": document,
+        "metrics": metrics,
+        "data_as_of": computation.facts.updated_at,
+        "final": final,
+        "leaf_hashes": b"".join(computation.tree.leaf_hashes),
+        "leaves_stored": True,
+    }
+    records = iter_minute_records(computation.analysis.minutes, run_id, version + 1)
+    insert_snapshot(session, row, records)
+    store_version_leaves(session, run_id, version + 1, computation.tree)
+    store_sealed_figures(session, run_id, version + 1, figures)
+    drop_sealed_live_rows(session, run_id, computation.facts.updated_at, _minute_range(computation))
     return SealResult(
         run_id, version + 1, seal, True, metrics, document, final, computation.facts.updated_at
     )
@@ -355,31 +357,38 @@ def seal_run(
     announced (Retry-After; ``tpmledger analyze`` of a running run is provisional).
     With ``end_before_ns``, a checkpoint over the attempts that ended before it (never
     final). ``progress`` is told the attempts read so far, after each chunk.
+
+    Takes a URL: an entry point. Every input is read in one :class:`SealView`, closed
+    before the version is stored in a transaction of its own.
     """
-    in_one_snapshot(url, refuse_if_archived, run_id)  # its spans are gone: nothing to seal
-    computation, figures = compute_for_sealing(url, run_id, timer, end_before_ns, slo, progress)
+    with seal_view(url) as view:
+        refuse_if_archived(view.session, run_id)  # its spans are gone: nothing to seal
+        computation, figures = compute_for_sealing(
+            view, run_id, timer, end_before_ns, slo, progress
+        )
     final = end_before_ns is None
     if quiet_s is not None and final:
         quiet_for = datetime.now(UTC) - computation.facts.updated_at
         final = quiet_for.total_seconds() >= quiet_s + computation.facts.announced_wait_s
     if timer is None:
-        return seal_computation(url, computation, figures, force=force, final=final)
-    with timer.stage("store"):
-        return seal_computation(url, computation, figures, force=force, final=final)
+        with transaction(url) as session:
+            return seal_computation(session, computation, figures, force=force, final=final)
+    with timer.stage("store"), transaction(url) as session:
+        return seal_computation(session, computation, figures, force=force, final=final)
 
 
 def seal_unless_current(url: str, run_id: str) -> bool:
     """Seal ``run_id`` (:func:`seal_run`) unless its newest snapshot is final and no data
     arrived since; True when it sealed. Exports and archives call this first: a seal
     recomputes the whole run (hundreds of MB for millions of attempts), which a run sealed
-    already does not need."""
-    if seal_is_current(url, run_id):
+    already does not need. Takes a URL: an entry point (exports, archives, the worker)."""
+    if in_one_snapshot(url, seal_is_current, run_id):
         return False
     seal_run(url, run_id)
     return True
 
 
-def seal_is_current(url: str, run_id: str) -> bool:
+def seal_is_current(session: Session, run_id: str) -> bool:
     """True when ``run_id``'s newest snapshot is final and no data arrived since."""
-    state = in_one_snapshot(url, run_state, run_id)
+    state = run_state(session, run_id)
     return state is not None and state.snapshot_version is not None and not state.is_live

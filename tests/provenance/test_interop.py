@@ -15,6 +15,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.provenance.dsse import sign_envelope
 from tpmledger.provenance.in_toto_statement import (
     build_predicate,
@@ -172,7 +173,9 @@ def test_a_real_export_verifies_with_securesystemslib_and_sigstore_js(
     seal_run(database_url, RUN_ID)
     key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
     out = tmp_path / "export"
-    write_export(build_summary(database_url, RUN_ID, key, events_to=out / "events.jsonl"), out)
+    write_export(
+        in_seal_view(database_url, build_summary, RUN_ID, key, events_to=out / "events.jsonl"), out
+    )
     envelope = Envelope.from_dict(json.loads((out / "summary.dsse.json").read_text()))
     assert list(envelope.verify([sslib_key(key.private_key, key.fingerprint)], 1)) == [
         key.fingerprint

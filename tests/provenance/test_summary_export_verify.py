@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.provenance.sharded_run import PEAK_MINUTE, RUN_ID, SHARDS, store_sharded_run
 from tpmledger.analytics.proofs.summary_export import EXPORT_FILES, build_summary, write_export
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.in_toto_statement import RUN_FIGURE_KEYS
 from tpmledger.provenance.minute_proofs import single_proof
@@ -44,7 +45,10 @@ def export_dir(database_url: str, signing_key: SigningKey, tmp_path: Path) -> Pa
     seal_run(database_url, RUN_ID)
     out = tmp_path / "export"
     write_export(
-        build_summary(database_url, RUN_ID, signing_key, events_to=out / "events.jsonl"), out
+        in_seal_view(
+            database_url, build_summary, RUN_ID, signing_key, events_to=out / "events.jsonl"
+        ),
+        out,
     )
     return out
 
@@ -203,7 +207,7 @@ def test_an_untrusted_key_fails_even_if_service_pub_is_swapped(
 def test_single_minute_proof_file(
     database_url: str, export_dir: Path, signing_key: SigningKey
 ) -> None:
-    summary = build_summary(database_url, RUN_ID, signing_key)
+    summary = in_seal_view(database_url, build_summary, RUN_ID, signing_key)
     proof = single_proof(summary.minute_proofs, "2026-02-01T03:48:00Z", summary.envelope)
     path = export_dir / "minute-0348.json"
     path.write_text(json.dumps(proof))

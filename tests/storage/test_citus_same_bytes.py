@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from tests.fixtures.servers import start_ingest
 from tpmledger.analytics.proofs.summary_export import build_summary, write_export
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.settings import Settings
@@ -148,7 +149,7 @@ def _send_seal_read(url: str, tmp: Path) -> dict[str, Any]:
         server.stop()
     key = load_or_create_signing_key(Settings(data_dir=tmp / "key"))  # type: ignore[call-arg]
     out = tmp / "export"
-    write_export(build_summary(url, RUN, key, events_to=out / "events.jsonl"), out)
+    write_export(in_seal_view(url, build_summary, RUN, key, events_to=out / "events.jsonl"), out)
     statement = json.loads((out / "summary.dsse.json").read_text())
     return {
         "sealed": sealed,

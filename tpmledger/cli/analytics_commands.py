@@ -237,11 +237,11 @@ def run_snapshots(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.verification import NotSealed, verify_run
-    from tpmledger.analytics.seal.run_computation import UnknownRun
+    from tpmledger.analytics.seal.run_computation import UnknownRun, in_seal_view
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
-            report = verify_run(url, args.run_id)
+            report = in_seal_view(url, verify_run, args.run_id)
         except (NotSealed, UnknownRun) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNKNOWN
@@ -267,11 +267,12 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_events(args: argparse.Namespace) -> int:
     from tpmledger.analytics.proofs.run_events import RunEventFile
-    from tpmledger.analytics.seal.run_computation import UnknownRun
+    from tpmledger.analytics.seal.run_computation import UnknownRun, seal_view
 
     with database(settings_from_args(args), migrate_to_head=True) as url:
         try:
-            with RunEventFile(url, args.run_id) as file:  # streamed: memory follows a chunk
+            # Streamed: memory follows a chunk.
+            with seal_view(url) as view, RunEventFile(view.conn, args.run_id) as file:
                 file.write_to(sys.stdout.buffer.write)
         except UnknownRun as exc:
             print(f"error: {exc}", file=sys.stderr)

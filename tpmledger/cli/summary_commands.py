@@ -107,6 +107,7 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
     event file streams to ``events_to`` (or is only hashed)."""
     from tpmledger.analytics.kernels.run_span_limit import RunTooLong
     from tpmledger.analytics.proofs.summary_export import SnapshotOutdated, build_summary
+    from tpmledger.analytics.seal.run_computation import in_seal_view
     from tpmledger.analytics.seal.seal_process import SealFailed, seal_in_own_process
     from tpmledger.provenance.signing_keys import SigningKeyError, load_or_create_signing_key
 
@@ -116,8 +117,9 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
         key = load_or_create_signing_key(settings)
         with database(settings, migrate_to_head=True) as url:
             if version is not None:  # an earlier version as it was sealed: no new seal
-                return build_summary(
+                return in_seal_view(
                     url,
+                    build_summary,
                     args.run_id,
                     key,
                     version,
@@ -129,8 +131,9 @@ def _summary(args: argparse.Namespace, events_to: Path | None = None) -> RunSumm
                 # A seal runs in a process of its own: this one only streams the file.
                 seal_in_own_process(url, args.run_id, even_if_current=attempt > 1)
                 try:
-                    return build_summary(
+                    return in_seal_view(
                         url,
+                        build_summary,
                         args.run_id,
                         key,
                         log_origin=settings.checkpoint_origin,

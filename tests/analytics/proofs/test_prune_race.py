@@ -28,6 +28,7 @@ from tests.analytics.proofs.test_run_archive import arrived_days_ago
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.verification import verify_run
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.worker import RetentionSchedule
 from tpmledger.provenance.signing_keys import load_or_create_signing_key
 from tpmledger.provenance.summary_verify import verify_archive
@@ -127,7 +128,7 @@ def test_two_prunes_and_the_workers_retention_at_once_lose_nothing(
         lines = gzip.decompress((folder / "events.jsonl.gz").read_bytes()).splitlines()
         assert len(lines) == SPANS_PER_RUN
         assert {json.loads(line)["run_id"] for line in lines} == {run_id}
-        assert verify_run(database_url, run_id).ok
+        assert in_seal_view(database_url, verify_run, run_id).ok
     # No half-written folder is left behind; every folder there verifies.
     leftovers = sorted(p.name for p in archive.iterdir() if p.name.startswith("."))
     assert not leftovers
@@ -153,10 +154,10 @@ def test_verify_of_an_archived_run_checks_its_archive(
     arrived_days_ago(database_url, "gone", 40)
     [outcome] = prune(database_url, 30 * 86_400, tmp_path / "archive", key).runs
     assert outcome.action == "archived"
-    assert verify_run(database_url, "gone").ok
+    assert in_seal_view(database_url, verify_run, "gone").ok
     events = Path(outcome.archive_dir) / "events.jsonl.gz"
     events.write_bytes(gzip.compress(b""))  # what the racing prune left
-    report = verify_run(database_url, "gone")
+    report = in_seal_view(database_url, verify_run, "gone")
     assert not report.ok
     assert any(m.field == "events digest" for m in report.mismatches)
 

@@ -18,6 +18,7 @@ import pytest
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.verification import verify_run
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.cli.main import main
 from tpmledger.provenance.summary_verify import verify_archive, verify_export
 from tpmledger.storage.readers.snapshots_read import latest_snapshot
@@ -116,7 +117,7 @@ def test_pruning_leaves_a_verifiable_archive_and_a_listed_run(
     sizes = {r["run_id"]: r["stored_bytes"] for r in listed}
     assert sizes["old-run"] > 0 and sizes["new-run"] > 0
     # tpmledger verify says where the archive is; analyze refuses to seal an empty run.
-    notes = " ".join(verify_run(database_url, "old-run").notes)
+    notes = " ".join(in_seal_view(database_url, verify_run, "old-run").notes)
     assert "raw spans were pruned" in notes and str(archive) in notes
     assert main(["analyze", "old-run"]) == 2
     assert "was archived" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_events import RunEventFile, load_run_events
+from tpmledger.analytics.seal.run_computation import seal_view
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import build_event_file, file_digests
 from tpmledger.storage.readers.runs_read import UnknownRun
@@ -41,7 +42,10 @@ def _seed(url: str) -> None:
 def test_streamed_file_has_the_bytes_and_digests_of_the_whole_file(database_url: str) -> None:
     _seed(database_url)
     whole = build_event_file(load_run_events(database_url, "streamed"))
-    with RunEventFile(database_url, "streamed", chunk_attempts=5) as file:
+    with (
+        seal_view(database_url) as view,
+        RunEventFile(view.conn, "streamed", chunk_attempts=5) as file,
+    ):
         blocks = list(file.blocks())
         digests = file.finish()
         count = file.count
@@ -55,5 +59,9 @@ def test_streamed_file_has_the_bytes_and_digests_of_the_whole_file(database_url:
 
 
 def test_an_unknown_run_is_refused_on_entry(database_url: str) -> None:
-    with pytest.raises(UnknownRun), RunEventFile(database_url, "nope"):
+    with (
+        pytest.raises(UnknownRun),
+        seal_view(database_url) as view,
+        RunEventFile(view.conn, "nope"),
+    ):
         pass

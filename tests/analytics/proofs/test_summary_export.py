@@ -13,6 +13,7 @@ from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_events import load_run_events
 from tpmledger.analytics.proofs.summary_export import build_summary
 from tpmledger.analytics.seal.minute_leaves import leaves_from_minutes, minute_leaves
+from tpmledger.analytics.seal.run_computation import in_seal_view
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.provenance.event_file import build_event_file
 from tpmledger.provenance.minute_proofs import build_minute_proofs
@@ -48,7 +49,9 @@ def test_streamed_export_equals_the_whole_one(
     seal_run(database_url, run)
     key = load_or_create_signing_key(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
     target = tmp_path / "events.jsonl.gz"
-    summary = build_summary(database_url, run, key, events_to=target, compress_events=True)
+    summary = in_seal_view(
+        database_url, build_summary, run, key, events_to=target, compress_events=True
+    )
 
     events = load_run_events(database_url, run)
     whole = build_event_file(events)

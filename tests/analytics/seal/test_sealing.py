@@ -14,8 +14,8 @@ from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
 from tpmledger.analytics.proofs.run_events import load_run_events
 from tpmledger.analytics.proofs.verification import verify_run
 from tpmledger.analytics.seal.minute_leaves import minute_leaves
-from tpmledger.analytics.seal.run_computation import compute_run, metrics_sha256
-from tpmledger.analytics.seal.sealing import PARAMS, seal_run
+from tpmledger.analytics.seal.run_computation import compute_run, in_seal_view, metrics_sha256
+from tpmledger.analytics.seal.sealing import PARAMS, SealResult, seal_run
 from tpmledger.provenance.event_file import build_event_file, read_events
 from tpmledger.provenance.merkle import leaf_hash, verify_inclusion
 from tpmledger.storage.readers.snapshots_read import latest_snapshot, list_snapshots, minute_rows
@@ -73,7 +73,7 @@ def test_new_data_new_version_and_unchanged_is_skipped(database_url: str) -> Non
         2,
         3,
     ]
-    assert verify_run(database_url, "sealed").ok
+    assert in_seal_view(database_url, verify_run, "sealed").ok
 
 
 def test_snapshots_are_immutable(database_url: str) -> None:
@@ -125,13 +125,17 @@ def test_concurrent_sealers_of_one_run_make_one_version(database_url: str) -> No
     from concurrent.futures import ThreadPoolExecutor
 
     from tpmledger.analytics.seal.sealing import compute_for_sealing, seal_computation
+    from tpmledger.storage.server.database import transaction
 
     store(database_url, _rows(12))
-    computation, figures = compute_for_sealing(database_url, "sealed")
+    computation, figures = in_seal_view(database_url, compute_for_sealing, "sealed")
+
+    def seal_once(_: int) -> SealResult:
+        with transaction(database_url) as session:
+            return seal_computation(session, computation, figures)
+
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(
-            pool.map(lambda _: seal_computation(database_url, computation, figures), range(4))
-        )
+        results = list(pool.map(seal_once, range(4)))
     assert [r.created for r in results].count(True) == 1
     assert {r.version for r in results} == {1}
     assert len(in_one_snapshot(database_url, list_snapshots, "sealed")) == 1

@@ -7,7 +7,7 @@ from sqlalchemy import text
 from tests.analytics.proofs.test_version_consistency import _calls
 from tests.analytics.seeding import store
 from tpmledger.analytics.proofs.verification import verify_run
-from tpmledger.analytics.seal.run_computation import compute_run
+from tpmledger.analytics.seal.run_computation import compute_run, in_seal_view
 from tpmledger.analytics.seal.sealing import minute_records, seal_run
 from tpmledger.storage.readers.snapshots_read import minute_rows
 from tpmledger.storage.server.database import in_one_snapshot, read_session
@@ -43,7 +43,7 @@ def test_a_version_stores_what_changed_and_reads_whole(database_url: str) -> Non
     )
     assert len(in_one_snapshot(database_url, minute_rows, "grow", 1, shard_id=None)) == first
     # The re-verification compares every stored row of the newest version with a fresh one.
-    assert verify_run(database_url, "grow").ok
+    assert in_seal_view(database_url, verify_run, "grow").ok
 
 
 def test_changed_rows_keeps_new_and_different_rows_only() -> None:
