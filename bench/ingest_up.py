@@ -23,7 +23,10 @@ statement class (README.md#benchmarks, issue 39).
    senders, every PostgreSQL process by role: ``application_name``, which each service
    sets as ``tpmledger-<service>``, else the backend type) and the active statements of
    ``pg_stat_activity`` by class (sampled database time; ``pg_stat_statements`` is used
-   instead when the server has it loaded).
+   instead when the server has it loaded), and how long each process waited for a core
+   (Linux ``/proc/PID/task/*/schedstat``: runnable, not running). Ingest's ``/metrics``
+   before and after the burst give the group commits (how many, requests per commit, wall
+   time each): with the CPU, how busy each stage of the pipeline was.
 4. After the last 200: how long until the live minute table holds every span (the live
    path's catch-up after the burst) and a digest of the live figures (the same spans give
    the same digest: figures unchanged by a change of the live path).
@@ -136,6 +139,19 @@ def _cpu(process: psutil.Process) -> float | None:
     return float(times.user + times.system)
 
 
+def _waited(pid: int) -> float | None:
+    """Seconds the process's threads spent runnable but waiting for a core (Linux
+    ``/proc/PID/task/*/schedstat``), or None where that is not available."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    except OSError:
+        return None
+    return total / 1e9
+
+
 @dataclass
 class CpuLedger:
     """CPU seconds per role between :meth:`mark` calls: per pid, the first and the last
@@ -144,6 +160,9 @@ class CpuLedger:
     first: dict[int, float] = field(default_factory=dict)
     last: dict[int, float] = field(default_factory=dict)
     role: dict[int, str] = field(default_factory=dict)
+    # The same for the seconds spent waiting for a core (run queue), where known.
+    wait_first: dict[int, float] = field(default_factory=dict)
+    wait_last: dict[int, float] = field(default_factory=dict)
 
     def see(self, pid: int, role: str, cpu: float | None, *, new: bool) -> None:
         if cpu is None:
@@ -152,6 +171,19 @@ class CpuLedger:
             self.first[pid] = 0.0 if new else cpu
         self.last[pid] = cpu
         self.role[pid] = role
+        waited = _waited(pid)
+        if waited is not None:
+            if pid not in self.wait_first:
+                self.wait_first[pid] = 0.0 if new else waited
+            self.wait_last[pid] = waited
+
+    def waits_by_role(self) -> dict[str, float]:
+        """Seconds each role's processes were runnable but waited for a core."""
+        out: dict[str, float] = {}
+        for pid, last in self.wait_last.items():
+            role = self.role[pid]
+            out[role] = out.get(role, 0.0) + last - self.wait_first[pid]
+        return out
 
     def by_role(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -244,7 +276,11 @@ class Sampler(threading.Thread):
         with self._lock:
             ledger, statements = self.ledger, self.statement_s
             self.ledger = CpuLedger(
-                first=dict(ledger.last), last=dict(ledger.last), role=dict(ledger.role)
+                first=dict(ledger.last),
+                last=dict(ledger.last),
+                role=dict(ledger.role),
+                wait_first=dict(ledger.wait_last),
+                wait_last=dict(ledger.wait_last),
             )
             self.statement_s = {}
         return ledger, statements
@@ -450,6 +486,59 @@ def busy_loop() -> None:
 # -- report ------------------------------------------------------------------------------
 
 
+_COMMIT_SERIES = {
+    "tpmledger_ingest_commit_latency_seconds_sum": "commit_s",
+    "tpmledger_ingest_commit_latency_seconds_count": "commits",
+    "tpmledger_ingest_commit_group_requests_sum": "grouped",
+}
+
+
+def commit_stats(port: int) -> dict[str, float]:
+    """Ingest's group-commit histograms as its ``/metrics`` shows them now (sums, counts)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    out = dict.fromkeys(_COMMIT_SERIES.values(), 0.0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in _COMMIT_SERIES:
+            out[_COMMIT_SERIES[name]] += float(value)
+    return out
+
+
+def describe_pipeline(
+    wall_s: float,
+    spans: int,
+    requests: int,
+    senders: int,
+    commits: dict[str, float],
+    ledger: CpuLedger,
+) -> list[str]:
+    """Where a request's wall time goes during the burst: how busy each stage was."""
+    cpu = ledger.by_role()
+    cores = os.cpu_count() or 1
+    workers = max(1, len(os.sched_getaffinity(0)))  # NormalizePool's default
+    latency = senders * wall_s / max(requests, 1)  # Little's law: senders always busy
+    n = max(commits["commits"], 1)
+    normalizers = cpu.get("ingest normalizer workers", 0) / workers / wall_s
+    ingest = cpu.get("ingest", 0) / wall_s
+    backend = cpu.get("PostgreSQL: tpmledger-ingest", 0) / wall_s
+    live = (cpu.get("analytics", 0) + cpu.get("PostgreSQL: tpmledger-live", 0)) / wall_s
+    return [
+        "pipeline during the burst (busy = share of the burst's wall time):",
+        f"  request: {latency * 1e3:.0f} ms from send to 200 on average "
+        f"({senders} senders, {requests} requests)",
+        f"  normalizer workers: {workers}, each busy {normalizers:.0%}",
+        f"  ingest process (HTTP, hand-over, group commit): busy {ingest:.0%} of one core",
+        f"  group commit: {commits['commits']:.0f} commits of {commits['grouped'] / n:.1f} "
+        f"requests ({spans / n:,.0f} spans), {commits['commit_s'] / n * 1e3:.0f} ms each; "
+        f"the one writer connection busy {commits['commit_s'] / wall_s:.0%}",
+        f"  PostgreSQL ingest backend: busy {backend:.0%}; live path (worker + its backend): "
+        f"{live:.0%} of one core",
+        f"  all processes: {sum(cpu.values()) / wall_s / cores:.0%} of the {cores} cores",
+    ]
+
+
 def describe_window(
     title: str, seconds: float, spans: int, ledger: CpuLedger, statements: dict
 ) -> list[str]:
@@ -459,9 +548,11 @@ def describe_window(
     lines.append(
         f"  CPU seconds, all processes: {total:.1f} ({total / max(spans, 1) * 1e6:.1f} µs/span)"
     )
+    waits = ledger.waits_by_role()
     for role, cpu in roles:
         if cpu >= 0.05:
-            lines.append(f"    {cpu:7.2f} s  {role}")
+            waited = f"   (+ {waits[role]:5.2f} s waiting for a core)" if role in waits else ""
+            lines.append(f"    {cpu:7.2f} s  {role}{waited}")
     if statements:
         lines.append("  database time by statement class (sampled active backends, seconds):")
         for (app, label), s in sorted(statements.items(), key=lambda kv: -kv[1])[:14]:
@@ -519,9 +610,12 @@ def main(argv: list[str] | None = None) -> int:
             sampler.window()
             first = FirstFigures(db.url, run_id)
             first.start()
+            commits_before = commit_stats(up.port)
             sent = workload.send_in_child_process("127.0.0.1", up.port, bodies, args.senders)
             burst_end = time.perf_counter()
             send_ledger, send_statements = sampler.window()
+            commits = commit_stats(up.port)
+            commits = {k: v - commits_before[k] for k, v in commits.items()}
             load_during = os.getloadavg()
             counted, queued = 0, -1
             while time.perf_counter() - burst_end < args.catch_up_limit:
@@ -606,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak RSS by service (sampled every 0.25 s, its processes summed): "
         + ", ".join(f"{role} {rss / 2**20:,.0f} MiB" for role, rss in sorted(peak_rss.items())),
         *describe_window("during the burst", elapsed, args.spans, send_ledger, send_statements),
+        *describe_pipeline(elapsed, args.spans, len(bodies), args.senders, commits, send_ledger),
         *describe_window("after the burst, until live caught up", caught_up, args.spans,
                          catch_ledger, catch_statements),
     ]  # fmt: skip

@@ -91,6 +91,10 @@ DEFAULT_CACHE_BYTES: Final = 8 * 1024 * 1024
 #: An encoding longer than this is decoded every time, never cached: long values (prompts,
 #: ids of every kind) do not repeat, and one of them would take a large share of the bound.
 MAX_CACHED_ENCODING: Final = 512
+#: A key whose values missed this many times since the cache was last cleared does not
+#: repeat (token counts, timings, response ids): its further values are decoded and not
+#: cached, so they no longer fill the cache and clear the common encodings with them.
+MAX_KEY_MISSES: Final = 4096
 _ENTRY_OVERHEAD: Final = 200  # the dict slot (amortized over resizes) and the entry tuple
 _COMPOUND_BYTES_PER_WIRE_BYTE: Final = 64  # an upper bound for arrays and kvlists
 
@@ -111,6 +115,10 @@ class _EncodingCache(dict[bytes, tuple[str, Any]]):
         super().__init__()
         self.max_bytes = max_bytes
         self.bytes = 0
+        # key -> cacheable misses since the last clear. Every key counted has an entry
+        # cached since then (its first miss is cached), so this holds fewer keys than
+        # the cache holds entries.
+        self.misses: dict[str, int] = {}
 
     def __missing__(self, raw: bytes) -> tuple[str, Any]:
         entry = read_key_value(raw)
@@ -119,11 +127,17 @@ class _EncodingCache(dict[bytes, tuple[str, Any]]):
             entry = (key_value.key, any_value_to_python(key_value.value))
         if len(raw) > MAX_CACHED_ENCODING:
             return entry
+        misses = self.misses.get(entry[0], 0) + 1
+        if misses > MAX_KEY_MISSES:
+            return entry  # a key whose values do not repeat: not cached
+        self.misses[entry[0]] = misses
         charge = entry_bytes(raw, entry)
         if self.bytes + charge > self.max_bytes:
-            # Crude but O(1) amortized: distinct encodings beyond the bound (unique ids,
-            # token counts) churn; the common ones are back after a few spans.
+            # Crude but O(1) amortized: distinct encodings beyond the bound churn; the
+            # common ones are back after a few spans.
             self.clear()
+            self.misses.clear()
+            self.misses[entry[0]] = 1
             self.bytes = 0
         self[raw] = entry
         self.bytes += charge

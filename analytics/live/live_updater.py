@@ -34,6 +34,7 @@ are taken out with the time held before these commits and put back with today's.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -91,6 +92,9 @@ class LiveUpdate:
     minutes: int = 0
     attempts_read: int = 0
     cpu_s: float = 0.0
+    # CPU seconds its PostgreSQL backend used meanwhile, when the server runs on this
+    # machine (:func:`backend_cpu_s`); else 0.
+    backend_cpu_s: float = 0.0
     wall_s: float = 0.0
     # Wall seconds per stage (new rows, dependents, fold, build, emit, write): a slow
     # update's log line says where the time went.
@@ -100,6 +104,29 @@ class LiveUpdate:
         now = time.perf_counter()
         self.stages[name] = self.stages.get(name, 0.0) + now - since
         return now
+
+
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def backend_cpu_s(conn: psycopg.Connection) -> tuple[int, float] | None:
+    """(pid, CPU seconds) of ``conn``'s PostgreSQL backend, read from ``/proc`` when the
+    server runs on this machine (a Unix socket or a loopback address, and the pid is a
+    ``postgres`` process); None otherwise (a remote server, another OS)."""
+    host = conn.info.host
+    if not (host.startswith("/") or host in _LOCAL_HOSTS):
+        return None
+    pid = conn.info.backend_pid
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            if not comm.read().startswith("postgres"):
+                return None
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return pid, (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def minute_span(from_ns: int, to_ns: int) -> range:
@@ -237,6 +264,7 @@ class LiveUpdater:
     def update_run(self, run_id: str) -> LiveUpdate | None:
         """Recompute the minutes the run's queued marks touched (one transaction)."""
         started, cpu = time.perf_counter(), time.process_time()
+        backend = backend_cpu_s(self.connection())
         held = self.states.pop(run_id, None)
         with live_transaction(self.connection()) as conn:
             marks, generation = take_marks(conn, run_id)
@@ -368,6 +396,9 @@ class LiveUpdater:
         # drop the busy minute's state); older ones are read again if touched.
         self.states[run_id] = RunStates(generation, _within_budget(untouched | current))
         update.cpu_s = time.process_time() - cpu
+        backend_after = backend_cpu_s(self.connection())
+        if backend is not None and backend_after is not None and backend[0] == backend_after[0]:
+            update.backend_cpu_s = max(0.0, backend_after[1] - backend[1])
         update.wall_s = time.perf_counter() - started
         return update
 

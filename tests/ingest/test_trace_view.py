@@ -10,7 +10,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from tests.ingest.span_builders import request, span
 from tests.otlp_values import key_values
 from tpmledger.ingest.attribute_values import key_values_to_dict
-from tpmledger.ingest.trace_view import AttributeDecoder, parse_request_view
+from tpmledger.ingest.trace_view import MAX_KEY_MISSES, AttributeDecoder, parse_request_view
 
 
 def test_view_reads_the_same_fields_as_the_real_message() -> None:
@@ -59,3 +59,15 @@ def test_decoder_last_duplicate_wins_and_cache_stays_bounded() -> None:
 def test_decoder_raises_decode_error_for_a_broken_attribute() -> None:
     with pytest.raises(DecodeError):
         AttributeDecoder().decode([b"\x0a\x05ab"])  # key length 5, only 2 bytes follow
+
+
+def test_a_key_whose_values_never_repeat_stops_filling_the_cache() -> None:
+    decoder = AttributeDecoder()
+    common = key_values({"gen_ai.request.model": "m"})[0].SerializeToString()
+    unique = [key_values({"tokens": i})[0].SerializeToString() for i in range(MAX_KEY_MISSES + 500)]
+    for i, encoding in enumerate(unique):
+        assert decoder.decode([common, encoding]) == {"gen_ai.request.model": "m", "tokens": i}
+    # The common encoding and the first MAX_KEY_MISSES token counts; the rest decoded only.
+    assert len(decoder) == 1 + MAX_KEY_MISSES
+    assert decoder.decode([unique[-1]]) == {"tokens": len(unique) - 1}
+    assert len(decoder) == 1 + MAX_KEY_MISSES

@@ -19,7 +19,7 @@ import pytest
 from tests.analytics.live.test_live_minutes import _assert_same
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
-from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.live.live_updater import LiveUpdater, backend_cpu_s
 
 SECOND = 1_000_000_000
 
@@ -211,3 +211,18 @@ def test_older_minute_states_are_kept_within_the_byte_budget() -> None:
         for m in range(5)
     }
     assert sorted(_within_budget(busy)) == [3 * MINUTE_NS, 4 * MINUTE_NS]
+
+
+def test_the_backend_cpu_an_update_used_is_read_on_a_local_server(database_url: str) -> None:
+    """The live loop yields for the CPU an update used in PostgreSQL too (issue 39): on a
+    server of this machine the backend's CPU is read from /proc; never negative."""
+    run_id = f"backend-{os.urandom(4).hex()}"
+    store(database_url, _spread_batch(run_id, random.Random(7), 200, 0))
+    updater = LiveUpdater(database_url)
+    [update] = updater.update_once()
+    assert update.backend_cpu_s >= 0.0
+    read = backend_cpu_s(updater.connection())
+    if os.path.exists("/proc/self/stat"):  # Linux: the suite's PostgreSQL is local
+        assert read is not None and read[0] == updater.connection().info.backend_pid
+        assert read[1] >= 0.0
+    updater.close()
