@@ -3,7 +3,7 @@
     .venv/bin/python bench/live.py [--freshness-seconds 60] [--high-rate 15000]
                                    [--sizes 100000,1000000,10000000] [--stream-batches 30]
                                    [--checkpoint-every-s S] [--low-rate-seconds S]
-                                   [--settle-seconds S] [--out bench/results/live.txt]
+                                   [--settle-seconds S] [--out bench/results/live.txt (appended)]
 
 (a) Freshness (docs/metrics.md#live-figures). ``tpmledger serve ingest`` and
     ``tpmledger serve analytics`` run as child processes on an embedded PostgreSQL. Paced
@@ -621,7 +621,8 @@ def main() -> int:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)  # GBs after a few minutes at 15,000 spans/s
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
+    with args.out.open("a") as out:  # dated sections: earlier results stay
+        out.write("\n".join(lines) + "\n\n")
     return 0
 
 
