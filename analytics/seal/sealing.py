@@ -196,6 +196,20 @@ def iter_minute_records(
         yield from table.to_dicts()
 
 
+def _kept(latest: Snapshot, data_as_of: datetime | None) -> SealResult:
+    """The stored version ``latest`` as this call's result: nothing new was created."""
+    return SealResult(
+        latest.run_id,
+        latest.version,
+        latest.seal,
+        False,
+        latest.metrics,
+        latest.document,
+        latest.final,
+        data_as_of,
+    )
+
+
 def _unchanged(latest: Snapshot, computation: RunComputation, final: bool) -> bool:
     # A provisional snapshot (sealed while the run was receiving data) is sealed again as
     # final once the run is quiet, even with the same figures.
@@ -269,31 +283,13 @@ def seal_computation(
         if latest is not None and latest.data_as_of > computation.facts.updated_at:
             # Another sealer (a worker replica) stored a version of newer data while
             # this one computed: an older computation never follows a newer version.
-            return SealResult(
-                run_id,
-                version,
-                latest.seal,
-                False,
-                latest.metrics,
-                latest.document,
-                latest.final,
-                latest.data_as_of,
-            )
+            return _kept(latest, latest.data_as_of)
         if latest is not None and _unchanged(latest, computation, final):
             drop_sealed_live_rows(
                 session, run_id, computation.facts.updated_at, _minute_range(computation)
             )
             store_sealed_figures(session, run_id, version, figures)
-            return SealResult(
-                run_id,
-                version,
-                latest.seal,
-                False,
-                latest.metrics,
-                latest.document,
-                latest.final,
-                computation.facts.updated_at,
-            )
+            return _kept(latest, computation.facts.updated_at)
     computed_at = now or datetime.now(UTC)
     # The document carries milliseconds; store exactly what was sealed.
     computed_at = computed_at.replace(microsecond=computed_at.microsecond // 1000 * 1000)
