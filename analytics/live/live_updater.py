@@ -34,7 +34,6 @@ are taken out with the time held before these commits and put back with today's.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from tpmledger.analytics.live.minute_state_figures import (
 from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.storage.readers.live_window import Dependent, dependents_in_range
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
+from tpmledger.storage.server.backend_cpu import backend_cpu_s
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.live_store import (
     Mark,
@@ -104,29 +104,6 @@ class LiveUpdate:
         now = time.perf_counter()
         self.stages[name] = self.stages.get(name, 0.0) + now - since
         return now
-
-
-_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def backend_cpu_s(conn: psycopg.Connection) -> tuple[int, float] | None:
-    """(pid, CPU seconds) of ``conn``'s PostgreSQL backend, read from ``/proc`` when the
-    server runs on this machine (a Unix socket or a loopback address, and the pid is a
-    ``postgres`` process); None otherwise (a remote server, another OS)."""
-    host = conn.info.host
-    if not (host.startswith("/") or host in _LOCAL_HOSTS):
-        return None
-    pid = conn.info.backend_pid
-    try:
-        with open(f"/proc/{pid}/comm") as comm:
-            if not comm.read().startswith("postgres"):
-                return None
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        return pid, (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def minute_span(from_ns: int, to_ns: int) -> range:

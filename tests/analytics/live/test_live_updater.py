@@ -19,7 +19,8 @@ import pytest
 from tests.analytics.live.test_live_minutes import _assert_same
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
-from tpmledger.analytics.live.live_updater import LiveUpdater, backend_cpu_s
+from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.storage.server.backend_cpu import backend_cpu_s
 
 SECOND = 1_000_000_000
 
