@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpmledger import compiled_kernels
+from tpmledger.analytics.live.ingest_yield import ingest_saturated, yield_to_ingest
 from tpmledger.analytics.live.live_updater import LiveUpdater
 from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
@@ -188,7 +189,12 @@ def run(settings: Settings, stop: threading.Event | None = None) -> None:
     compiled_kernels.compiling()
     live = threading.Thread(
         target=run_live_loop,
-        args=(LiveUpdater(role_url(settings.database_url, "live")), settings.live_poll_s, stop),
+        args=(
+            LiveUpdater(role_url(settings.database_url, "live")),
+            settings.live_poll_s,
+            stop,
+            settings.live_max_lag_s,
+        ),
         name="live-minutes",
         daemon=True,
     )
@@ -275,28 +281,32 @@ def warm_live_imports() -> None:
 
 # After updates that used C seconds of CPU, the worker's and (when PostgreSQL runs on this
 # machine) their database backend's, the live loop waits min(C, this) before the next
-# (docs/metrics.md#live-figures): while ingest is busy, live work takes at most about
-# half of a core and the commits meanwhile are coalesced into one update; the live rows'
-# ``data_as_of`` says which commit they reflect. CPU, not wall time: on a loaded machine
-# an update's wall time is mostly waiting for a core or for PostgreSQL, and waiting that
-# long again only delayed the next figure (issue 37). The backend's CPU counts too: most
-# of an update's work is its statements (a backfill's update: 0.16 s here, 0.3-0.5 s
-# there), and counting only this process kept the live path busy ~85 % of a burst
-# (issue 39).
+# (docs/metrics.md#live-figures): live work takes at most about half of a core and the
+# commits meanwhile are coalesced into one update; the live rows' ``data_as_of`` says
+# which commit they reflect. CPU, not wall time: on a loaded machine an update's wall time
+# is mostly waiting for a core or for PostgreSQL, and waiting that long again only delayed
+# the next figure (issue 37). The backend's CPU counts too: most of an update's work is its
+# statements (a backfill's update: 0.16 s here, 0.3-0.5 s there), and counting only this
+# process kept the live path busy ~85 % of a burst (issue 39). Then, while ingest's writer
+# commits back to back, the loop waits longer (analytics/live/ingest_yield.py).
 LIVE_YIELD_MAX_S = 1.0
 
 
-def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) -> None:
+def run_live_loop(
+    updater: LiveUpdater, poll_s: float, stop: threading.Event, max_lag_s: float = 0.0
+) -> None:
     """Drain new data into the live minute table until ``stop`` is set.
 
     After updates that found work it waits as long as they used the CPU, here and in
     their database backend when it runs on this machine (at most
-    :data:`LIVE_YIELD_MAX_S`): each update drains every commit queued meanwhile, so a
-    burst is folded in a few updates and live work yields to ingest instead of competing
-    with every commit. When idle it waits ``poll_s``.
+    :data:`LIVE_YIELD_MAX_S`), then, while ingest's writer is saturated, until
+    ``max_lag_s`` after the update began: each update drains every commit queued
+    meanwhile, so a burst is folded in a few updates and live work yields to ingest instead
+    of competing with every commit. When idle it waits ``poll_s``.
     """
     warm_live_imports()
     while not stop.is_set():
+        began = time.monotonic()
         try:
             updates = updater.update_once()
         except Exception:  # database restarts must not kill the worker
@@ -317,5 +327,10 @@ def run_live_loop(updater: LiveUpdater, poll_s: float, stop: threading.Event) ->
         if updates:
             used = sum(update.cpu_s + update.backend_cpu_s for update in updates)
             stop.wait(min(used, LIVE_YIELD_MAX_S))
+            waited = yield_to_ingest(
+                lambda: ingest_saturated(updater.connection(), stop), stop, began, max_lag_s
+            )
+            if waited >= 0.5:
+                log.debug("live updates deferred %.1fs: ingest's writer is saturated", waited)
         else:
             stop.wait(poll_s)

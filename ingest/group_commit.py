@@ -48,6 +48,7 @@ from tpmledger.ingest.internal_errors import InternalErrors
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.storage.codecs.attempt_encoding import AttemptBlock
 from tpmledger.storage.server.database import connect_raw, in_transaction
+from tpmledger.storage.server.ingest_activity import INGEST_WRITER
 from tpmledger.storage.writers.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,11 @@ class GroupCommitWriter:
         self._metrics = metrics or IngestMetrics()
         #: Unexpected failures (of this writer and of the normalizer feeding it).
         self.internal_errors = InternalErrors(self._metrics, retry_after_s)
-        self._connect = connect or (lambda url: connect_raw(url, connect_timeout=2))
+        # Named, so the live loop sees a saturated writer and yields to it
+        # (storage/server/ingest_activity.py).
+        self._connect = connect or (
+            lambda url: connect_raw(url, connect_timeout=2, application_name=INGEST_WRITER)
+        )
         self._queue: collections.deque[_Pending] = collections.deque()
         self._outstanding_spans = 0  # waiting + being committed: the memory bound
         self._wakeup = asyncio.Event()

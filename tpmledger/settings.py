@@ -172,6 +172,13 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the analytics worker drains new data into the live minute table.",
     )
+    live_max_lag_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="While ingest commits back to back, the analytics worker defers live "
+        "updates, up to this long after the last one began, so ingest keeps the cores; 0 "
+        "never defers (docs/metrics.md#live-figures).",
+    )
     minute_close_after_s: float = Field(
         default=120.0,
         ge=0,

@@ -186,11 +186,15 @@ def raw_transaction(url: str, *, connect_timeout: float = 5.0) -> Iterator[psyco
         yield conn
 
 
-def connect_raw(url: str, *, connect_timeout: float = 5.0) -> psycopg.Connection:
-    """A long-lived psycopg connection for a writer loop; use with :func:`in_transaction`."""
-    return psycopg.connect(
-        libpq_url(url), connect_timeout=int(connect_timeout), client_encoding="UTF8"
-    )
+def connect_raw(
+    url: str, *, connect_timeout: float = 5.0, application_name: str | None = None
+) -> psycopg.Connection:
+    """A long-lived psycopg connection for a writer loop; use with :func:`in_transaction`.
+    ``application_name`` names it in ``pg_stat_activity`` (else the URL's or ``PGAPPNAME``)."""
+    conninfo = libpq_url(url)
+    if application_name:
+        conninfo = psycopg.conninfo.make_conninfo(conninfo, application_name=application_name)
+    return psycopg.connect(conninfo, connect_timeout=int(connect_timeout), client_encoding="UTF8")
 
 
 def driver_connection(session: Session) -> psycopg.Connection:
