@@ -179,17 +179,17 @@ class CpuLedger:
 
     def waits_by_role(self) -> dict[str, float]:
         """Seconds each role's processes were runnable but waited for a core."""
-        out: dict[str, float] = {}
-        for pid, last in self.wait_last.items():
-            role = self.role[pid]
-            out[role] = out.get(role, 0.0) + last - self.wait_first[pid]
-        return out
+        return self._sum_by_role(self.wait_first, self.wait_last)
 
     def by_role(self) -> dict[str, float]:
+        """CPU seconds each role's processes used."""
+        return self._sum_by_role(self.first, self.last)
+
+    def _sum_by_role(self, first: dict[int, float], last: dict[int, float]) -> dict[str, float]:
         out: dict[str, float] = {}
-        for pid, last in self.last.items():
+        for pid, value in last.items():
             role = self.role[pid]
-            out[role] = out.get(role, 0.0) + last - self.first[pid]
+            out[role] = out.get(role, 0.0) + value - first[pid]
         return out
 
 
