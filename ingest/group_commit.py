@@ -4,10 +4,10 @@ committed").
 Requests wait in a BOUNDED queue (counted in spans), each as one COPY-encoded
 :class:`~storage.codecs.attempt_encoding.AttemptBlock`. A writer task takes as many waiting
 requests as fit into ``max_commit_spans`` and stores all their rows with
-:func:`storage.writers.bulk_writer.write_attempt_blocks` inside one
-:func:`storage.server.database.in_transaction`; every request's future resolves only after that
-transaction committed. While one group commits, the next one accumulates, so the number
-of transactions per second adapts to the database's speed instead of to the request rate.
+:func:`storage.writers.bulk_writer.commit_attempt_blocks` in one transaction; every
+request's future resolves only after that transaction committed. While one group commits,
+the next one accumulates, so the number of transactions per second adapts to the
+database's speed instead of to the request rate.
 
 Failures follow :mod:`ingest.error_taxonomy`: a full queue is :class:`Overloaded`; a lost
 or refused connection fails the group with :class:`DatabaseUnavailable` and the next group
@@ -47,9 +47,9 @@ from tpmledger.ingest.error_taxonomy import (
 from tpmledger.ingest.internal_errors import InternalErrors
 from tpmledger.ingest.metrics import IngestMetrics
 from tpmledger.storage.codecs.attempt_encoding import AttemptBlock
-from tpmledger.storage.server.database import connect_raw, in_transaction
+from tpmledger.storage.server.database import connect_raw
 from tpmledger.storage.server.ingest_activity import INGEST_WRITER
-from tpmledger.storage.writers.bulk_writer import RunArchivedMeanwhile, write_attempt_blocks
+from tpmledger.storage.writers.bulk_writer import RunArchivedMeanwhile, commit_attempt_blocks
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +266,7 @@ class GroupCommitWriter:
         started = time.perf_counter()
         lane.commit_started = time.monotonic()
         try:
-            with in_transaction(conn):
-                new = write_attempt_blocks(conn, [p.block for p in group])
+            new = commit_attempt_blocks(conn, [p.block for p in group])
         finally:
             lane.commit_started = None
         self._metrics.commit_latency.observe(time.perf_counter() - started)

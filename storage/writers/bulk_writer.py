@@ -13,6 +13,7 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -133,7 +134,9 @@ class RunArchivedMeanwhile(RuntimeError):
     must roll back and be written again (the second time its spans are refused)."""
 
 
-def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
+def write_attempt_blocks(
+    conn: psycopg.Connection, blocks: Sequence[AttemptBlock], *, known_duplicates: bool = False
+) -> int:
     """Like :func:`write_attempts`, for rows already encoded by
     :func:`storage.codecs.attempt_encoding.encode_attempts` (ingest encodes per request).
     The blocks' tool spans are stored too (not counted in the result).
@@ -142,26 +145,82 @@ def write_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock
     recorded in its ``refused`` (the request's answer reports them). A run archived after
     that check but before this transaction's ``runs`` upsert (which waits for the prune's
     row lock) raises :class:`RunArchivedMeanwhile`; the caller rolls back and retries.
+    ``known_duplicates``: some rows are stored already, go through the staging table at once.
     """
-    _refuse_archived(conn, blocks)
+    _refuse(blocks, _archived_runs(conn, blocks))
     write_tool_blocks(conn, blocks)
     blocks = [block for block in blocks if block.rows]
     if not blocks:
         return 0
     row = conn.execute(_NEW_BATCH).fetchone()
     batch = int(row[0]) if row else None
+    if known_duplicates:
+        return _write_staged(conn, blocks, batch)
     try:
         with conn.transaction():  # a savepoint: a duplicate undoes only this attempt
             copy_blocks(conn, "attempts", blocks)
     except (errors.UniqueViolation, errors.InternalError_) as exc:
         if not _is_duplicate(exc):
             raise
-        stored = _write_through_staging(conn, blocks)
-        _mark_dirty(conn, merge_runs(blocks), batch)
-        return stored
+        return _write_staged(conn, blocks, batch)
     runs = merge_runs(blocks)
-    _upsert_runs(conn, runs)
+    _raise_if_archived(_upsert_runs(conn, runs))
     _mark_dirty(conn, runs, batch)
+    return sum(block.rows for block in blocks)
+
+
+def commit_attempt_blocks(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
+    """Store ``blocks`` in one transaction of their own on ``conn`` (a long-lived
+    connection, idle, not autocommit) and commit it; returns how many rows were new.
+
+    The same effect as :func:`write_attempt_blocks` inside
+    :func:`storage.server.database.in_transaction`, in half the round trips to the
+    server (the group commit's path, issue 39): the statements before the COPY go in one
+    pipeline with the BEGIN, those after it in another, and the COPY runs without a
+    savepoint. A span stored already then fails the whole transaction, which rolls back
+    and is written again through the staging table; re-sent spans are rare. Under load a
+    round trip waits for both the writer and its backend to get a core, so each one saved
+    shortens every commit. Rolls back and raises on any error.
+    """
+    try:
+        stored = _write_pipelined(conn, blocks)
+    except (errors.UniqueViolation, errors.InternalError_) as exc:
+        _rollback(conn)
+        if not _is_duplicate(exc):
+            raise
+        with conn.transaction():
+            return write_attempt_blocks(conn, blocks, known_duplicates=True)
+    except BaseException:
+        _rollback(conn)
+        raise
+    conn.commit()
+    return stored
+
+
+def _rollback(conn: psycopg.Connection) -> None:
+    # A broken connection cannot roll back: the caller sees the first error, not this one.
+    with contextlib.suppress(psycopg.Error):
+        conn.rollback()
+
+
+def _write_pipelined(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> int:
+    run_ids = _run_ids(blocks)
+    with conn.pipeline():  # BEGIN, the archived runs and the batch id: one round trip
+        archived = conn.execute(_ARCHIVED, (sorted(run_ids),)) if run_ids else None
+        numbered = conn.execute(_NEW_BATCH) if any(block.rows for block in blocks) else None
+    _refuse(blocks, archived.fetchall() if archived is not None else [])
+    write_tool_blocks(conn, blocks)
+    blocks = [block for block in blocks if block.rows]
+    if not blocks or numbered is None:
+        return 0
+    row = numbered.fetchone()
+    batch = int(row[0]) if row else None
+    copy_blocks(conn, "attempts", blocks)
+    runs = merge_runs(blocks)
+    with conn.pipeline():  # the runs upsert and the live marks: one round trip
+        upserted = _upsert_runs(conn, runs)
+        _mark_dirty(conn, runs, batch)
+    _raise_if_archived(upserted)
     return sum(block.rows for block in blocks)
 
 
@@ -172,6 +231,12 @@ def _is_duplicate(exc: psycopg.Error) -> bool:
         return True
     message = exc.diag.message_primary or ""
     return message.startswith("duplicate key value violates unique constraint")
+
+
+def _write_staged(conn: psycopg.Connection, blocks: list[AttemptBlock], batch: int | None) -> int:
+    stored = _write_through_staging(conn, blocks)
+    _mark_dirty(conn, merge_runs(blocks), batch)
+    return stored
 
 
 def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock]) -> int:
@@ -187,30 +252,38 @@ def _write_through_staging(conn: psycopg.Connection, blocks: list[AttemptBlock])
     return int(result[0]) if result else 0
 
 
-def _refuse_archived(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> None:
+def _run_ids(blocks: Sequence[AttemptBlock]) -> set[str]:
     run_ids: set[str] = set()
     for block in blocks:
         run_ids.update(block.runs)
         if block.tool_rows:
             run_ids.update(block.tool_run_ids())
-    if not run_ids:
-        return
-    rows = conn.execute(_ARCHIVED, (sorted(run_ids),)).fetchall()
-    if not rows:
+    return run_ids
+
+
+def _archived_runs(conn: psycopg.Connection, blocks: Sequence[AttemptBlock]) -> list[Any]:
+    run_ids = _run_ids(blocks)
+    return conn.execute(_ARCHIVED, (sorted(run_ids),)).fetchall() if run_ids else []
+
+
+def _refuse(blocks: Sequence[AttemptBlock], archived: list[Any]) -> None:
+    """Take the spans of the ``archived`` runs (rows of :data:`_ARCHIVED`) out of ``blocks``."""
+    if not archived:
         return
     reasons = {
         str(run_id): (
             f"run {run_id!r} was archived on {when:%Y-%m-%d %H:%M} UTC into {where} "
             "(tpmledger prune); its new spans are refused"
         )
-        for run_id, when, where in rows
+        for run_id, when, where in archived
     }
     for block in blocks:
         block.refuse_runs(reasons)
 
 
-def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
-    """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock)."""
+def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> psycopg.Cursor[Any]:
+    """One ``runs`` upsert for every run of the batch (sorted: no lock-order deadlock);
+    its cursor holds whether each run is archived (:func:`_raise_if_archived`)."""
     columns: list[list[Any]] = [[] for _ in range(10)]
     for run_id in sorted(runs):
         t = runs[run_id]
@@ -228,10 +301,12 @@ def _upsert_runs(conn: psycopg.Connection, runs: dict[str, RunTally]) -> None:
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    with conn.cursor() as cur:
-        cur.execute(_UPSERT_RUNS, columns)
-        if any(archived for (archived,) in cur.fetchall()):
-            raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
+    return conn.execute(_UPSERT_RUNS, columns)
+
+
+def _raise_if_archived(upserted: psycopg.Cursor[Any]) -> None:
+    if any(archived for (archived,) in upserted.fetchall()):
+        raise RunArchivedMeanwhile("a run of this batch was archived meanwhile")
 
 
 def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally], batch: int | None) -> None:
@@ -245,5 +320,4 @@ def _mark_dirty(conn: psycopg.Connection, runs: dict[str, RunTally], batch: int 
             ends.append(end_minute)
             froms.append(from_minute)
     if run_ids:
-        with conn.cursor() as cur:
-            cur.execute(_MARK_DIRTY, (batch, run_ids, ends, froms))
+        conn.execute(_MARK_DIRTY, (batch, run_ids, ends, froms))

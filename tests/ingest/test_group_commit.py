@@ -249,7 +249,7 @@ def test_an_unexpected_storage_failure_is_retryable_and_the_retry_stores(
     fault: every request of the group gets 503 (not 400), counted as a store-stage internal
     error; once the bug is gone the same blocks commit."""
     metrics = IngestMetrics()
-    real = group_commit.write_attempt_blocks
+    real = group_commit.commit_attempt_blocks
     broken = threading.Event()
     broken.set()
 
@@ -258,7 +258,7 @@ def test_an_unexpected_storage_failure_is_retryable_and_the_retry_stores(
             raise TypeError("a bug in the writer")
         return real(conn, blocks)
 
-    monkeypatch.setattr(group_commit, "write_attempt_blocks", write)
+    monkeypatch.setattr(group_commit, "commit_attempt_blocks", write)
     blocks = [encode_attempts([attempt_row(run_id="run-store-bug")]) for _ in range(3)]
 
     async def scenario() -> list[BaseException | None]:

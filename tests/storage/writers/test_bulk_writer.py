@@ -1,10 +1,80 @@
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
 import pytest
 from sqlalchemy import select
 
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.codecs.attempt_encoding import AttemptBlock, encode_attempts
 from tpmledger.storage.schema.models import Attempt, Run
-from tpmledger.storage.server.database import raw_transaction, read_session
-from tpmledger.storage.writers.bulk_writer import write_attempts
+from tpmledger.storage.server.database import connect_raw, raw_transaction, read_session
+from tpmledger.storage.writers.bulk_writer import (
+    commit_attempt_blocks,
+    write_attempt_blocks,
+    write_attempts,
+)
+
+Store = Callable[[Sequence[AttemptBlock]], int]
+
+
+@pytest.fixture(params=["in the caller's transaction", "committed by the writer"])
+def store(request: pytest.FixtureRequest, database_url: str) -> Any:
+    """Both write paths: write_attempt_blocks inside a transaction, and the group commit's
+    commit_attempt_blocks on one long-lived connection (pipelined, no savepoint)."""
+    if request.param == "in the caller's transaction":
+
+        def in_transaction(blocks: Sequence[AttemptBlock]) -> int:
+            with raw_transaction(database_url) as conn:
+                return write_attempt_blocks(conn, blocks)
+
+        yield in_transaction
+        return
+    conn = connect_raw(database_url)
+
+    def committed(blocks: Sequence[AttemptBlock]) -> int:
+        try:
+            return commit_attempt_blocks(conn, blocks)
+        finally:  # committed or rolled back, never left inside a transaction
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    yield committed
+    conn.close()
+
+
+def test_both_paths_store_idempotently_and_keep_runs_current(
+    store: Store, database_url: str
+) -> None:
+    rows = [
+        attempt_row(shard_id="0", end_ns=BASE_NS + 5),
+        attempt_row(shard_id="1", end_ns=BASE_NS + 9),
+        attempt_row(run_id="run-b", shard_id="7"),
+    ]
+    assert store([encode_attempts(rows[:2]), encode_attempts(rows[2:])]) == 3
+    assert store([encode_attempts([*rows, rows[0]])]) == 0
+    fresh = attempt_row(shard_id="2", end_ns=BASE_NS + 99 * 10**9)
+    # One re-sent span sends the batch down the staging path; the new one still lands.
+    assert store([encode_attempts([rows[1]]), encode_attempts([fresh, fresh])]) == 1
+    assert store([encode_attempts([])]) == 0
+    with read_session(database_url) as session:
+        runs = {r.run_id: r for r in session.scalars(select(Run))}
+    assert (runs["run-a"].attempts, runs["run-b"].attempts) == (3, 1)
+    assert runs["run-a"].shard_ids == ["0", "1", "2"]
+    assert (runs["run-a"].first_event_ns, runs["run-a"].last_event_ns) == (
+        BASE_NS + 5,
+        BASE_NS + 99 * 10**9,
+    )
+    with raw_transaction(database_url) as conn:
+        stored = conn.execute("SELECT count(*), count(DISTINCT ingest_batch) FROM attempts")
+        marked = conn.execute("SELECT count(DISTINCT batch_id) FROM live_dirty")
+        unmarked = conn.execute(
+            "SELECT count(*) FROM attempts a WHERE NOT EXISTS "
+            "(SELECT FROM live_dirty d WHERE d.batch_id = a.ingest_batch)"
+        )
+        # Every commit's rows carry its batch id, and its live marks name it (a commit of
+        # re-sent spans only marks its minutes too).
+        assert stored.fetchone() == (4, 2) and marked.fetchone() == (3,)
+        assert unmarked.fetchone() == (0,)
 
 
 def test_write_is_idempotent_and_keeps_runs_current(database_url: str) -> None:
@@ -85,10 +155,7 @@ def _archive(url: str, run_id: str) -> None:
         )
 
 
-def test_spans_of_an_archived_run_are_refused_and_counted(database_url: str) -> None:
-    from tpmledger.storage.codecs.attempt_encoding import encode_attempts
-    from tpmledger.storage.writers.bulk_writer import write_attempt_blocks
-
+def test_spans_of_an_archived_run_are_refused_and_counted(store: Store, database_url: str) -> None:
     gone = "gone\trun\\x"  # escaped in COPY text: refused all the same
     with raw_transaction(database_url) as conn:
         write_attempts(conn, [attempt_row(run_id=gone)])
@@ -96,8 +163,7 @@ def test_spans_of_an_archived_run_are_refused_and_counted(database_url: str) -> 
     block = encode_attempts(
         [attempt_row(run_id=gone), attempt_row(run_id="alive"), attempt_row(run_id=gone)]
     )
-    with raw_transaction(database_url) as conn:
-        assert write_attempt_blocks(conn, [block]) == 1
+    assert store([block]) == 1
     assert block.refused_spans == 2 and "/archive/x" in block.refused[gone][1]
     with raw_transaction(database_url) as conn:
         counts = dict(conn.execute("SELECT run_id, count(*) FROM attempts GROUP BY run_id"))
@@ -106,22 +172,19 @@ def test_spans_of_an_archived_run_are_refused_and_counted(database_url: str) -> 
 
 
 def test_a_run_archived_during_the_write_rolls_it_back(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The prune holds the runs row while it deletes; a commit that checked before the
     archive and upserts after it must not store the run's spans invisibly."""
-    from tpmledger.storage.codecs.attempt_encoding import encode_attempts
     from tpmledger.storage.writers import bulk_writer
 
     with raw_transaction(database_url) as conn:
         write_attempts(conn, [attempt_row(run_id="racing")])
     block = encode_attempts([attempt_row(run_id="racing")])
     # The run is archived right after this commit's check found it was not.
-    monkeypatch.setattr(
-        bulk_writer, "_refuse_archived", lambda *_: _archive(database_url, "racing")
-    )
-    with pytest.raises(bulk_writer.RunArchivedMeanwhile), raw_transaction(database_url) as conn:
-        bulk_writer.write_attempt_blocks(conn, [block])
+    monkeypatch.setattr(bulk_writer, "_refuse", lambda *_: _archive(database_url, "racing"))
+    with pytest.raises(bulk_writer.RunArchivedMeanwhile):
+        store([block])
     with raw_transaction(database_url) as conn:
         [(count,)] = conn.execute("SELECT count(*) FROM attempts WHERE run_id = 'racing'")
     assert count == 1
