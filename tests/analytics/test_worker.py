@@ -383,3 +383,71 @@ def test_a_quota_bound_fleet_is_sealed_final_once_after_its_wait(running_ingest:
     assert waits is not None and waits[0] > 0
     assert _wait_for(lambda: loop.poll_once() == ["w-fleet"], limit_s=120)
     assert _final_versions(url, "w-fleet") == [(1, True, len(ends))]
+
+
+class _RecordingUpdater:
+    """The live loop's seam: its updater, counting updates, on a real database connection
+    (the loop looks at ingest's writer and the queued marks through it)."""
+
+    def __init__(self, database_url: str) -> None:
+        import psycopg
+
+        from tpmledger.storage.server.database import libpq_url
+
+        self.conn = psycopg.connect(libpq_url(database_url), autocommit=True)
+        self.updates = 0
+
+    def connection(self) -> object:
+        return self.conn
+
+    def update_once(self) -> list[object]:
+        self.updates += 1
+        self.conn.execute("DELETE FROM live_dirty")  # drained
+        return []
+
+
+def test_the_first_data_of_a_burst_waits_while_ingests_writer_is_saturated(
+    database_url: str,
+) -> None:
+    """A burst shorter than the lag bound is folded once, after it (issue 39); data that
+    arrives while the writer is quiet is folded at once."""
+    from tests.fixtures.servers import wait_for
+    from tpmledger.analytics.worker import run_live_loop
+    from tpmledger.storage.server.database import connect_raw
+    from tpmledger.storage.server.ingest_activity import INGEST_WRITER
+
+    updater = _RecordingUpdater(database_url)
+    writer = connect_raw(database_url, application_name=INGEST_WRITER)
+    stop = threading.Event()
+    mark = (
+        "INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id) "
+        "VALUES ('burst', 0, 0, NULL)"
+    )
+    loop = threading.Thread(
+        target=run_live_loop,
+        args=(updater, 0.05, stop, 600.0),
+        daemon=True,  # type: ignore[arg-type]
+    )
+    try:
+        updater.conn.execute("DELETE FROM live_dirty")
+        loop.start()
+        updater.conn.execute(mark)  # quiet writer: folded at once
+        wait_for(lambda: updater.updates and not _queued(updater), timeout=30)
+        before = updater.updates
+        with writer.transaction():  # a commit that lasts: the writer saturated
+            writer.execute("SELECT 1")
+            updater.conn.execute(mark)
+            time.sleep(1.5)
+            assert updater.updates == before and _queued(updater)
+        # The burst is over: the queued data is folded.
+        wait_for(lambda: not _queued(updater), timeout=30)
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+        writer.close()
+        updater.conn.close()
+
+
+def _queued(updater: _RecordingUpdater) -> bool:
+    row = updater.conn.execute("SELECT count(*) FROM live_dirty").fetchone()
+    return bool(row and row[0])
