@@ -56,6 +56,7 @@ from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.server.backend_cpu import backend_cpu_s
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.live_store import (
+    LiveRunFacts,
     Mark,
     connect_live,
     dirty_run_ids,
@@ -264,6 +265,10 @@ class LiveUpdater:
             batches = sorted({m.batch_id for m in marks if m.batch_id is not None})
             new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
             clock = update.stage("new rows", clock)
+            if held is None and _every_attempt_of_the_run(new, facts, reader):
+                # The run's first update (a new run, a burst folded once after it ends):
+                # its minutes start empty and take the new rows, not read a second time.
+                states = {m: MinuteState(m) for m in sorted(touched)}
             new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
             if new is not None and new.height:
@@ -387,6 +392,15 @@ class LiveUpdater:
             return 0, 0
         minutes = held.minutes.values()
         return sum(s.values_held() for s in minutes), sum(s.nbytes() for s in minutes)
+
+
+def _every_attempt_of_the_run(
+    new: pl.DataFrame | None, facts: LiveRunFacts, reader: AttemptReader
+) -> bool:
+    """Whether the commits' rows ``new`` are every attempt the run has stored (its count in
+    ``runs``, read in the same snapshot), and it has no tool spans: folded into empty
+    minutes they give what reading those minutes whole gives."""
+    return new is not None and new.height == facts.attempts > 0 and not reader.has_tools
 
 
 def _within_budget(kept: dict[int, MinuteState]) -> dict[int, MinuteState]:

@@ -37,6 +37,7 @@ class LiveRunFacts:
     first_event_ns: int
     last_event_ns: int
     max_slot_ns: int
+    attempts: int  # every attempt of the run stored so far (ingest counts each commit's)
 
 
 def connect_live(url: str) -> psycopg.Connection:
@@ -109,8 +110,8 @@ def take_marks(conn: psycopg.Connection, run_id: str) -> tuple[list[Mark], int]:
 
 def live_run_facts(conn: psycopg.Connection, run_id: str) -> LiveRunFacts | None:
     row = conn.execute(
-        "SELECT run_id, updated_at, first_event_ns, last_event_ns, coalesce(max_slot_ns, 0) "
-        "FROM runs WHERE run_id = %s",
+        "SELECT run_id, updated_at, first_event_ns, last_event_ns, coalesce(max_slot_ns, 0), "
+        "attempts FROM runs WHERE run_id = %s",
         (run_id,),
     ).fetchone()
     return LiveRunFacts(*row) if row else None

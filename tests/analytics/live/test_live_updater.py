@@ -172,6 +172,39 @@ def test_commits_touching_every_minute_of_an_hour_fold_only_their_rows(
     _assert_same(database_url, run_id, updater)
 
 
+def test_a_new_runs_first_update_folds_its_commits_rows_and_reads_no_minute_whole(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst folded once after it ends (the live loop waited for ingest): every row of
+    the run is among the commits' rows, so its minutes start empty and take them; read
+    again whole, they doubled the update's database work (issue 39). An updater that keeps
+    nothing of a run with older rows (a restart) still reads its minutes whole."""
+    from tpmledger.analytics.live.attempt_reader import AttemptReader
+
+    run_id = f"burst-{os.urandom(4).hex()}"
+    rng = random.Random(41)
+    for index in range(3):
+        store(database_url, _spread_batch(run_id, rng, 300, index))
+    real_build = AttemptReader.build
+    built: list[int] = []
+
+    def build(reader: AttemptReader, states: dict[int, Any]) -> int:
+        built.append(len(states))
+        return real_build(reader, states)
+
+    monkeypatch.setattr(AttemptReader, "build", build)
+    updater = LiveUpdater(database_url)
+    [update] = updater.update_once()
+    assert built == [] and update.attempts_read == 900 and update.minutes >= 60
+    _assert_same(database_url, run_id, updater)
+
+    store(database_url, _spread_batch(run_id, rng, 300, 3))
+    restarted = LiveUpdater(database_url)
+    [update] = restarted.update_once()
+    assert sum(built) >= 60 and update.attempts_read == 1_200
+    _assert_same(database_url, run_id, restarted)
+
+
 def test_live_figures_before_the_kernels_are_compiled_are_the_seals(database_url: str) -> None:
     """While the analytics worker's kernels compile, the live path reads and computes
     without them (issue 37: no compilation before a run's first figures); the figures
