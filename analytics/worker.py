@@ -36,8 +36,6 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from tpmledger import compiled_kernels
 from tpmledger.analytics.live.ingest_yield import ingest_saturated, yield_to_ingest
 from tpmledger.analytics.live.live_updater import LiveUpdater
@@ -48,7 +46,6 @@ from tpmledger.settings import Settings
 from tpmledger.slo import Slo, optional_slo
 from tpmledger.storage.readers.snapshots_read import runs_due_for_seal
 from tpmledger.storage.server.database import in_one_snapshot, role_url
-from tpmledger.storage.server.ingest_activity import new_data_while_writing
 from tpmledger.storage.writers.snapshot_store import sealing_claim
 
 if TYPE_CHECKING:
@@ -305,24 +302,10 @@ def run_live_loop(
     :data:`LIVE_YIELD_MAX_S`), then, while ingest's writer is saturated, until
     ``max_lag_s`` after the update began: each update drains every commit queued
     meanwhile, so a burst is folded in a few updates and live work yields to ingest instead
-    of competing with every commit. The first data after a quiet spell waits the same way
-    when it arrives with ingest's writer inside a commit, up to ``max_lag_s`` after it was
-    first seen: a burst shorter than that is folded once, after it. When idle it waits
-    ``poll_s``.
+    of competing with every commit. When idle it waits ``poll_s``.
     """
     warm_live_imports()
-    since: float | None = None  # data queued after this waits for the next update
-
-    def saturated() -> bool:
-        return ingest_saturated(updater.connection(), stop)
-
     while not stop.is_set():
-        if since is None and max_lag_s > 0 and _burst_begins(updater):
-            since = time.monotonic()
-        if since is not None:
-            waited = yield_to_ingest(saturated, stop, since, max_lag_s)
-            if waited >= 0.5:
-                log.debug("live updates deferred %.1fs: ingest's writer is saturated", waited)
         began = time.monotonic()
         try:
             updates = updater.update_once()
@@ -344,16 +327,10 @@ def run_live_loop(
         if updates:
             used = sum(update.cpu_s + update.backend_cpu_s for update in updates)
             stop.wait(min(used, LIVE_YIELD_MAX_S))
-            since = began
+            waited = yield_to_ingest(
+                lambda: ingest_saturated(updater.connection(), stop), stop, began, max_lag_s
+            )
+            if waited >= 0.5:
+                log.debug("live updates deferred %.1fs: ingest's writer is saturated", waited)
         else:
-            since = None
             stop.wait(poll_s)
-
-
-def _burst_begins(updater: LiveUpdater) -> bool:
-    """Whether new data is queued while ingest's writer is inside a commit (one look: the
-    common quiet case costs one query, and the sampling decides the rest)."""
-    try:
-        return new_data_while_writing(updater.connection())
-    except psycopg.Error:
-        return False  # the update that follows reports it

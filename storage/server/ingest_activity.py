@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import psycopg
 
-__all__ = ["INGEST_WRITER", "ingest_writing", "new_data_while_writing"]
+__all__ = ["INGEST_WRITER", "ingest_writing"]
 
 #: ``application_name`` of ingest's group-commit connections (the ingest service's other
 #: connections carry it too, through ``PGAPPNAME``).
@@ -30,16 +30,4 @@ def ingest_writing(conn: psycopg.Connection) -> bool:
     """Whether an ingest connection is inside a commit now. ``conn`` must be in autocommit
     mode: the server keeps one view of ``pg_stat_activity`` per transaction."""
     row = conn.execute(_WRITING, (INGEST_WRITER,)).fetchone()
-    return bool(row and row[0])
-
-
-_NEW_DATA_WHILE_WRITING = f"""
-SELECT EXISTS (SELECT FROM live_dirty) AND ({_WRITING}) > 0"""
-
-
-def new_data_while_writing(conn: psycopg.Connection) -> bool:
-    """Whether live marks are queued (:mod:`storage.writers.live_store`) while an ingest
-    connection is inside a commit: the first data of a burst, as the live loop sees it
-    after a quiet spell. ``conn`` in autocommit mode, as for :func:`ingest_writing`."""
-    row = conn.execute(_NEW_DATA_WHILE_WRITING, (INGEST_WRITER,)).fetchone()
     return bool(row and row[0])

@@ -38,27 +38,3 @@ def test_the_group_commit_writer_names_its_connection(database_url: str) -> None
         assert name == (INGEST_WRITER,)
     finally:
         conn.close()
-
-
-def test_new_data_while_writing_needs_both_queued_marks_and_a_commit(database_url: str) -> None:
-    from tpmledger.storage.server.ingest_activity import new_data_while_writing
-
-    watcher = psycopg.connect(libpq_url(database_url), autocommit=True)
-    writer = connect_raw(database_url, application_name=INGEST_WRITER)
-    try:
-        watcher.execute("DELETE FROM live_dirty")
-        with writer.transaction():
-            writer.execute("SELECT 1")
-            assert not new_data_while_writing(watcher)  # writing, nothing queued yet
-        watcher.execute(
-            "INSERT INTO live_dirty (run_id, end_minute_ns, from_minute_ns, batch_id) "
-            "VALUES ('r', 0, 0, NULL)"
-        )
-        assert not new_data_while_writing(watcher)  # queued, the writer idle
-        with writer.transaction():
-            writer.execute("SELECT 1")
-            assert new_data_while_writing(watcher)
-    finally:
-        watcher.execute("DELETE FROM live_dirty")
-        watcher.close()
-        writer.close()
