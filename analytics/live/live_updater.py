@@ -266,8 +266,8 @@ class LiveUpdater:
             new = reader.new_rows(batches, min(touched), max(touched)) if batches else None
             clock = update.stage("new rows", clock)
             if held is None and _every_attempt_of_the_run(new, facts, reader):
-                # The run's first update (a new run, a burst folded once after it ends):
-                # its minutes start empty and take the new rows, not read a second time.
+                # A new run's first update: its minutes start empty and take the new
+                # rows, not read a second time.
                 states = {m: MinuteState(m) for m in sorted(touched)}
             new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
