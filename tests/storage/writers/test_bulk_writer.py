@@ -65,16 +65,14 @@ def test_both_paths_store_idempotently_and_keep_runs_current(
         BASE_NS + 99 * 10**9,
     )
     with raw_transaction(database_url) as conn:
+        # Read apart: a join of the two tables is not one Citus runs (attempts distributed).
         stored = conn.execute("SELECT count(*), count(DISTINCT ingest_batch) FROM attempts")
-        marked = conn.execute("SELECT count(DISTINCT batch_id) FROM live_dirty")
-        unmarked = conn.execute(
-            "SELECT count(*) FROM attempts a WHERE NOT EXISTS "
-            "(SELECT FROM live_dirty d WHERE d.batch_id = a.ingest_batch)"
-        )
-        # Every commit's rows carry its batch id, and its live marks name it (a commit of
-        # re-sent spans only marks its minutes too).
-        assert stored.fetchone() == (4, 2) and marked.fetchone() == (3,)
-        assert unmarked.fetchone() == (0,)
+        batches = {b for (b,) in conn.execute("SELECT DISTINCT ingest_batch FROM attempts")}
+        marked = {b for (b,) in conn.execute("SELECT DISTINCT batch_id FROM live_dirty")}
+    # Every commit's rows carry its batch id, and its live marks name it (a commit of
+    # re-sent spans only marks its minutes too).
+    assert stored.fetchone() == (4, 2) and len(marked) == 3
+    assert batches <= marked and None not in marked
 
 
 def test_write_is_idempotent_and_keeps_runs_current(database_url: str) -> None:
