@@ -31,7 +31,15 @@ from tpmledger.storage.readers.live_window import (
 
 #: The flags each row comes with (0 or 1), after :data:`LIVE_WINDOW_KINDS` and ``run_id``.
 FLAGS = ("rollup", "later_in_call", "has_later")
-_KINDS: dict[str, Kind] = {**LIVE_WINDOW_KINDS, **dict.fromkeys(FLAGS, "integer")}
+#: 1 when the row may change other attempts (it has a parent, or its explicit call other
+#: attempts; a rollup may too): only those rows' dependents are looked for
+#: (:func:`storage.readers.live_window.dependents`).
+MAY_CHANGE_OTHERS = "may_change_others"
+_KINDS: dict[str, Kind] = {
+    **LIVE_WINDOW_KINDS,
+    **dict.fromkeys(FLAGS, "integer"),
+    "partnered": "integer",
+}
 
 # The commits' rows, through the block-range index on ``ingest_batch``: the run is not
 # named in a form the (run_id, end_ns) index could serve, or a planner whose statistics
@@ -52,22 +60,32 @@ _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
 
 # Each row with its flags: its call's attempts that are not rollups, read once per row
 # through the (run_id, call_id) index, say whether one comes before it and one after it.
+# The same lookup says whether the call has other attempts at all (rollups too): a row
+# without them, without a parent and that is no rollup changes no other attempt
+# (DEPENDENTS_SQL's kinds 2 and 4 need another attempt of its call, kinds 1, 3 and 6 a
+# parent, kind 5 a child), so the dependents are looked for from the other rows only.
 _FLAGGED_SQL = f"""
 WITH new AS MATERIALIZED ({{commits}}
 )
 SELECT {select_list("w")},
        ({_IS_PARENT.format(t="w")})::int,
        (w.resend_count IS NULL AND coalesce(k.earlier, false))::int,
-       coalesce(k.later, false)::int
+       coalesce(k.later, false)::int,
+       (w.parent_span_id IS NOT NULL OR coalesce(k.others, false))::int
 FROM new w {resolved_join("w", "{run_id}")}
 LEFT JOIN LATERAL (
-    SELECT bool_or((b.start_ns, b.end_ns, b.span_id) < (w.start_ns, w.end_ns, w.span_id))
-               AS earlier,
-           bool_or((b.start_ns, b.end_ns, b.span_id, b.trace_id)
-                   > (w.start_ns, w.end_ns, w.span_id, w.trace_id)) AS later
-    FROM attempts b
-    WHERE w.call_id_explicit AND b.run_id = {{run_id}} AND b.call_id_explicit
-      AND b.call_id = w.call_id AND NOT {_IS_PARENT.format(t="b")}
+    SELECT bool_or(b.leaf AND (b.start_ns, b.end_ns, b.span_id)
+                              < (w.start_ns, w.end_ns, w.span_id)) AS earlier,
+           bool_or(b.leaf AND (b.start_ns, b.end_ns, b.span_id, b.trace_id)
+                              > (w.start_ns, w.end_ns, w.span_id, w.trace_id)) AS later,
+           bool_or((b.trace_id, b.span_id) <> (w.trace_id, w.span_id)) AS others
+    FROM (
+        SELECT b.trace_id, b.span_id, b.start_ns, b.end_ns, NOT {_IS_PARENT.format(t="b")} AS leaf
+        FROM attempts b
+        WHERE w.call_id_explicit AND b.run_id = {{run_id}} AND b.call_id_explicit
+          AND b.call_id = w.call_id
+        OFFSET 0  -- one rollup probe per attempt of the call, not one per aggregate
+    ) b
 ) k ON TRUE
 WHERE w.end_ns >= {{low}} AND w.end_ns < {{high}}
 ORDER BY w.arrival
@@ -106,9 +124,10 @@ def fetch_commit_rows(
     on_citus: bool = False,
 ) -> pl.DataFrame:
     """The rows of ``run_id`` stored by these ingest commits that end in [low_ns, high_ns),
-    in the order they were stored: the live window columns (ids in hex), ``run_id`` and
-    :data:`FLAGS` as the database holds them now. ``on_citus``: ``attempts`` is
-    distributed (storage.server.distribution.attempts_distributed)."""
+    in the order they were stored: the live window columns (ids in hex), ``run_id``,
+    :data:`FLAGS` as the database holds them now and :data:`MAY_CHANGE_OTHERS`.
+    ``on_citus``: ``attempts`` is distributed
+    (storage.server.distribution.attempts_distributed)."""
     query = sql.SQL(_FLAGGED_SQL).format(
         commits=_commits(run_id, batches, on_citus),
         run_id=sql.Literal(run_id),
@@ -120,9 +139,10 @@ def fetch_commit_rows(
         frame = copy_select(conn, query, _KINDS)
     finally:
         conn.execute("SET LOCAL enable_seqscan = on")
-    return frame.with_columns(run_id=pl.lit(run_id, dtype=pl.String)).select(
-        *LIVE_WINDOW_KINDS, "run_id", *FLAGS
-    )
+    return frame.with_columns(
+        run_id=pl.lit(run_id, dtype=pl.String),
+        **{MAY_CHANGE_OTHERS: pl.max_horizontal("partnered", "rollup")},
+    ).select(*LIVE_WINDOW_KINDS, "run_id", *FLAGS, MAY_CHANGE_OTHERS)
 
 
 def dependents_of_commits(
