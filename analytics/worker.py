@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from tpmledger import compiled_kernels
 from tpmledger.analytics.live.ingest_yield import ingest_saturated, yield_to_ingest
 from tpmledger.analytics.live.live_updater import LiveUpdater
+from tpmledger.analytics.live.warm_kernels import load_live_kernels
 from tpmledger.analytics.seal.checkpoints import Checkpointer, child_detail
 from tpmledger.analytics.seal.seal_process import SealFailed, seal_run_in_child
 from tpmledger.durations import parse_age
@@ -302,9 +303,12 @@ def run_live_loop(
     :data:`LIVE_YIELD_MAX_S`), then, while ingest's writer is saturated, until
     ``max_lag_s`` after the update began: each update drains every commit queued
     meanwhile, so a burst is folded in a few updates and live work yields to ingest instead
-    of competing with every commit. When idle it waits ``poll_s``.
+    of competing with every commit. When idle it waits ``poll_s``; the first time it is
+    idle with the kernels compiled, it loads them into this process first
+    (analytics/live/warm_kernels.py), so a burst's first update does not.
     """
     warm_live_imports()
+    kernels_loaded = False
     while not stop.is_set():
         began = time.monotonic()
         try:
@@ -333,4 +337,18 @@ def run_live_loop(
             if waited >= 0.5:
                 log.debug("live updates deferred %.1fs: ingest's writer is saturated", waited)
         else:
+            if not kernels_loaded and compiled_kernels.kernels_ready():
+                # Idle, with the kernels in the cache: load them here now, not in the
+                # first update of a burst (analytics/live/warm_kernels.py).
+                kernels_loaded = True
+                _load_live_kernels()
             stop.wait(poll_s)
+
+
+def _load_live_kernels() -> None:
+    try:
+        cpu_s = load_live_kernels()
+    except Exception:  # the first update loads them instead
+        log.exception("loading the live path's kernels failed")
+        return
+    log.debug("live path kernels loaded (%.2f CPU-s)", cpu_s)
