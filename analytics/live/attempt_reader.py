@@ -15,11 +15,7 @@ import psycopg
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.durations import MINUTE_NS, SECOND_NS
-from tpmledger.storage.readers.commit_rows import (
-    MAY_CHANGE_OTHERS,
-    dependents_of_commits,
-    fetch_commit_rows,
-)
+from tpmledger.storage.readers.commit_rows import MAY_CHANGE_OTHERS, fetch_commit_rows
 from tpmledger.storage.readers.live_window import (
     Dependent,
     dependents,
@@ -51,9 +47,8 @@ class AttemptReader:
         # Runs without tool spans (most) skip the per-trace tool lookups.
         self.has_tools = run_has_tool_spans(conn, facts.run_id)
         self.on_citus = attempts_distributed(conn)
-        # What the last new_rows read: its arguments, and the ids of its rows that may
-        # change other attempts.
-        self._changing: tuple[tuple[tuple[int, ...], int, int], list[str], list[str]] | None = None
+        # The ids (trace, span) of the rows the last new_rows read that may change others.
+        self._changing: tuple[list[str], list[str]] = ([], [])
 
     def with_tool_held(
         self, rows: pl.DataFrame, without_batches: list[int] | None = None
@@ -90,23 +85,13 @@ class AttemptReader:
         )
         # The rows that may change other attempts: :meth:`new_dependents` starts from them.
         changing = rows.filter(pl.col(MAY_CHANGE_OTHERS) == 1)
-        self._changing = (
-            (tuple(batches), first, last),
-            changing["trace_id"].to_list(),
-            changing["span_id"].to_list(),
-        )
+        self._changing = (changing["trace_id"].to_list(), changing["span_id"].to_list())
         return self.with_tool_held(rows.drop(MAY_CHANGE_OTHERS))
 
-    def new_dependents(self, batches: list[int], first: int, last: int) -> list[Dependent]:
-        """The attempts whose flags or values the rows :meth:`new_rows` gives changed."""
-        if self._changing is not None and self._changing[0] == (tuple(batches), first, last):
-            # Only the rows that may change others are looked up again (most rows: none).
-            _, trace_ids, span_ids = self._changing
-            return dependents(self.conn, self.facts.run_id, trace_ids, span_ids)
-        low, high = self.bounds([first, last])
-        return dependents_of_commits(
-            self.conn, self.facts.run_id, low, high, batches, on_citus=self.on_citus
-        )
+    def new_dependents(self) -> list[Dependent]:
+        """The attempts whose flags or values the rows the last :meth:`new_rows` gave
+        changed, looked for from the rows that may change others (most rows: none)."""
+        return dependents(self.conn, self.facts.run_id, *self._changing)
 
     def _flagged(self, rows: pl.DataFrame, end_range: tuple[int, int] | None) -> pl.DataFrame:
         """``rows`` with their probed flags (a range probe when ``end_range`` holds them all)."""

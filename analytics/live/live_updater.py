@@ -272,7 +272,7 @@ class LiveUpdater:
             new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
             if new is not None and new.height:
-                changed = reader.new_dependents(batches, min(touched), max(touched))
+                changed = reader.new_dependents()
             for low, high in _ranges_bounds(reader, rebuild):
                 changed += dependents_in_range(conn, run_id, low, high)
             new_keys = _new_among(changed, new)

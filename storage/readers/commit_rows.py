@@ -7,8 +7,10 @@ the read: a primary-key lookup to find each row again, then a lookup of its chil
 two of its call's attempts. Here they come with the read: each row's call is read once
 (its attempts that are not rollups say whether one comes before it and one after it), and
 the commits' rows are found through the block-range index on ``ingest_batch`` whatever
-the planner's statistics say. :func:`dependents_of_commits` starts from the same rows,
-without looking each up again. All of it runs on the caller's connection and transaction."""
+the planner's statistics say. The same call lookup says which rows may change other
+attempts (:data:`MAY_CHANGE_OTHERS`): the attempts they change are looked for from those
+rows alone (:func:`storage.readers.live_window.dependents`). All of it runs on the
+caller's connection and transaction."""
 
 from __future__ import annotations
 
@@ -22,10 +24,7 @@ from tpmledger.storage.codecs.binary_copy import Kind
 from tpmledger.storage.readers.attempt_frames import copy_select
 from tpmledger.storage.readers.call_attempts import resolved_join
 from tpmledger.storage.readers.live_window import (
-    DEPENDENTS_SQL,
     LIVE_WINDOW_KINDS,
-    Dependent,
-    parse_dependents,
     select_list,
 )
 
@@ -91,11 +90,6 @@ WHERE w.end_ns >= {{low}} AND w.end_ns < {{high}}
 ORDER BY w.arrival
 """
 
-# The same rows as the starting attempts of DEPENDENTS_SQL.
-_BY_COMMITS = """FROM ({commits}
-) a
-WHERE a.end_ns >= {low} AND a.end_ns < {high}"""
-
 
 def _without_seqscan(conn: psycopg.Connection) -> None:
     # Statistics taken while the column was mostly NULL (rows loaded before batches were
@@ -143,31 +137,3 @@ def fetch_commit_rows(
         run_id=pl.lit(run_id, dtype=pl.String),
         **{MAY_CHANGE_OTHERS: pl.max_horizontal("partnered", "rollup")},
     ).select(*LIVE_WINDOW_KINDS, "run_id", *FLAGS, MAY_CHANGE_OTHERS)
-
-
-def dependents_of_commits(
-    conn: psycopg.Connection,
-    run_id: str,
-    low_ns: int,
-    high_ns: int,
-    batches: Sequence[int],
-    *,
-    on_citus: bool = False,
-) -> list[Dependent]:
-    """Attempts whose flags or values the rows of these ingest commits ending in
-    [low_ns, high_ns) changed (:data:`~storage.readers.live_window.DEPENDENTS_SQL`)."""
-    if not batches:
-        return []
-    source = sql.SQL(_BY_COMMITS).format(
-        commits=_commits(run_id, batches, on_citus),
-        low=sql.Literal(low_ns),
-        high=sql.Literal(high_ns),
-    )
-    # Literals of the source escaped for the placeholders of the statement's one parameter.
-    query = DEPENDENTS_SQL.replace("{source}", source.as_string(conn).replace("%", "%%"))
-    _without_seqscan(conn)
-    try:
-        rows = conn.execute(query, {"run_id": run_id}).fetchall()
-    finally:
-        conn.execute("SET LOCAL enable_seqscan = on")
-    return parse_dependents(rows)
