@@ -25,6 +25,7 @@ from tpmledger.storage.readers.attempt_frames import copy_select
 from tpmledger.storage.readers.call_attempts import resolved_join
 from tpmledger.storage.readers.live_window import (
     LIVE_WINDOW_KINDS,
+    attribute_texts,
     select_list,
 )
 
@@ -38,6 +39,7 @@ _KINDS: dict[str, Kind] = {
     **LIVE_WINDOW_KINDS,
     **dict.fromkeys(FLAGS, "integer"),
     "partnered": "integer",
+    "arrival": "integer",
 }
 
 # The commits' rows, through the block-range index on ``ingest_batch``: the run is not
@@ -45,11 +47,24 @@ _KINDS: dict[str, Kind] = {
 # predate the run (a new database, or a run still small beside the table) reads every row
 # of the run on every update to find a commit's. On Citus the run is named plainly, so the
 # statement runs on the run's one shard. ``arrival`` keeps the order the rows were stored
-# in: they are folded in that order.
-_COMMITS = """
-    SELECT *, row_number() OVER () AS arrival FROM attempts
-    WHERE ingest_batch BETWEEN {first} AND {last} AND ingest_batch = ANY({batches}::bigint[])
-      AND {run_named}"""
+# in: they are folded in that order (sorted by it in the frame: the server sorted rows
+# wider than its sort memory in a temporary file).
+#
+# Only the columns the statement reads are kept, the attributes as the three texts read
+# from them, and the rows are not materialized: whole rows (their attributes ~1 KB a row)
+# were copied into a temporary file on every update. Together: 11.6 against 20.1 µs a row
+# of database time (median of 16, 51,200 rows of a 204,800-row backfill, issue 39).
+_READ = (
+    "trace_id", "span_id", "parent_span_id", "shard_id", "status", "start_ns", "end_ns",
+    "queue_wait_s", "ttft_s", "prompt_tokens", "completion_tokens", "cache_read_tokens",
+    "cache_write_tokens", "reasoning_tokens", "resend_count", "concurrency_cap", "call_id",
+    "call_id_explicit", "error_type", "provider", "model", "convention",
+)  # fmt: skip
+_COMMITS = f"""
+    SELECT {", ".join(_READ)}, {attribute_texts("attempts")},
+           row_number() OVER () AS arrival FROM attempts
+    WHERE ingest_batch BETWEEN {{first}} AND {{last}} AND ingest_batch = ANY({{batches}}::bigint[])
+      AND {{run_named}}"""
 _RUN_NAMED = "(run_id = {run_id}) IS TRUE"
 _RUN_NAMED_ON_CITUS = "run_id = {run_id}"
 
@@ -64,13 +79,14 @@ _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
 # (DEPENDENTS_SQL's kinds 2 and 4 need another attempt of its call, kinds 1, 3 and 6 a
 # parent, kind 5 a child), so the dependents are looked for from the other rows only.
 _FLAGGED_SQL = f"""
-WITH new AS MATERIALIZED ({{commits}}
+WITH new AS NOT MATERIALIZED ({{commits}}
 )
-SELECT {select_list("w")},
+SELECT {select_list("w", texts_read=True)},
        ({_IS_PARENT.format(t="w")})::int,
        (w.resend_count IS NULL AND coalesce(k.earlier, false))::int,
        coalesce(k.later, false)::int,
-       (w.parent_span_id IS NOT NULL OR coalesce(k.others, false))::int
+       (w.parent_span_id IS NOT NULL OR coalesce(k.others, false))::int,
+       w.arrival
 FROM new w {resolved_join("w", "{run_id}")}
 LEFT JOIN LATERAL (
     SELECT bool_or(b.leaf AND (b.start_ns, b.end_ns, b.span_id)
@@ -87,7 +103,6 @@ LEFT JOIN LATERAL (
     ) b
 ) k ON TRUE
 WHERE w.end_ns >= {{low}} AND w.end_ns < {{high}}
-ORDER BY w.arrival
 """
 
 
@@ -133,7 +148,11 @@ def fetch_commit_rows(
         frame = copy_select(conn, query, _KINDS)
     finally:
         conn.execute("SET LOCAL enable_seqscan = on")
-    return frame.with_columns(
-        run_id=pl.lit(run_id, dtype=pl.String),
-        **{MAY_CHANGE_OTHERS: pl.max_horizontal("partnered", "rollup")},
-    ).select(*LIVE_WINDOW_KINDS, "run_id", *FLAGS, MAY_CHANGE_OTHERS)
+    return (
+        frame.sort("arrival")
+        .with_columns(
+            run_id=pl.lit(run_id, dtype=pl.String),
+            **{MAY_CHANGE_OTHERS: pl.max_horizontal("partnered", "rollup")},
+        )
+        .select(*LIVE_WINDOW_KINDS, "run_id", *FLAGS, MAY_CHANGE_OTHERS)
+    )

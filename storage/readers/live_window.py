@@ -62,24 +62,48 @@ def _columns(alias: str) -> str:
 FROM {{table}} {alias} {resolved_join(alias, "{run_id}")}"""
 
 
-def select_list(alias: str) -> str:
+#: The live window's values held in attributes, by column: the attribute, and whether the
+#: resource's attribute stands in when the span has none.
+_ATTRIBUTE_TEXTS = {
+    "deadline_text": ("tpmledger.deadline_s", False),
+    "timeout_text": ("tpmledger.request.timeout_s", True),
+    "target_cap_text": ("tpmledger.target.concurrency.cap", True),
+}
+
+
+def _attribute_text(alias: str, column: str) -> str:
+    key, from_resource = _ATTRIBUTE_TEXTS[column]
+    span_value = f"{alias}.span_attributes ->> '{key}'"
+    if not from_resource:
+        return span_value
+    return f"coalesce({span_value},\n                {alias}.resource_attributes ->> '{key}')"
+
+
+def attribute_texts(alias: str) -> str:
+    """A select list of the live window's attribute-held values of ``alias``, each named
+    as its column: a narrow copy of attempts (storage/readers/commit_rows.py) carries
+    these three texts instead of the attributes."""
+    return ", ".join(f"{_attribute_text(alias, c)} AS {c}" for c in _ATTRIBUTE_TEXTS)
+
+
+def select_list(alias: str, *, texts_read: bool = False) -> str:
     """The columns of :data:`LIVE_WINDOW_KINDS` over ``alias`` joined by
     :func:`~storage.readers.call_attempts.resolved_join` (HTTP attempts read their call's
-    target and tokens: storage/readers/call_attempts.py)."""
+    target and tokens: storage/readers/call_attempts.py). ``texts_read``: ``alias``
+    carries the attribute-held values as columns already (:func:`attribute_texts`)."""
 
     def c(name: str) -> str:
         return resolved_column(name, alias)
+
+    def text(column: str) -> str:
+        return f"{alias}.{column}" if texts_read else _attribute_text(alias, column)
 
     a = alias
     return f"""{a}.trace_id, {a}.span_id, {a}.shard_id, {a}.status, {a}.start_ns, {a}.end_ns,
        {a}.queue_wait_s, {c("ttft_s")}, {c("prompt_tokens")}, {c("completion_tokens")},
        {a}.resend_count, {a}.concurrency_cap, {a}.call_id_explicit::int,
-       {a}.error_type, {a}.span_attributes ->> 'tpmledger.deadline_s',
-       coalesce({a}.span_attributes ->> 'tpmledger.request.timeout_s',
-                {a}.resource_attributes ->> 'tpmledger.request.timeout_s'),
-       {c("provider")}, {c("model")},
-       coalesce({a}.span_attributes ->> 'tpmledger.target.concurrency.cap',
-                {a}.resource_attributes ->> 'tpmledger.target.concurrency.cap'),
+       {a}.error_type, {text("deadline_text")}, {text("timeout_text")},
+       {c("provider")}, {c("model")}, {text("target_cap_text")},
        {c("cache_read_tokens")}, {c("cache_write_tokens")}, {c("reasoning_tokens")}"""
 
 
