@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ingest_workload as workload
 from ingest_alone import raw_copy, start_profiler
 
+from tpmledger.ingest.normalize_pool import default_workers
 from tpmledger.storage.server.database import libpq_url
 
 RESULTS = workload.REPO / "bench" / "results" / "ingest_up.txt"
@@ -202,6 +203,8 @@ STATEMENT_CLASSES = (
     ("live marks (live_dirty)", r"live_dirty"),
     ("live batch summaries", r"live_batches|ingest_batches"),
     ("live rows written", r"^\s*(INSERT INTO|DELETE FROM) (live_|minute_extras)"),
+    # The new commits' rows with their flags (storage/readers/commit_rows.py): one statement.
+    ("attempt reads for live", r"WITH new AS (NOT )?MATERIALIZED"),
     ("flag probes (dependents, later, rollup)", r"has_later|later_in_call|rollup|parent_span"),
     ("attempt reads for live", r"FROM attempts"),
     ("tool spans", r"tool_spans"),
@@ -509,6 +512,13 @@ def commit_stats(port: int) -> dict[str, float]:
     return out
 
 
+def _normalizer_workers() -> int:
+    """The normalizer processes up starts: ``TPMLEDGER_NORMALIZE_WORKERS`` when set (the
+    bench passes its environment on), else the pool's default."""
+    configured = os.environ.get("TPMLEDGER_NORMALIZE_WORKERS", "").strip()
+    return int(configured) if configured else default_workers()
+
+
 def describe_pipeline(
     wall_s: float,
     spans: int,
@@ -520,7 +530,7 @@ def describe_pipeline(
     """Where a request's wall time goes during the burst: how busy each stage was."""
     cpu = ledger.by_role()
     cores = os.cpu_count() or 1
-    workers = max(1, len(os.sched_getaffinity(0)))  # NormalizePool's default
+    workers = max(1, _normalizer_workers())  # 0: inline, in the ingest process
     latency = senders * wall_s / max(requests, 1)  # Little's law: senders always busy
     n = max(commits["commits"], 1)
     normalizers = cpu.get("ingest normalizer workers", 0) / workers / wall_s
