@@ -15,14 +15,12 @@ import psycopg
 from tpmledger.analytics.kernels.tool_overlap import tool_held_ns
 from tpmledger.analytics.live.minute_state import MinuteState, fold_ending, fold_overlap
 from tpmledger.durations import MINUTE_NS, SECOND_NS
+from tpmledger.storage.readers.attempt_flags import Dependent, dependents, probe_flags
 from tpmledger.storage.readers.commit_rows import MAY_CHANGE_OTHERS, fetch_commit_rows
 from tpmledger.storage.readers.live_window import (
-    Dependent,
-    dependents,
     fetch_attempts,
     fetch_window,
     fetch_window_page,
-    probe_flags,
 )
 from tpmledger.storage.server.distribution import attempts_distributed
 from tpmledger.storage.writers.live_store import LiveRunFacts

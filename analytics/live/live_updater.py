@@ -51,7 +51,7 @@ from tpmledger.analytics.live.minute_state_figures import (
     minute_rows,
 )
 from tpmledger.durations import MINUTE_NS, SECOND_NS
-from tpmledger.storage.readers.live_window import Dependent, dependents_in_range
+from tpmledger.storage.readers.attempt_flags import Dependent, dependents_in_range
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 from tpmledger.storage.server.backend_cpu import backend_cpu_s
 from tpmledger.storage.server.database import in_one_snapshot

@@ -2,14 +2,14 @@
 statement (docs/metrics.md#live-figures).
 
 An update folds the rows of the commits its marks name. Their flags (``rollup``,
-``later_in_call``, ``has_later``: :mod:`storage.readers.live_window`) were probed after
+``later_in_call``, ``has_later``: :mod:`storage.readers.attempt_flags`) were probed after
 the read: a primary-key lookup to find each row again, then a lookup of its children and
 two of its call's attempts. Here they come with the read: each row's call is read once
 (its attempts that are not rollups say whether one comes before it and one after it), and
 the commits' rows are found through the block-range index on ``ingest_batch`` whatever
 the planner's statistics say. The same call lookup says which rows may change other
 attempts (:data:`MAY_CHANGE_OTHERS`): the attempts they change are looked for from those
-rows alone (:func:`storage.readers.live_window.dependents`). All of it runs on the
+rows alone (:func:`storage.readers.attempt_flags.dependents`). All of it runs on the
 caller's connection and transaction."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tpmledger.storage.readers.live_window import (
 FLAGS = ("rollup", "later_in_call", "has_later")
 #: 1 when the row may change other attempts (it has a parent, or its explicit call other
 #: attempts; a rollup may too): only those rows' dependents are looked for
-#: (:func:`storage.readers.live_window.dependents`).
+#: (:func:`storage.readers.attempt_flags.dependents`).
 MAY_CHANGE_OTHERS = "may_change_others"
 _KINDS: dict[str, Kind] = {
     **LIVE_WINDOW_KINDS,
@@ -68,7 +68,7 @@ _COMMITS = f"""
 _RUN_NAMED = "(run_id = {run_id}) IS TRUE"
 _RUN_NAMED_ON_CITUS = "run_id = {run_id}"
 
-# A rollup: a stored span of the run names it as parent (storage/readers/live_window.py).
+# A rollup: a stored span of the run names it as parent (storage/readers/attempt_flags.py).
 _IS_PARENT = """EXISTS (SELECT 1 FROM attempts c WHERE c.trace_id = {t}.trace_id
                    AND c.parent_span_id = {t}.span_id AND c.run_id = {{run_id}})"""
 

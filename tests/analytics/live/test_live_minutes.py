@@ -29,7 +29,7 @@ from tpmledger.analytics.seal.run_computation import compute_run
 from tpmledger.analytics.seal.sealing import seal_run
 from tpmledger.analytics.views.current_table import current_table
 from tpmledger.analytics.views.live_view import live_figures
-from tpmledger.storage.readers import live_window
+from tpmledger.storage.readers import attempt_flags
 from tpmledger.storage.server.database import in_one_snapshot
 from tpmledger.storage.writers.sealed_figures_store import read_diagnostics
 
@@ -208,7 +208,7 @@ def test_live_table_equals_batch_table_for_any_arrival_order(
     rows = _rows(run_id, specs)
     # Probes by id (the usual case) or by a range of end times (a cold read of a busy
     # minute): both must give the same flags.
-    live_window.RANGE_PROBE_MIN = 1 if order.random() < 0.5 else 20_000
+    attempt_flags.RANGE_PROBE_MIN = 1 if order.random() < 0.5 else 20_000
     arrival = list(rows)
     order.shuffle(arrival)
     # Re-sent exports: some rows come again in a later batch.
@@ -226,7 +226,7 @@ def test_live_table_equals_batch_table_for_any_arrival_order(
     _assert_same(
         database_url, run_id, updater if order.random() < 0.7 else LiveUpdater(database_url)
     )
-    live_window.RANGE_PROBE_MIN = 20_000  # (both modes are exact; this restores the default)
+    attempt_flags.RANGE_PROBE_MIN = 20_000  # (both modes are exact; this restores the default)
 
 
 def _call(minute: int, second: int = 0) -> tuple[Any, ...]:

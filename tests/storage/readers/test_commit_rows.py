@@ -5,7 +5,7 @@ set-based, one lookup per call instead of several per row).
 Runs of calls with many attempts, ties in start and end times, rollup parents (some of
 them attempts of a call), HTTP attempts under LLM spans, resend counts, another run
 sharing the call ids, and commits of several sizes; the reference is computed in Python
-from the definitions (storage/readers/live_window.py) over every stored row.
+from the definitions (storage/readers/attempt_flags.py) over every stored row.
 """
 
 from __future__ import annotations
@@ -20,17 +20,13 @@ import pytest
 
 from tests.analytics.seeding import store
 from tests.storage.builders import BASE_NS, attempt_row
+from tpmledger.storage.readers.attempt_flags import Dependent, dependents, probe_flags
 from tpmledger.storage.readers.commit_rows import (
     FLAGS,
     MAY_CHANGE_OTHERS,
     fetch_commit_rows,
 )
-from tpmledger.storage.readers.live_window import (
-    Dependent,
-    dependents,
-    fetch_attempts,
-    probe_flags,
-)
+from tpmledger.storage.readers.live_window import fetch_attempts
 from tpmledger.storage.schema.models import ATTEMPT_COPY_COLUMNS
 from tpmledger.storage.server.database import libpq_url
 
