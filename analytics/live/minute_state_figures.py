@@ -32,26 +32,39 @@ from tpmledger.durations import SECOND_NS
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
-def _groups(values: npt.NDArray[Any], nulls: int) -> SortedGroups:
-    return SortedGroups(values, np.array([0, values.size], np.int64), np.array([nulls], np.int64))
+def _value_keys(name: str) -> list[str]:
+    keys = [f"{name}_{p}_s" for p in PERCENTILES]
+    if name == "ttft":
+        keys += ["ttft_mean_s", "ttft_variance_s2"]
+    return keys
 
 
-def _value_figures(values: npt.NDArray[Any], nulls: int, name: str) -> dict[str, float | None]:
-    """Percentiles (and for TTFT mean and variance) of one cell, as cell_figures."""
-    if values.size == 0:
-        keys = [f"{name}_{p}_s" for p in PERCENTILES]
-        if name == "ttft":
-            keys += ["ttft_mean_s", "ttft_variance_s2"]
-        return dict.fromkeys(keys)
-    groups = _groups(values, nulls)
+def _value_figures(
+    cells: Sequence[tuple[npt.NDArray[Any], int]], name: str
+) -> list[dict[str, Any]]:
+    """Percentiles (and for TTFT mean and variance) of each cell's sorted values and
+    null count, as cell_figures: the cells with values side by side in one call of each
+    kernel (each group's arithmetic is its own, so the figures are those of one call per
+    cell; a backfill's update has ~1,000 cells)."""
+    keys = _value_keys(name)
+    out: list[dict[str, Any]] = [dict.fromkeys(keys) for _ in cells]
+    kept = [i for i, (values, _) in enumerate(cells) if values.size]
+    if not kept:
+        return out
+    arrays = [cells[i][0] for i in kept]
+    starts = np.zeros(len(kept) + 1, np.int64)
+    np.cumsum([a.size for a in arrays], out=starts[1:])
+    groups = SortedGroups(
+        np.concatenate(arrays), starts, np.array([cells[i][1] for i in kept], np.int64)
+    )
     to_values = latency_seconds if name == "latency" else None
     figures, _ = group_quantiles(groups, QUANTILES, to_values)
-    out: dict[str, float | None] = {
-        f"{name}_{p}_s": float(v[0]) for p, v in zip(PERCENTILES, figures, strict=True)
-    }
+    columns = [column.tolist() for column in figures]
     if name == "ttft":
         mean, variance = group_moments(groups)
-        out["ttft_mean_s"], out["ttft_variance_s2"] = float(mean[0]), float(variance[0])
+        columns += [mean.tolist(), variance.tolist()]
+    for g, i in enumerate(kept):
+        out[i] = {key: float(column[g]) for key, column in zip(keys, columns, strict=True)}
     return out
 
 
@@ -100,6 +113,8 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
         for shard, cap in state.caps.items():
             known[shard] = max(known.get(shard, 0), cap)
     records: list[dict[str, Any]] = []
+    ttft_cells: list[tuple[npt.NDArray[Any], int]] = []
+    latency_cells: list[tuple[npt.NDArray[Any], int]] = []
     zero_sums = np.zeros(len(SUMS), np.int64)
     for state in states:
         shards = sorted(set(state.sums) | set(state.caps) | set(state.flight))
@@ -111,33 +126,40 @@ def minute_rows(states: Sequence[MinuteState], caps: Mapping[str, int]) -> pl.Da
             total += sums
             active += int(sums[0] > 0)
             ttft = state.ttft.get(shard, _EMPTY_FLOATS)
+            ttft_cells.append((ttft, int(sums[0]) - ttft.size))
+            latency_cells.append((state.latency.get(shard, _EMPTY_INTS), 0))
             records.append(
                 {
                     "shard_id": shard,
                     "minute_ns": state.minute_ns,
                     **_counts(sums),
                     "shards_active": int(sums[0] > 0),
-                    **_value_figures(ttft, int(sums[0]) - ttft.size, "ttft"),
-                    **_value_figures(state.latency.get(shard, _EMPTY_INTS), 0, "latency"),
                     **samples,
                     "sag_cap": known.get(shard),
                     "concurrency_cap": state.caps.get(shard),
                 }
             )
         ttft, latency = state.whole_values()
+        ttft_cells.append((ttft, int(total[0]) - ttft.size))
+        latency_cells.append((latency, 0))
         records.append(
             {
                 "shard_id": WHOLE_RUN,
                 "minute_ns": state.minute_ns,
                 **_counts(total),
                 "shards_active": active,
-                **_value_figures(ttft, int(total[0]) - ttft.size, "ttft"),
-                **_value_figures(latency, 0, "latency"),
                 **concurrency[-1],
                 "sag_cap": None,
                 "concurrency_cap": None,
             }
         )
+    for record, ttft_figures, latency_figures in zip(
+        records,
+        _value_figures(ttft_cells, "ttft"),
+        _value_figures(latency_cells, "latency"),
+        strict=True,
+    ):
+        record |= ttft_figures | latency_figures
     names = records[0].keys() if records else ()
     schema = {"shard_id": pl.String(), "minute_ns": pl.Int64()}
     schema |= {name: dtype for name, dtype in LIVE_ROW_SCHEMA.items() if name in names}
