@@ -232,7 +232,7 @@ def minute_targets(state: MinuteState) -> list[dict[str, Any]]:
         busy = None
         if flight is not None and flight.any():
             level, seconds = np.unique(flight[flight > 0], return_counts=True)
-            levels = [[int(v), int(n)] for v, n in zip(level, seconds, strict=True)]
+            levels = [list(pair) for pair in zip(level.tolist(), seconds.tolist(), strict=True)]
             at = np.flatnonzero(flight > 0)
             first = state.minute_ns // SECOND_NS
             busy = [first + int(at[0]), first + int(at[-1]) + 1]
