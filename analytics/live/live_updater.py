@@ -171,6 +171,11 @@ class RunStates:
 
     generation: int
     minutes: dict[int, MinuteState]
+    #: A minute from here on without a state held no attempt before the next update's
+    #: commits: the updates since the run's first kept a state for every minute they
+    #: touched, and let go only of minutes before this one. None: not known (this
+    #: updater's first update of the run came after others).
+    empty_from_ns: int | None = None
 
 
 @dataclass
@@ -252,6 +257,7 @@ class LiveUpdater:
             if held is not None and held.generation != generation - 1:
                 held = None  # another worker drained marks meanwhile: rebuilt from the table
             states = held.minutes if held is not None else {}
+            empty_from = held.empty_from_ns if held is not None else None
             touched: set[int] = set()
             rebuild: set[int] = set()  # minutes read whole from the table
             for mark in marks:
@@ -269,6 +275,7 @@ class LiveUpdater:
                 # A new run's first update: its minutes start empty and take the new
                 # rows, not read a second time.
                 states = {m: MinuteState(m) for m in sorted(touched)}
+                empty_from = 0  # no other attempt anywhere
             new_tools = fetch_new_tools(conn, run_id, batches) if reader.has_tools else []
             changed = []
             if new is not None and new.height:
@@ -307,6 +314,13 @@ class LiveUpdater:
                     adjust[key] = None
             del new_keys, changed, held_changed
             clock = update.stage("dependents", clock)
+            if empty_from is not None:
+                # A minute no update touched since the run's first holds only these
+                # commits' rows: it starts empty and takes them, not read whole (a
+                # burst's next minute read its first ~10 s of rows a second time).
+                for minute in touched - rebuild - states.keys():
+                    if minute >= empty_from:
+                        states[minute] = MinuteState(minute)
             folded = {m: states[m] for m in sorted(touched) if m in states and m not in rebuild}
             update.minutes = len(touched)
             if new is not None and folded:
@@ -376,7 +390,12 @@ class LiveUpdater:
         # Kept once the transaction committed: the states of the newest minutes, this
         # update's and those it left alone (a late attempt into an old minute does not
         # drop the busy minute's state); older ones are read again if touched.
-        self.states[run_id] = RunStates(generation, _within_budget(untouched | current))
+        held_now = untouched | current
+        kept = _within_budget(held_now)
+        let_go = held_now.keys() - kept.keys()
+        if empty_from is not None and let_go:
+            empty_from = max(empty_from, max(let_go) + MINUTE_NS)
+        self.states[run_id] = RunStates(generation, kept, empty_from)
         update.cpu_s = time.process_time() - cpu
         backend_after = backend_cpu_s(self.connection())
         if backend is not None and backend_after is not None and backend[0] == backend_after[0]:

@@ -205,6 +205,79 @@ def test_a_new_runs_first_update_folds_its_commits_rows_and_reads_no_minute_whol
     _assert_same(database_url, run_id, restarted)
 
 
+def _minute_batch(
+    run_id: str, rng: random.Random, count: int, minute: int, serial: int
+) -> list[tuple[Any, ...]]:
+    """``count`` attempts ending in the run's ``minute`` (current traffic: a commit's rows
+    end within a few seconds), each its own explicit call but the first, a retry of a
+    call of the previous commit."""
+    rows = []
+    for index in range(count):
+        end = BASE_NS + minute * 60 * SECOND + int(rng.uniform(0, 59) * SECOND)
+        call = serial * count - 1 if serial and index == 0 else serial * count + index
+        rows.append(
+            attempt_row(
+                run_id=run_id,
+                shard_id=str(index % 3),
+                call_id=f"call-{call}",
+                call_id_explicit=True,
+                start_ns=end - int(rng.uniform(0.1, 20) * SECOND),
+                end_ns=end,
+                ttft_s=rng.uniform(0.05, 1.0),
+                status="ok" if rng.random() < 0.9 else "error",
+            )
+        )
+    return rows
+
+
+def test_a_minute_no_update_touched_starts_empty_and_takes_the_new_rows(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Current traffic moving into its next minute: the minute held no attempt before
+    the commits that reach it, so it starts empty and takes their rows instead of being
+    read whole (issue 39: a burst's next minute read its first ~10 s of rows a second
+    time). A minute the updater let go of (the byte budget) is read whole when touched
+    again, and so is every older one; the figures stay the seal's throughout."""
+    from tpmledger.analytics.live import live_updater
+    from tpmledger.analytics.live.attempt_reader import AttemptReader
+
+    run_id = f"next-{os.urandom(4).hex()}"
+    rng = random.Random(49)
+    real_build = AttemptReader.build
+    built: list[list[int]] = []
+
+    def build(reader: AttemptReader, states: dict[int, Any]) -> int:
+        built.append(sorted(states))
+        return real_build(reader, states)
+
+    monkeypatch.setattr(AttemptReader, "build", build)
+    updater = LiveUpdater(database_url)
+    for serial, minute in enumerate((0, 1, 2, 4)):
+        store(database_url, _minute_batch(run_id, rng, 120, minute, serial))
+        [update] = updater.update_once()
+        assert built == [], (minute, built)
+        # The new rows, and the earlier attempt of the one call retried.
+        assert update.attempts_read <= 121, (minute, update.attempts_read)
+    _assert_same(database_url, run_id, updater)
+    assert built == []
+
+    # Older minutes let go of (the byte budget at 0: the newest two, and minute 3 that
+    # holds no value): touched again they are read whole, and so is a minute before them
+    # that no update touched; a later one that none touched still starts empty.
+    monkeypatch.setattr(live_updater, "KEPT_BYTES", 0)
+    store(database_url, _minute_batch(run_id, rng, 40, 5, 4))
+    updater.update_once()
+    minute = 60 * SECOND
+    assert min(updater.states[run_id].minutes) == BASE_NS + 3 * minute
+    late = [*_minute_batch(run_id, rng, 30, 0, 0), *_minute_batch(run_id, rng, 5, -3, 0)]
+    store(database_url, [*late, *_minute_batch(run_id, rng, 10, 8, 0)])
+    updater.update_once()
+    reread = {m for states in built for m in states}
+    assert {BASE_NS, BASE_NS - 3 * minute} <= reread
+    assert BASE_NS + 8 * minute not in reread
+    _assert_same(database_url, run_id, updater)
+
+
 def test_live_figures_before_the_kernels_are_compiled_are_the_seals(database_url: str) -> None:
     """While the analytics worker's kernels compile, the live path reads and computes
     without them (issue 37: no compilation before a run's first figures); the figures
