@@ -49,6 +49,7 @@ import http.client
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -328,6 +329,8 @@ class Up:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # Its log and (cold runs) kernel cache: every run left one behind in the temp dir.
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def start_up(url: str, *, cold: bool = False) -> Up:
