@@ -15,6 +15,7 @@ are every minute of the grid either way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,14 +151,23 @@ def event_value_groups(
 
 def _value_columns(groups: ValueGroups, name: str) -> dict[str, pl.Series]:
     """Percentile columns (and for TTFT the mean and variance), cells then minutes."""
+    return value_columns(groups.by_cell_and_minute, groups.to_values, name)
+
+
+def value_columns(
+    groups: Sequence[SortedGroups], to_values: ToValues | None, name: str
+) -> dict[str, pl.Series]:
+    """Percentile columns (and for TTFT the mean and variance) of every group of
+    ``groups``, one after another; null for a group without values. The seal's cells and
+    the live path's minutes (analytics/live/minute_state_figures.py) both take theirs here."""
     columns: dict[str, pl.Series] = {}
-    parts = [group_quantiles(g, QUANTILES, groups.to_values) for g in groups.by_cell_and_minute]
+    parts = [group_quantiles(g, QUANTILES, to_values) for g in groups]
     missing = ~np.concatenate([has for _, has in parts])
     for i, p in enumerate(PERCENTILES):
         joined = np.concatenate([figures[i] for figures, _ in parts])
         columns[f"{name}_{p}_s"] = _null_where(joined, missing)
     if name == "ttft":
-        moments = [group_moments(g) for g in groups.by_cell_and_minute]
+        moments = [group_moments(g) for g in groups]
         mean = np.concatenate([m for m, _ in moments])
         variance = np.concatenate([v for _, v in moments])
         columns["ttft_mean_s"] = _null_where(mean, missing)

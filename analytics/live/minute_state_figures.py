@@ -14,10 +14,10 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from tpmledger.analytics.kernels.cell_figures import PERCENTILES, QUANTILES
+from tpmledger.analytics.kernels.cell_figures import value_columns
 from tpmledger.analytics.kernels.concurrency import minute_cells, sampled_series
 from tpmledger.analytics.kernels.event_arrays import latency_seconds
-from tpmledger.analytics.kernels.group_quantiles import SortedGroups, group_moments, group_quantiles
+from tpmledger.analytics.kernels.group_quantiles import SortedGroups
 from tpmledger.analytics.kernels.value_sketch import KEY_MULTIPLIER, MIN_MAPPED, summary
 from tpmledger.analytics.live.live_row_schema import LIVE_ROW_SCHEMA, finished_rows
 from tpmledger.analytics.live.minute_state import (
@@ -32,40 +32,24 @@ from tpmledger.durations import SECOND_NS
 from tpmledger.storage.schema.minute_keys import WHOLE_RUN
 
 
-def _value_keys(name: str) -> list[str]:
-    keys = [f"{name}_{p}_s" for p in PERCENTILES]
-    if name == "ttft":
-        keys += ["ttft_mean_s", "ttft_variance_s2"]
-    return keys
-
-
 def _value_figures(
     cells: Sequence[tuple[npt.NDArray[Any], int]], name: str
 ) -> list[dict[str, Any]]:
     """Percentiles (and for TTFT mean and variance) of each cell's sorted values and
-    null count, as cell_figures: the cells with values side by side in one call of each
-    kernel (each group's arithmetic is its own, so the figures are those of one call per
-    cell; a backfill's update has ~1,000 cells)."""
-    keys = _value_keys(name)
-    out: list[dict[str, Any]] = [dict.fromkeys(keys) for _ in cells]
-    kept = [i for i, (values, _) in enumerate(cells) if values.size]
-    if not kept:
-        return out
-    arrays = [cells[i][0] for i in kept]
-    starts = np.zeros(len(kept) + 1, np.int64)
-    np.cumsum([a.size for a in arrays], out=starts[1:])
+    null count, as the seal's cells get theirs (one call of each kernel over all cells:
+    a backfill's update has ~1,000)."""
+    starts = np.zeros(len(cells) + 1, np.int64)
+    np.cumsum([values.size for values, _ in cells], out=starts[1:])
     groups = SortedGroups(
-        np.concatenate(arrays), starts, np.array([cells[i][1] for i in kept], np.int64)
+        np.concatenate([values for values, _ in cells]) if cells else _EMPTY_FLOATS,
+        starts,
+        np.array([nulls for _, nulls in cells], np.int64),
     )
     to_values = latency_seconds if name == "latency" else None
-    figures, _ = group_quantiles(groups, QUANTILES, to_values)
-    columns = [column.tolist() for column in figures]
-    if name == "ttft":
-        mean, variance = group_moments(groups)
-        columns += [mean.tolist(), variance.tolist()]
-    for g, i in enumerate(kept):
-        out[i] = {key: float(column[g]) for key, column in zip(keys, columns, strict=True)}
-    return out
+    columns = {
+        key: column.to_list() for key, column in value_columns([groups], to_values, name).items()
+    }
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def _concurrency(
