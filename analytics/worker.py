@@ -3,7 +3,7 @@
 Two loops on two threads, so a long seal never delays live figures:
 
 - the live loop, every ``settings.live_poll_s``, drains ingest's marks into the live minute
-  table (:class:`analytics.live_updater.LiveUpdater`; docs/metrics.md#live-figures);
+  table (:class:`analytics.live.live_updater.LiveUpdater`; docs/metrics.md#live-figures);
 - the reseal loop, every ``settings.analytics_poll_s``, asks storage for runs whose
   ``runs.updated_at`` is newer than their latest snapshot's ``data_as_of`` and older than
   ``settings.reseal_quiet_s`` (the quiet period: a live run is sealed once it pauses, not

@@ -318,7 +318,7 @@ _LIVE_LINE = re.compile(
 
 def _say_live_updates(say: Any, log: Path, since: int) -> None:
     """With ``--verbose-worker``: the live updates the worker logged since byte ``since``,
-    their wall time and where it went (the stages of analytics/live/live_updater.py)."""
+    their wall time and where it went (the stages of analytics/live/run_update.py)."""
     with log.open("rb") as handle:
         handle.seek(since)
         text = handle.read().decode(errors="replace")

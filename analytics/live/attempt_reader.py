@@ -3,7 +3,7 @@ new ingest commits, or a range of minutes (and the attempts overlapping it) a pa
 time, each with the flags probed in the database (``rollup``, ``later_in_call``,
 ``has_later``) and ``tool_held_ns``, and folds them into the states. An attempt whose flags
 a new commit changed is taken out with the flags it had before the commit and put back with
-today's (:meth:`AttemptReader.refold`). The updater (:mod:`analytics.live.live_updater`)
+today's (:meth:`AttemptReader.refold`). An update (:mod:`analytics.live.run_update`)
 decides what to read; this module reads and folds it.
 """
 

@@ -24,7 +24,7 @@ folds the attempts it reads into it:
 A minute's rows, run facts and extras are then computed from its state
 (:mod:`analytics.live.minute_state_figures`). Folding is additive only: an attempt whose
 flags change (``rollup``, ``later_in_call``, ``has_later``) makes the updater rebuild its
-minutes from the database (:mod:`analytics.live.live_updater`).
+minutes from the database (:mod:`analytics.live.run_update`).
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ def test_an_update_aborted_by_a_concurrent_transaction_is_retried_at_once(
         original(conn, run_id, *args)
 
     monkeypatch.setattr(
-        "tpmledger.analytics.live.live_updater.replace_minutes", replace_after_a_concurrent_delete
+        "tpmledger.analytics.live.run_update.replace_minutes", replace_after_a_concurrent_delete
     )
     [update] = updater.update_once()
     assert collided and not updater.failures  # retried at once, not paused for 30 s
