@@ -133,7 +133,8 @@ class RunUpdate:
     ) -> RunUpdate:
         """The minutes ``marks`` touch, the rows of the commits they name and the attempts
         those rows change. ``kept``: the states of the run's last update, when this
-        updater made it (else None: every touched minute is read whole)."""
+        updater made it; None otherwise, and every touched minute is read whole, unless
+        the commits hold every attempt the run has (its first update)."""
         touched: set[int] = set()
         rebuild: set[int] = set()  # minutes read whole from the table
         for mark in marks:
