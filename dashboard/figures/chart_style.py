@@ -212,8 +212,11 @@ def split_open(trace: dict[str, Any], is_open: list[bool]) -> list[dict[str, Any
     return [settled, part]
 
 
-def add_in_progress(fig: Figure, minutes: list[str], is_open: list[bool]) -> None:
-    """A shaded, labelled band over the open minutes and one "in progress" legend entry."""
+def add_in_progress(
+    fig: Figure, minutes: list[str], is_open: list[bool], label_y: float = 1.0
+) -> None:
+    """A shaded, labelled band over the open minutes and one "in progress" legend entry;
+    the label hangs from ``label_y`` (paper units: the top of the plot area by default)."""
     spans = [m for m, o in zip(minutes, is_open, strict=True) if o]
     if not spans:
         return
@@ -227,7 +230,7 @@ def add_in_progress(fig: Figure, minutes: list[str], is_open: list[bool]) -> Non
     )  # fmt: skip
     fig["layout"]["annotations"].append(
         {"name": "in-progress", "text": "in progress", "x": spans[0], "xanchor": "left",
-         "y": 1, "yanchor": "top", "xref": "x", "yref": "paper", "showarrow": False,
+         "y": label_y, "yanchor": "top", "xref": "x", "yref": "paper", "showarrow": False,
          "font": {"size": 11}, "opacity": 0.8}
     )  # fmt: skip
     add_in_progress_legend(fig)

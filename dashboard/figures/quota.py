@@ -275,7 +275,9 @@ def quota_figure(targets: Sequence[TargetMinute], open_minutes: Collection[str] 
     layout["annotations"] += annotations
     layout["shapes"] += shapes
     fig = figure(data, layout)
-    add_in_progress(fig, minutes, [m in open_minutes for m in minutes])
+    # Its label under the first panel's title band: at the top it ran into the title when
+    # the open minute lay under the title's text (a run's first minutes).
+    add_in_progress(fig, minutes, [m in open_minutes for m in minutes], label_y=1.0 - title_band)
     if not any_quota:
         add_note(
             fig,

@@ -123,14 +123,39 @@ def test_the_legend_sits_below_the_time_axis_with_room_for_its_rows() -> None:
     assert layout["margin"]["b"] >= below + 22 * 4  # four rows of two entries fit
 
 
+def _young_run() -> list[TargetMinute]:
+    # A run's first two minutes, both still open: the "in progress" label starts at the
+    # first, under the panel's title (seen in the demo).
+    target = {"provider": "tpmledger.simulator", "model": "sim-chat-1", "quota_tpm": 200_000}
+    return [
+        _minute(0, used_tpm=199_653, rate_limited=128, **target),
+        _minute(1, used_tpm=96_000, **target),
+    ]
+
+
 @pytest.mark.browser
-@pytest.mark.parametrize("width", [560, 900, 1300])
+@pytest.mark.parametrize(
+    ("width", "rows", "open_minutes"),
+    [
+        (560, _three_targets(), ["2026-02-01 03:49"]),
+        (900, _three_targets(), ["2026-02-01 03:49"]),
+        (1300, _three_targets(), ["2026-02-01 03:49"]),
+        (900, _young_run(), ["2026-02-01 03:44", "2026-02-01 03:45"]),
+        (1300, _young_run(), ["2026-02-01 03:44", "2026-02-01 03:45"]),
+    ],
+    ids=["3-targets-560px", "3-targets-900px", "3-targets-1300px", "young-900px", "young-1300px"],
+)
 def test_no_text_of_the_figure_overlaps_in_a_real_browser(
-    browser: Any, tmp_path: Path, output_dir: Path, width: int
+    browser: Any,
+    tmp_path: Path,
+    output_dir: Path,
+    width: int,
+    rows: list[TargetMinute],
+    open_minutes: list[str],
 ) -> None:
     import plotly
 
-    fig = quota_figure(_three_targets(), {"2026-02-01 03:49"})
+    fig = quota_figure(rows, set(open_minutes))
     script = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     page = tmp_path / "quota.html"
     page.write_text(
@@ -144,4 +169,5 @@ def test_no_text_of_the_figure_overlaps_in_a_real_browser(
 
     wait_for(lambda: browser.execute_script("return !!document.querySelector('#g .legend')"))
     assert overlapping_text(browser, "g") == []
-    browser.find_element("id", "g").screenshot(str(output_dir / f"quota-{width}px.png"))
+    name = f"quota-{len(rows)}-rows-{width}px.png"
+    browser.find_element("id", "g").screenshot(str(output_dir / name))
