@@ -12,10 +12,24 @@ from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
 from tests.fixtures.servers import RunningIngest
 from tpmledger.ingest.server_scraper import ServerScraper
 
+MINUTE_NS = 60_000_000_000
+#: The test's scrapes and its /metrics read must fall in one wall-clock minute: when the
+#: next one begins, the minute scraped "now" closes and becomes the newest closed minute.
+NEEDS_S = 30
+
+
+def _start_early_in_a_minute(needs_s: float = NEEDS_S) -> None:
+    """Wait for the next minute when fewer than ``needs_s`` seconds are left in this one."""
+    left_s = (MINUTE_NS - time.time_ns() % MINUTE_NS) / 1e9
+    if left_s < needs_s:
+        time.sleep(left_s + 0.5)
+
 
 @pytest.mark.slow
 def test_metrics_show_each_servers_last_closed_minute(running_ingest: RunningIngest) -> None:
-    closed = (time.time_ns() // 60_000_000_000 - 1) * 60_000_000_000 + 5_000_000_000
+    _start_early_in_a_minute()
+    minute = time.time_ns() // MINUTE_NS
+    closed = (minute - 1) * MINUTE_NS + 5_000_000_000
     full = FakeModelServer(
         "vllm", model="big", engines=[EngineFigures(running=8, waiting=3, kv_cache=0.95)]
     ).start()
@@ -36,6 +50,7 @@ def test_metrics_show_each_servers_last_closed_minute(running_ingest: RunningIng
         full.stop()
         calm.stop()
     text = httpx.get(f"{running_ingest.http_url}/metrics", timeout=30).text
+    assert time.time_ns() // MINUTE_NS == minute, f"took over {NEEDS_S} s: a minute closed"
     big = f'{{engine="vllm",model="big",server="{full.instance}"}}'
     small = f'{{engine="sglang",model="small",server="{calm.instance}"}}'
     assert f"tpmledger_server_saturated{big} 1.0" in text
