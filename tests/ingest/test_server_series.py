@@ -10,9 +10,9 @@ import pytest
 
 from tests.fixtures.model_server_metrics import EngineFigures, FakeModelServer
 from tests.fixtures.servers import RunningIngest
+from tpmledger.durations import MINUTE_NS, SECOND_NS
 from tpmledger.ingest.server_scraper import ServerScraper
 
-MINUTE_NS = 60_000_000_000
 #: The test's scrapes and its /metrics read must fall in one wall-clock minute: when the
 #: next one begins, the minute scraped "now" closes and becomes the newest closed minute.
 NEEDS_S = 30
@@ -20,7 +20,7 @@ NEEDS_S = 30
 
 def _start_early_in_a_minute(needs_s: float = NEEDS_S) -> None:
     """Wait for the next minute when fewer than ``needs_s`` seconds are left in this one."""
-    left_s = (MINUTE_NS - time.time_ns() % MINUTE_NS) / 1e9
+    left_s = (MINUTE_NS - time.time_ns() % MINUTE_NS) / SECOND_NS
     if left_s < needs_s:
         time.sleep(left_s + 0.5)
 
@@ -29,7 +29,7 @@ def _start_early_in_a_minute(needs_s: float = NEEDS_S) -> None:
 def test_metrics_show_each_servers_last_closed_minute(running_ingest: RunningIngest) -> None:
     _start_early_in_a_minute()
     minute = time.time_ns() // MINUTE_NS
-    closed = (minute - 1) * MINUTE_NS + 5_000_000_000
+    closed = (minute - 1) * MINUTE_NS + 5 * SECOND_NS
     full = FakeModelServer(
         "vllm", model="big", engines=[EngineFigures(running=8, waiting=3, kv_cache=0.95)]
     ).start()
