@@ -72,16 +72,27 @@ echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 # A full run (no --fast, no pytest arguments) runs two lanes side by side, each pytest a
 # process of its own whose exit status counts (a crash at interpreter teardown fails it):
 # - the main lane: every test but the lane beside's;
-# - the lane beside it: the demo test (it runs the demo's real 4.5-minute scenario and mostly
-#   waits on the clock) with the provenance, read API and storage suites (so both lanes end
-#   about together: measured 21 min for the main lane and 12 for this one before they moved),
+# - the lane beside it: the tests that mostly wait on the clock (the demo's real 4.5-minute
+#   scenario among them) with the deploy, provenance, read API and storage suites (so both
+#   lanes end about together: measured 36.5 min for the main lane and 19 for this one, Citus
+#   included, before the clock-bound and deploy tests moved here),
 #   then the Numba kernels again with bounds checks compiled in, then
 #   (as root) the Citus suites against a coordinator and two workers (scripts/citus-lane.sh),
 #   whose installation starts at once, beside the demo. Its output is shown when it ends.
 # Otherwise one pytest runs what was asked for.
 full=0
 if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
-beside_tests=(tests/simulator/test_demo.py tests/provenance tests/read_api tests/storage)
+# Folders, or one test by its node id. The tests that mostly wait on the wall clock (the demo's
+# scenario, a fleet waiting out its quota's minute, Prometheus and Alertmanager paging, the
+# compose stack) run here, beside the main lane's CPU-bound bulk.
+beside_tests=(
+    tests/simulator/test_demo.py
+    tests/analytics/test_worker.py::test_a_quota_bound_fleet_is_sealed_final_once_after_its_wait
+    tests/deploy
+    tests/provenance
+    tests/read_api
+    tests/storage
+)
 
 # Each pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored),
 # with its temporary files (the embedded PostgreSQL's data directories among them) in a
@@ -173,7 +184,12 @@ if [ "$full" = 1 ]; then
     beside_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-beside.XXXXXX")"
     beside_lane >"$beside_log" 2>&1 &
     beside_pid=$!
-    for test in "${beside_tests[@]}"; do main_args+=(--ignore="$test"); done
+    for test in "${beside_tests[@]}"; do
+        case "$test" in
+            *::*) main_args+=(--deselect="$test") ;;
+            *) main_args+=(--ignore="$test") ;;
+        esac
+    done
     echo "== pytest (beside it: ${beside_tests[*]}, the bounds-checked and the Citus lanes; log: $beside_log)"
 else
     echo "== pytest ${markers[*]+${markers[*]}}"
