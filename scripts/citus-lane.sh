@@ -5,9 +5,6 @@
 # coordinator (docs/operations.md#scaling-out). Not part of the product: users install
 # Citus from its own packages.
 #   bash scripts/citus-lane.sh [pytest args]
-#   bash scripts/citus-lane.sh --prepare   # only install Citus (building it if the prebuilt
-#                                          # does not load), so test.sh can do it in the
-#                                          # background while the main suite runs
 # TPMLEDGER_CITUS_DIR: the folder holding install.sh and cluster.sh (default ../shared/citus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,9 +36,6 @@ if ! url=$(bash "$citus/cluster.sh" start "$dir" "$port" 2); then
     else
         cat "$dir"/node-*.log >&2; exit 1
     fi
-fi
-if [ "${1:-}" = "--prepare" ]; then
-    echo "citus: ready ($url)"; exit 0
 fi
 echo "== pytest against the Citus coordinator $url"
 started=$(date +%s)

@@ -76,9 +76,9 @@ echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 #   scenario among them) with the deploy, provenance, read API and storage suites (so both
 #   lanes end about together: measured 36.5 min for the main lane and 19 for this one, Citus
 #   included, before the clock-bound and deploy tests moved here),
-#   then the Numba kernels again with bounds checks compiled in, then
-#   (as root) the Citus suites against a coordinator and two workers (scripts/citus-lane.sh),
-#   whose installation starts at once, beside the demo. Its output is shown when it ends.
+#   then the Numba kernels again with bounds checks compiled in; and from the start, beside
+#   them, (as root) the Citus suites against a coordinator and two workers
+#   (scripts/citus-lane.sh). Its output is shown when it ends.
 # Otherwise one pytest runs what was asked for.
 full=0
 if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
@@ -139,14 +139,18 @@ trap finish INT TERM
 beside_lane() {
     set +m  # one process group: Ctrl-C reaches this subshell and whatever it runs
     trap 'exit 130' INT TERM
-    local s=0 prep="" citus_log="" bounds_cache
-    # The Citus lane needs Citus installed; where the prebuilt build does not load it is
-    # built from source (~15 min on 2 cores), so that starts first (scripts/citus-lane.sh
-    # --prepare, niced).
-    if [ "$(id -u)" = 0 ] && [ -f "${TPMLEDGER_CITUS_DIR:-../shared/citus}/cluster.sh" ]; then
-        citus_log="$run_tmp/citus-prepare.log"
-        bash scripts/citus-lane.sh --prepare >"$citus_log" 2>&1 &
-        prep=$!
+    local s=0 citus="" citus_log="" bounds_cache
+    # The Citus lane (as root): Citus installed (built from source, niced, where the prebuilt
+    # build does not load: ~15 min on 2 cores), a coordinator and two workers started, and
+    # the suites that matter run against them. It starts at once, beside this lane's pytest:
+    # the first minutes of a full run leave a third of the two cores idle (measured with
+    # vmstat), and its output is shown when it ends.
+    if [ "$(id -u)" = 0 ]; then
+        citus_log="$run_tmp/citus-lane.log"
+        TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh >"$citus_log" 2>&1 &
+        citus=$!
+    else
+        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
     fi
     echo "== pytest ${beside_tests[*]}"
     TMPDIR="$run_tmp/beside" "$venv/bin/pytest" -p no:cacheprovider "${beside_tests[@]}" || s=$?
@@ -162,16 +166,10 @@ beside_lane() {
         tests/analytics/kernels tests/analytics/seal tests/analytics/live \
         tests/storage/codecs/test_binary_copy.py || s=$?
     rm -rf "$bounds_cache"
-    # The Citus lane: the suites that matter against a coordinator and two workers.
-    if [ "$(id -u)" = 0 ]; then
-        if [ -n "$prep" ]; then
-            echo "== Citus: waiting for its installation"
-            wait "$prep" || { cat "$citus_log"; exit 1; }
-        fi
-        echo "== Citus lane"
-        TPMLEDGER_TEST_VENV="$venv" bash scripts/citus-lane.sh || s=$?
-    else
-        echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
+    if [ -n "$citus" ]; then
+        echo "== Citus lane (started with this lane)"
+        wait "$citus" || s=$?
+        cat "$citus_log"
     fi
     exit "$s"
 }
