@@ -73,12 +73,12 @@ echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 # process of its own whose exit status counts (a crash at interpreter teardown fails it):
 # - the main lane: every test but the lane beside's;
 # - the lane beside it: the tests that mostly wait on the clock (the demo's real 4.5-minute
-#   scenario among them) with the deploy, provenance, read API and storage suites (so both
-#   lanes end about together: measured 36.5 min for the main lane and 19 for this one, Citus
-#   included, before the clock-bound and deploy tests moved here),
-#   then the Numba kernels again with bounds checks compiled in; and from the start, beside
-#   them, (as root) the Citus suites against a coordinator and two workers
-#   (scripts/citus-lane.sh). Its output is shown when it ends.
+#   scenario among them) with the simulator, deploy, CLI, provenance, read API and storage
+#   suites, then the Numba kernels again with bounds checks compiled in; and from the start,
+#   beside them, (as root) the Citus suites against a coordinator and two workers
+#   (scripts/citus-lane.sh). Its output is shown when it ends. So both lanes end about
+#   together (the two cores are busy until then): measured 36.5 min for the main lane and
+#   19 for this one before the clock-bound, deploy, simulator and CLI tests moved here.
 # Otherwise one pytest runs what was asked for.
 full=0
 if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
@@ -86,9 +86,10 @@ if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
 # scenario, a fleet waiting out its quota's minute, Prometheus and Alertmanager paging, the
 # compose stack) run here, beside the main lane's CPU-bound bulk.
 beside_tests=(
-    tests/simulator/test_demo.py
+    tests/simulator
     tests/analytics/test_worker.py::test_a_quota_bound_fleet_is_sealed_final_once_after_its_wait
     tests/deploy
+    tests/cli
     tests/provenance
     tests/read_api
     tests/storage
