@@ -3,9 +3,9 @@
 #   bash scripts/test.sh                # everything
 #   bash scripts/test.sh --fast         # the same gates, tests marked slow, browser, compose
 #                                       # or citus left out
-# Without --fast, a lane beside the main pytest run runs the demo test, the Numba kernels with
-# bounds checks and (as root) the Citus suites against a coordinator and two workers
-# (scripts/citus-lane.sh).
+# Without --fast, a lane beside the main pytest run runs the clock-bound tests (the demo's
+# among them) and a share of the suites, the Numba kernels with bounds checks and (as root)
+# the Citus suites against a coordinator and two workers (scripts/citus-lane.sh).
 #   bash scripts/test.sh -k ingest      # extra arguments go to pytest
 #   bash scripts/test.sh --fast -k ingest
 # The tests get their own virtual environment, .venv-test (TPMLEDGER_TEST_VENV moves it): the
