@@ -51,7 +51,10 @@ def pg_server_url() -> Iterator[str]:
     if external:
         yield external
         return
-    from tpmledger.storage.server.embedded_postgres import throwaway_server
+    from tpmledger.storage.server.embedded_postgres import (
+        remove_throwaway_server,
+        throwaway_server,
+    )
 
     # Outside pytest's basetemp: pytest prunes old basetemps, and a concurrent pytest
     # session doing so would pull the data directory from under a running server.
@@ -65,7 +68,7 @@ def pg_server_url() -> Iterator[str]:
     try:
         yield str(server.get_uri("postgres"))
     finally:
-        server.cleanup()
+        remove_throwaway_server(server)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(runtime, ignore_errors=True)
 
