@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.analytics.proofs.test_run_archive import arrived_days_ago
 from tests.analytics.seeding import store
-from tests.fixtures.servers import RunningIngest
+from tests.fixtures.servers import RunningIngest, wait_for
 from tests.ingest.otlp_builders import export_request, llm_span
 from tests.storage.builders import BASE_NS, attempt_row
 from tpmledger.analytics.proofs.run_archive import prune
@@ -31,6 +31,9 @@ from tpmledger.storage.server.database import raw_transaction
 
 SECOND = 1_000_000_000
 DAY_NS = 86_400 * SECOND
+#: The bursty sender's pauses: 2.5 s, then twice as long each time, at most 20 s.
+FIRST_PAUSE_S = 2.5
+LONGEST_PAUSE_S = 20.0
 
 
 @pytest.fixture
@@ -132,15 +135,23 @@ class Senders:
 
     def _send(self, run_id: str, pause_every: int) -> None:
         n = 0
+        pause_s = FIRST_PAUSE_S
         try:
             while not self._stop.is_set():
                 ids, rejected, message = _post(self._server, run_id, 10)
                 assert rejected in (0, 10), message  # all of a run's spans, or none
                 self.answers[run_id].append((ids, rejected))
                 n += 1
-                # A pause long enough for a prune (list, seal, write and verify the archive)
-                # to finish inside it on a loaded machine: the race is with what comes after.
-                time.sleep(2.5 if pause_every and n % pause_every == 0 else 0.02)
+                if pause_every and n % pause_every == 0:
+                    # A pause for a prune (list, seal, write and verify the archive) to
+                    # finish inside: the race is with what comes after. Each pause is
+                    # longer than the one before, so a prune slowed by a saturated machine
+                    # still fits one, while the first, short pauses race prunes that the
+                    # next spans interrupt.
+                    self._stop.wait(pause_s)
+                    pause_s = min(2 * pause_s, LONGEST_PAUSE_S)
+                else:
+                    time.sleep(0.02)
         except BaseException as exc:
             self.errors.append(exc)
 
@@ -164,15 +175,18 @@ def test_prune_racing_a_live_sender_loses_nothing(
     senders = Senders(running_ingest)
     outcomes = []
     try:
-        # The bursty run is archived in one of its pauses; on a saturated machine (a full CI
-        # run) a minute of prunes missed every pause once. The loop ends at the archive.
+        # The bursty run is archived in one of its pauses (they grow: Senders._send); the
+        # loop ends at the archive.
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             outcomes += prune(url, 0.5, tmp_path, key).runs  # never raises while spans arrive
             if any(o.run_id == "bursty" and o.action == "archived" for o in outcomes):
                 break
             time.sleep(0.05)
-        time.sleep(1.5)  # the senders go on against the archived run for a while
+        # The senders go on against the archived run for a while: until the bursty one,
+        # back from its pause, has been refused, and a little more.
+        wait_for(lambda: senders.refused("bursty"), timeout=3 * LONGEST_PAUSE_S)
+        time.sleep(1.5)
     finally:
         senders.stop()
     assert not senders.errors, senders.errors
