@@ -118,8 +118,9 @@ def test_a_browser_logs_in_once_and_the_download_links_work_with_the_cookie(
         (cookie,) = [c for c in browser.get_cookies() if c["name"] == "tpmledger_token"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and not cookie["secure"]
         assert browser.execute_script("return document.cookie") == ""  # not readable by scripts
+        # The run page's first render: over 30 s once on a saturated machine (a full CI run).
         wait_for(
-            lambda: browser.find_elements(By.CSS_SELECTOR, "#run-prov-downloads a"), timeout=30
+            lambda: browser.find_elements(By.CSS_SELECTOR, "#run-prov-downloads a"), timeout=120
         )
         links = {
             a.text: a.get_attribute("href")
