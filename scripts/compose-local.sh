@@ -69,7 +69,8 @@ ensure_dockerd() {
     command -v dockerd >/dev/null || die "no Docker engine answers and dockerd is not installed (apt-get install docker.io)"
     [ "$(id -u)" = 0 ] || die "no Docker engine answers; start dockerd (as root) or the docker service"
     mkdir -p "$CACHE"
-    setsid dockerd >"$CACHE/dockerd.log" 2>&1 </dev/null &
+    # 9>&-: the engine outlives this script and must not keep its lock (one_at_a_time).
+    setsid dockerd >"$CACHE/dockerd.log" 2>&1 </dev/null 9>&- &
     echo $! >"$CACHE/dockerd.pid"
     say "dockerd was not running: started it (pid $(cat "$CACHE/dockerd.pid"), log $CACHE/dockerd.log)"
     for _ in $(seq 1 60); do
@@ -224,8 +225,20 @@ stop_dockerd() {
     rm -f "$CACHE/dockerd.pid"
 }
 
+# One build (or engine start) at a time: a second `up`, `build` or `dockerd` waits for the
+# first, then finds its images (scripts/test.sh builds them in the background while the
+# tests' virtual environment installs).
+one_at_a_time() {
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.lock"
+    flock -w 3600 9 || die "another compose-local.sh held $CACHE/.lock for an hour"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
+case "$cmd" in
+up | build | dockerd) one_at_a_time ;;
+esac
 case "$cmd" in
 up)
     started=$SECONDS

@@ -53,6 +53,19 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager
     fi
 fi
 
+# The compose stack's images (debootstrap, a wheelhouse, docker build: minutes on a fresh
+# machine) are built in the background from here on, while the cores are half idle with
+# installing and the gates; tests/deploy/test_compose_stack.py's `up` waits for the build
+# (scripts/compose-local.sh runs one build at a time) and finds them made.
+compose_build_pid=""
+compose_build_log=""
+if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ] && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1 &&
+    command -v debootstrap >/dev/null 2>&1; then
+    compose_build_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-compose-build.XXXXXX")"
+    bash scripts/compose-local.sh build >"$compose_build_log" 2>&1 &
+    compose_build_pid=$!
+fi
+
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 # The pinned versions (requirements.lock; scripts/lock.sh regenerates it), then tpmledger itself.
@@ -131,6 +144,7 @@ finish() {
         for pid in $pytest_pid $beside_pid; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     fi
     stop_servers
+    if [ -n "$compose_build_pid" ]; then kill "$compose_build_pid" 2>/dev/null || true; fi
     rm -rf "$run_tmp"
     if [ -n "$beside_log" ]; then rm -f "$beside_log"; fi
     exit 130
@@ -210,5 +224,15 @@ fi
 # A signal ends a wait early: the trap has run and exited; otherwise both lanes are done.
 trap - INT TERM
 stop_servers  # none is left after a normal end; a crashed session's would be
+if [ -n "$compose_build_pid" ]; then
+    # Long done: the compose tests waited for it. A failure shows again in their own `up`.
+    if ! wait "$compose_build_pid"; then
+        echo "== the compose images' background build failed:"
+        cat "$compose_build_log"
+    fi
+    # The engine it started, if it did (the compose tests stop only one they started).
+    if grep -q "started it" "$compose_build_log"; then bash scripts/compose-local.sh stop-dockerd; fi
+    rm -f "$compose_build_log"
+fi
 rm -rf "$run_tmp"
 exit "$status"
