@@ -87,11 +87,11 @@ echo "== mypy";              MYPY="$venv/bin/mypy" bash scripts/typecheck.sh
 # - the main lane: every test but the lane beside's;
 # - the lane beside it: the tests that mostly wait on the clock (the demo's real 4.5-minute
 #   scenario among them) with the simulator, deploy, CLI, provenance, read API and storage
-#   suites, then the Numba kernels again with bounds checks compiled in; and from the start,
-#   beside them, (as root) the Citus suites against a coordinator and two workers
-#   (scripts/citus-lane.sh). Its output is shown when it ends. So both lanes end about
-#   together (the two cores are busy until then): measured 36.5 min for the main lane and
-#   19 for this one before the clock-bound, deploy, simulator and CLI tests moved here.
+#   suites and two multi-process tests (replicas, a prune racing a sender), then the Numba
+#   kernels again with bounds checks compiled in; and from the start, beside them, (as root)
+#   the Citus suites against a coordinator and two workers (scripts/citus-lane.sh). Its
+#   output is shown when it ends. So both lanes end about together (the two cores are busy
+#   until then); the compose images build in the background from the start (above).
 # Otherwise one pytest runs what was asked for.
 full=0
 if [ ${#markers[@]} -eq 0 ] && [ $# -eq 0 ]; then full=1; fi
@@ -106,6 +106,8 @@ beside_tests=(
     tests/provenance
     tests/read_api
     tests/storage
+    tests/analytics/test_replicas.py
+    tests/analytics/proofs/test_retention_by_arrival.py
 )
 
 # Each pytest runs as a job of its own (set -m: its own process group, SIGINT not ignored),
