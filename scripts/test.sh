@@ -146,7 +146,10 @@ finish() {
         for pid in $pytest_pid $beside_pid; do kill -KILL -- "-$pid" 2>/dev/null || true; done
     fi
     stop_servers
-    if [ -n "$compose_build_pid" ]; then kill "$compose_build_pid" 2>/dev/null || true; fi
+    if [ -n "$compose_build_pid" ]; then
+        kill "$compose_build_pid" 2>/dev/null || true
+        rm -f "$compose_build_log"
+    fi
     rm -rf "$run_tmp"
     if [ -n "$beside_log" ]; then rm -f "$beside_log"; fi
     exit 130
