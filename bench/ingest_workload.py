@@ -181,7 +181,10 @@ def fresh_database() -> Iterator[BenchDatabase]:
     if external:
         admin_url = external
     else:
-        from tpmledger.storage.server.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import (
+            remove_throwaway_server,
+            throwaway_server,
+        )
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))
@@ -203,7 +206,7 @@ def fresh_database() -> Iterator[BenchDatabase]:
         with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         if server is not None:
-            server.cleanup()
+            remove_throwaway_server(server)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -247,7 +247,10 @@ def main() -> int:
     server = None
     admin_url = args.admin_url
     if not admin_url:
-        from tpmledger.storage.server.embedded_postgres import throwaway_server
+        from tpmledger.storage.server.embedded_postgres import (
+            remove_throwaway_server,
+            throwaway_server,
+        )
 
         tmp = Path(tempfile.mkdtemp(prefix="tpmledger-bench-"))
         os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp / "run"))
@@ -288,7 +291,7 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         if server is not None:
-            server.cleanup()
+            remove_throwaway_server(server)
 
 
 if __name__ == "__main__":
