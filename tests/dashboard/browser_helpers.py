@@ -7,6 +7,12 @@ from typing import Any
 
 from tests.fixtures.servers import wait_for
 
+# How long a page may take to show what a test waits for. A passing page shows it in a
+# second or two; on a CI machine whose two cores every lane keeps busy, a first render
+# has taken over 30 s. The wait ends as soon as the page is ready, so a long bound costs
+# nothing when the page works.
+PAGE_WAIT_S = 120.0
+
 # What Plotly drew: trace names and values, and the named annotations (peak, knee, …).
 _GRAPH_JS = """
 const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
@@ -27,7 +33,7 @@ def graph(driver: Any, graph_id: str) -> dict[str, Any] | None:
 
 
 def wait_graph(
-    driver: Any, graph_id: str, predicate: Any = None, timeout: float = 30
+    driver: Any, graph_id: str, predicate: Any = None, timeout: float = PAGE_WAIT_S
 ) -> dict[str, Any]:
     """Wait until the graph has traces (and ``predicate(figure)`` holds, when given)."""
 
@@ -52,7 +58,7 @@ def text_of(driver: Any, element_id: str) -> str:
     return str(driver.execute_script(script, element_id)).strip()
 
 
-def wait_text(driver: Any, element_id: str, timeout: float = 30) -> str:
+def wait_text(driver: Any, element_id: str, timeout: float = PAGE_WAIT_S) -> str:
     """Wait until the element exists and shows some text; return it."""
     return str(wait_for(lambda: text_of(driver, element_id), timeout=timeout, interval=0.1))
 

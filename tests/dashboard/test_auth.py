@@ -15,6 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.analytics.seeding import store
+from tests.dashboard.browser_helpers import PAGE_WAIT_S
 from tests.dashboard.conftest import start_dashboard
 from tests.fixtures.servers import free_port, start_ingest, wait_for
 from tests.storage.builders import BASE_NS, MINUTE_NS, attempt_row
@@ -114,13 +115,13 @@ def test_a_browser_logs_in_once_and_the_download_links_work_with_the_cookie(
     )
     try:
         browser.get(f"{server.url}/runs/auth-run?token={read}")
-        wait_for(lambda: browser.current_url == f"{server.url}/runs/auth-run", timeout=30)
+        wait_for(lambda: browser.current_url == f"{server.url}/runs/auth-run", timeout=PAGE_WAIT_S)
         (cookie,) = [c for c in browser.get_cookies() if c["name"] == "tpmledger_token"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and not cookie["secure"]
         assert browser.execute_script("return document.cookie") == ""  # not readable by scripts
-        # The run page's first render: over 30 s once on a saturated machine (a full CI run).
         wait_for(
-            lambda: browser.find_elements(By.CSS_SELECTOR, "#run-prov-downloads a"), timeout=120
+            lambda: browser.find_elements(By.CSS_SELECTOR, "#run-prov-downloads a"),
+            timeout=PAGE_WAIT_S,
         )
         links = {
             a.text: a.get_attribute("href")
@@ -137,7 +138,7 @@ def test_a_browser_logs_in_once_and_the_download_links_work_with_the_cookie(
             (href,) = [h for text, h in links.items() if text.startswith(label)]
             browser.get(href)
         wait_for(lambda: len(list(downloads.glob("*.crdownload"))) == 0
-                 and len(list(downloads.iterdir())) == 2, timeout=30)  # fmt: skip
+                 and len(list(downloads.iterdir())) == 2, timeout=PAGE_WAIT_S)  # fmt: skip
         events = (downloads / "events.jsonl").read_text()
         assert events.count("\n") == 3 and '"run_id":"auth-run"' in events
         (pem,) = [p for p in downloads.iterdir() if p.name != "events.jsonl"]

@@ -9,7 +9,14 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.analytics.compare_builders import seed_profile
-from tests.dashboard.browser_helpers import screenshot, table_cells, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import (
+    PAGE_WAIT_S,
+    screenshot,
+    table_cells,
+    text_of,
+    wait_graph,
+    wait_text,
+)
 from tests.dashboard.conftest import RunningDashboard
 from tests.fixtures.servers import wait_for
 
@@ -52,7 +59,7 @@ def test_compare_page_shows_the_verdict_with_its_rule(
     browser.find_element(
         By.XPATH, "//*[contains(@class,'option') and normalize-space()='worse']"
     ).click()
-    wait_for(lambda: text_of(browser, "compare-verdict") == "regressed", timeout=30)
+    wait_for(lambda: text_of(browser, "compare-verdict") == "regressed", timeout=PAGE_WAIT_S)
     assert "throughput fell beyond its interval" in text_of(browser, "compare-rule")
     screenshot(browser, output_dir, "compare-page-regressed")
 

@@ -21,7 +21,14 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.dashboard.browser_helpers import screenshot, table_cells, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import (
+    PAGE_WAIT_S,
+    screenshot,
+    table_cells,
+    text_of,
+    wait_graph,
+    wait_text,
+)
 from tests.dashboard.conftest import RunningDashboard
 from tests.fixtures.servers import RunningIngest, start_ingest, terminate, wait_for
 
@@ -125,14 +132,14 @@ def test_a_running_fleet_shows_live_figures_that_keep_moving(
     with Fleet(ingest.http_url) as fleet:
         wait_for(lambda: fleet.sent > 40, timeout=30)
         browser.get(f"{dashboard_server.url}/runs/{RUN_ID}")
-        assert wait_text(browser, "run-status", timeout=60) == "live — provisional"
+        assert wait_text(browser, "run-status", timeout=PAGE_WAIT_S) == "live — provisional"
         wait_for(lambda: text_of(browser, "run-kpi-peak-total-value") not in ("", "not measured"),
-                 timeout=60, interval=0.5)  # fmt: skip
+                 timeout=PAGE_WAIT_S, interval=0.5)  # fmt: skip
         assert text_of(browser, "run-freshness").startswith(
             "Live, provisional figures · data as of"
         )
         # Every figure is live: TTFT from the minutes' sketches, saying its accuracy.
-        wait_for(lambda: text_of(browser, "run-kpi-ttft-value").endswith("ms"), timeout=30)
+        wait_for(lambda: text_of(browser, "run-kpi-ttft-value").endswith("ms"), timeout=PAGE_WAIT_S)
         assert "within ±1 %" in text_of(browser, "run-kpi-ttft-detail")
         throughput = wait_graph(browser, "run-throughput-graph")
         bars = {t["name"] for t in throughput["traces"] if t["type"] == "bar"}
@@ -144,7 +151,7 @@ def test_a_running_fleet_shows_live_figures_that_keep_moving(
         assert concurrency["traces"]
         seen = _attempts_in_header(browser)
         # Still sending: the page's refresh shows more attempts without a reload.
-        wait_for(lambda: _attempts_in_header(browser) > seen, timeout=60, interval=0.5)
+        wait_for(lambda: _attempts_in_header(browser) > seen, timeout=PAGE_WAIT_S, interval=0.5)
         screenshot(browser, output_dir, "run-page-live")
 
         minutes = httpx.get(f"{ingest.http_url}/v1/runs/{RUN_ID}/minutes", timeout=10).json()
@@ -154,7 +161,7 @@ def test_a_running_fleet_shows_live_figures_that_keep_moving(
 
         browser.get(dashboard_server.url + "/")
         wait_for(lambda: any(c and c[0] == RUN_ID for c in table_cells(
-            browser, "#runs-table-grid tbody tr")), timeout=30)  # fmt: skip
+            browser, "#runs-table-grid tbody tr")), timeout=PAGE_WAIT_S)  # fmt: skip
         row = next(c for c in table_cells(browser, "#runs-table-grid tbody tr") if c[0] == RUN_ID)
         assert row[1].startswith("live — provisional") and "data as of" in row[1]
         # Peak TPM from closed minutes only: a number, or the first minutes still in progress.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.analytics.seeding import store
-from tests.dashboard.browser_helpers import screenshot, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import PAGE_WAIT_S, screenshot, text_of, wait_graph, wait_text
 from tests.dashboard.conftest import RunningDashboard
 from tests.storage.builders import attempt_row
 from tpmledger.analytics.live.live_updater import LiveUpdater
@@ -91,7 +91,7 @@ def test_open_minutes_are_drawn_in_progress_and_never_peak(
 ) -> None:
     minutes = _seed(page_database_url)
     browser.get(f"{dashboard_server.url}/runs/{RUN_ID}")
-    assert wait_text(browser, "run-status", timeout=60) == "live — provisional"
+    assert wait_text(browser, "run-status", timeout=PAGE_WAIT_S) == "live — provisional"
 
     throughput = _styled(browser, "run-throughput-graph")
     open_bars = [

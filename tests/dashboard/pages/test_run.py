@@ -9,7 +9,14 @@ from urllib.parse import quote
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import (
+    PAGE_WAIT_S,
+    annotation,
+    screenshot,
+    text_of,
+    wait_graph,
+    wait_text,
+)
 from tests.dashboard.builders import seed_sealed_run
 from tests.dashboard.conftest import API_BASE_URL, RunningDashboard
 from tests.dashboard.lifecycle_builders import reseal
@@ -111,7 +118,7 @@ def test_run_page_shows_sealed_figures_and_switches_token_type(
     # Dark mode: the switch sets Bootstrap's colour mode; charts have no fixed background.
     browser.find_element(By.CSS_SELECTOR, "#theme-dark").click()
     theme = "return document.documentElement.getAttribute('data-bs-theme')"
-    wait_for(lambda: browser.execute_script(theme) == "dark", timeout=10)
+    wait_for(lambda: browser.execute_script(theme) == "dark", timeout=PAGE_WAIT_S)
     screenshot(browser, output_dir, "run-page-dark")
 
 
@@ -144,8 +151,8 @@ def test_live_run_refreshes_until_sealed(
 
     # Analytics reseals with new data: the open page picks it up on its refresh interval.
     reseal(page_database_url, seeded, peak_total=123_456)
-    wait_for(lambda: text_of(browser, "run-kpi-peak-total-value") == "123,456", timeout=30)
-    wait_for(lambda: text_of(browser, "run-status") == "sealed", timeout=30)
+    wait_for(lambda: text_of(browser, "run-kpi-peak-total-value") == "123,456", timeout=PAGE_WAIT_S)
+    wait_for(lambda: text_of(browser, "run-status") == "sealed", timeout=PAGE_WAIT_S)
     assert "v2" in text_of(browser, "run-header")
     screenshot(browser, output_dir, "run-live-resealed")
 
@@ -167,7 +174,7 @@ def test_pitfall_diagnostics_are_shown_from_the_sealed_version(
     store(page_database_url, storm_rows("storm-page", {2, 3}))
     seal_run(page_database_url, "storm-page")
     browser.get(f"{dashboard_server.url}/runs/storm-page")
-    wait_for(lambda: "retry storm" in text_of(browser, "run-diagnostics"), timeout=30)
+    wait_for(lambda: "retry storm" in text_of(browser, "run-diagnostics"), timeout=PAGE_WAIT_S)
     card = text_of(browser, "run-diagnostics")
     assert "YES in 2 minute(s) over the 20 % retry budget: 03:46, 03:47 UTC" in card, card
     assert "not measured (no attempt declares a deadline or request timeout)" in card

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.browser_helpers import (
+    PAGE_WAIT_S,
     click_link,
     screenshot,
     table_cells,
@@ -38,7 +39,7 @@ def test_runs_table_lists_every_run_and_links_to_it(
     seed_unsealed_run(page_database_url, "run-fresh", attempts=42)
 
     browser.get(dashboard_server.url + "/")
-    rows = wait_for(lambda: len(_rows(browser)) == 3 and _rows(browser), timeout=30)
+    rows = wait_for(lambda: len(_rows(browser)) == 3 and _rows(browser), timeout=PAGE_WAIT_S)
 
     cells = rows["fleet a/b"]
     peak = sealed.metrics["peak_minute"]
@@ -61,8 +62,8 @@ def test_runs_table_lists_every_run_and_links_to_it(
     screenshot(browser, output_dir, "runs-page")
 
     # Follow the link (the run id holds a space and a slash, so it is URL-quoted).
-    wait_for(lambda: click_link(browser, "fleet a/b"), timeout=30)
-    wait_for(lambda: "/runs/fleet%20a%2Fb" in browser.current_url, timeout=30)
+    wait_for(lambda: click_link(browser, "fleet a/b"), timeout=PAGE_WAIT_S)
+    wait_for(lambda: "/runs/fleet%20a%2Fb" in browser.current_url, timeout=PAGE_WAIT_S)
     assert wait_text(browser, "run-kpi-peak-total-value") == fmt_int(peak["tpm_total"])
     assert text_of(browser, "run-kpi-shards-value") == "8"
     screenshot(browser, output_dir, "run-page-from-link")

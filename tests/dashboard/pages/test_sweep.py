@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.dashboard.browser_helpers import annotation, screenshot, text_of, wait_graph, wait_text
+from tests.dashboard.browser_helpers import (
+    PAGE_WAIT_S,
+    annotation,
+    screenshot,
+    text_of,
+    wait_graph,
+    wait_text,
+)
 from tests.dashboard.conftest import RunningDashboard
 from tests.dashboard.lifecycle_builders import seed_sweep
 from tests.fixtures.servers import wait_for
@@ -54,7 +61,9 @@ def test_sweep_page_marks_the_knee_and_prints_the_rule(
     browser.find_element(
         By.XPATH, "//*[contains(@class,'option') and normalize-space()='other']"
     ).click()
-    wait_for(lambda: text_of(browser, "sweep-recommended") == "Recommended cap: 4", timeout=30)
+    wait_for(
+        lambda: text_of(browser, "sweep-recommended") == "Recommended cap: 4", timeout=PAGE_WAIT_S
+    )
 
 
 def test_a_live_cap_makes_the_recommendation_provisional(
