@@ -173,7 +173,8 @@ beside_lane() {
         echo "note: not root: the Citus lane (scripts/citus-lane.sh) is skipped"
     fi
     echo "== pytest ${beside_tests[*]}"
-    TMPDIR="$run_tmp/beside" "$venv/bin/pytest" -p no:cacheprovider "${beside_tests[@]}" || s=$?
+    TMPDIR="$run_tmp/beside" "$venv/bin/pytest" -p no:cacheprovider --durations=15 \
+        --durations-min=5 "${beside_tests[@]}" || s=$?
     # The Numba kernels again with bounds checks compiled in (an out-of-range index raises
     # IndexError instead of reading or writing past an array): the analytics kernels, the
     # seal, the live path and the binary COPY encoder. A cache of their own: kernels
@@ -202,6 +203,8 @@ if [ "$full" = 1 ]; then
     beside_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-beside.XXXXXX")"
     beside_lane >"$beside_log" 2>&1 &
     beside_pid=$!
+    # Where a full run's time goes, printed at its end (the 25-minute budget: README).
+    main_args+=(--durations=25 --durations-min=5)
     for test in "${beside_tests[@]}"; do
         case "$test" in
             *::*) main_args+=(--deselect="$test") ;;
