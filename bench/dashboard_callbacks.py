@@ -102,7 +102,7 @@ RUN_OUTPUTS = [
     ("run-header", "children"), ("run-kpis", "children"), ("run-concurrency-graph", "figure"),
     ("run-work-conserving", "children"), ("run-ttft-graph", "figure"),
     ("run-balance-graph", "figure"), ("run-provenance-panel", "children"),
-    ("run-body", "style"), ("run-refresh", "disabled"),
+    ("run-body", "style"), ("run-refresh", "max_intervals"), ("run-refreshed", "data"),
 ]  # fmt: skip
 
 
@@ -166,7 +166,7 @@ def _run_cases(config: DashboardConfig, run_id: str, label: str) -> list[Case]:
                 lambda token=token: throughput_view(config, run_id, token),  # type: ignore[misc]
                 _dash_body(
                     [("run-throughput-graph", "figure")],
-                    [("run-token-type", "value", token), ("run-refresh", "n_intervals", 1)],
+                    [("run-token-type", "value", token), ("run-refreshed", "data", 1)],
                     [("run-id", "data", run_id)],
                 ),
             )

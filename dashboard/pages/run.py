@@ -4,6 +4,10 @@ shard balance and provenance of the latest sealed snapshot (docs/dashboard.md).
 Callbacks read one ``runs``/``snapshots`` row and the snapshot's minute rows only, so
 they cost the same for a thousand attempts or a million. Live runs refresh on an interval
 that switches itself off once the run is sealed.
+
+The interval is paused while a refresh runs (:data:`PAUSE_WHILE_RUNNING`): Dash drops a
+callback's pending answer when the same callback is asked again, so ticks that came faster
+than a refresh could answer (a slow or busy server) kept the page empty for good.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from dash import Input, Output, State, dcc, html
 from tpmledger.dashboard.config import DashboardConfig
 from tpmledger.dashboard.figures.chart_style import Figure
 from tpmledger.dashboard.pages.run_panels import run_panels, throughput_view
+
+#: While a refresh callback runs, the interval does not tick; it ticks again (a whole
+#: interval later) when the callback has answered.
+PAUSE_WHILE_RUNNING = [(Output("run-refresh", "disabled"), True, False)]
 
 TOKEN_OPTIONS = [
     {"label": "Total (prompt + completion)", "value": "total"},
@@ -117,6 +125,9 @@ def layout(config: DashboardConfig, run_id: str | None = None, **_query: Any) ->
     return html.Div(
         [
             dcc.Store(id="run-id", data=run_id),
+            # Written by each refresh of the panels; the throughput graph follows it, so one
+            # tick asks the server one thing at a time.
+            dcc.Store(id="run-refreshed"),
             dcc.Interval(id="run-refresh", interval=config.refresh_ms),
             html.Div(id="run-header"),
             body,
@@ -148,18 +159,26 @@ def register(app: dash.Dash, config: DashboardConfig) -> None:
         Output("run-balance-graph", "figure"),
         Output("run-provenance-panel", "children"),
         Output("run-body", "style"),
-        Output("run-refresh", "disabled"),
+        # 0: no more ticks (a sealed run, or none by that id); -1: keep refreshing.
+        Output("run-refresh", "max_intervals"),
+        Output("run-refreshed", "data"),
         Input("run-refresh", "n_intervals"),
         State("run-id", "data"),
+        running=PAUSE_WHILE_RUNNING,
     )
-    def refresh_run(_n_intervals: int | None, run_id: str) -> tuple[Any, ...]:
-        return run_panels(config, run_id).outputs()
+    def refresh_run(n_intervals: int | None, run_id: str) -> tuple[Any, ...]:
+        *panels, refresh_disabled = run_panels(config, run_id).outputs()
+        return (*panels, 0 if refresh_disabled else -1, n_intervals or 0)
 
     @app.callback(
         Output("run-throughput-graph", "figure"),
         Input("run-token-type", "value"),
-        Input("run-refresh", "n_intervals"),
+        Input("run-refreshed", "data"),
         State("run-id", "data"),
+        running=PAUSE_WHILE_RUNNING,
+        # Drawn after each refresh of the panels (or a switch), never beside one: a tick
+        # ending this callback's pause while the refresh still ran would drop the refresh.
+        prevent_initial_call=True,
     )
-    def switch_token_type(token_type: str, _n_intervals: int | None, run_id: str) -> Figure:
+    def switch_token_type(token_type: str, _refreshed: int | None, run_id: str) -> Figure:
         return throughput_view(config, run_id, token_type)

@@ -140,6 +140,12 @@ def register(app: dash.Dash, config: DashboardConfig) -> None:
         layout=partial(layout, config),
     )
 
-    @app.callback(Output("runs-table", "children"), Input("runs-refresh", "n_intervals"))
+    # The interval pauses while the table is read: a tick during a slow read would make Dash
+    # drop that read's answer (the run page does the same: pages/run.py).
+    @app.callback(
+        Output("runs-table", "children"),
+        Input("runs-refresh", "n_intervals"),
+        running=[(Output("runs-refresh", "disabled"), True, False)],
+    )
     def refresh_runs(_n_intervals: int | None) -> Any:
         return runs_table_view(config)

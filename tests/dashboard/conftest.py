@@ -47,8 +47,13 @@ _SERVE = (
 )
 
 
-def start_dashboard(database_url: str, *, env: dict[str, str] | None = None) -> RunningDashboard:
-    """``dashboard.app.run(Settings())`` in a subprocess on a free port, ready on ``/healthz``."""
+def start_dashboard(
+    database_url: str, *, env: dict[str, str] | None = None, prelude: str = ""
+) -> RunningDashboard:
+    """``dashboard.app.run(Settings())`` in a subprocess on a free port, ready on ``/healthz``.
+
+    ``prelude``: Python statements the process runs first (a test's seam, e.g. a slower
+    server)."""
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="dashboard-", suffix=".log")[1])
     env = {
@@ -61,7 +66,10 @@ def start_dashboard(database_url: str, *, env: dict[str, str] | None = None) -> 
     }
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-c", _SERVE], env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-c", f"{prelude}\n{_SERVE}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = RunningDashboard(f"http://127.0.0.1:{port}", process, log)
 
