@@ -214,7 +214,7 @@ def main() -> int:
     try:
         migrate.upgrade(url)
         started = time.perf_counter()
-        seal_bench.load(url, seal_bench.generate(args.attempts, args.shards))
+        seal_bench.load(url, args.attempts, args.shards)
         with raw_transaction(url) as conn:
             conn.execute("UPDATE runs SET sweep_id = %s WHERE run_id = %s", (SWEEP_ID, RUN_ID))
         result = seal_run(url, RUN_ID)

@@ -95,7 +95,7 @@ def main() -> int:
     try:
         migrate.upgrade(url)
         if not (args.database_dir is not None and seal_bench._run_stored(url)):
-            seal_bench.load(url, seal_bench.generate(args.attempts, args.shards))
+            seal_bench.load(url, args.attempts, args.shards)
         say(f"# fetch of one run: hand-written binary COPY vs ADBC — {time.strftime('%F %T %Z')}")
         say(
             f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
