@@ -34,7 +34,8 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import seal as seal_bench  # bench/seal.py: the generated run and its loader
+import seal  # bench/seal.py: its throwaway database (or the one kept in --database-dir)
+import seal_workload  # the run bench/seal.py generates, and its loader
 
 from tpmledger.storage.readers.attempt_frames import ATTEMPT_FRAME_SCHEMA, fetch_run_attempts
 from tpmledger.storage.server import migrate
@@ -47,7 +48,7 @@ ID_COLUMNS = ("trace_id", "span_id", "parent_span_id")
 def _hand(url: str, split: bool) -> pl.DataFrame:
     with raw_transaction(url) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        return fetch_run_attempts(conn, seal_bench.RUN_ID, split_url=url if split else None)
+        return fetch_run_attempts(conn, seal_workload.RUN_ID, split_url=url if split else None)
 
 
 def _adbc(url: str, hex_ids: bool) -> pl.DataFrame:
@@ -55,7 +56,7 @@ def _adbc(url: str, hex_ids: bool) -> pl.DataFrame:
 
     columns = ", ".join(name for name in ATTEMPT_FRAME_SCHEMA)
     with adbc.connect(libpq_url(url)) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT {columns} FROM attempts WHERE run_id = $1", (seal_bench.RUN_ID,))
+        cur.execute(f"SELECT {columns} FROM attempts WHERE run_id = $1", (seal_workload.RUN_ID,))
         frame = pl.from_arrow(cur.fetch_arrow_table())
     assert isinstance(frame, pl.DataFrame)
     if hex_ids:
@@ -85,7 +86,7 @@ def main() -> int:
     parser.add_argument("--database-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    url, server = seal_bench._database(args.database_dir)
+    url, server = seal._database(args.database_dir)
     lines: list[str] = []
 
     def say(text: str) -> None:
@@ -94,8 +95,10 @@ def main() -> int:
 
     try:
         migrate.upgrade(url)
-        if not (args.database_dir is not None and seal_bench._run_stored(url)):
-            seal_bench.load(url, args.attempts, args.shards)
+        if not (
+            args.database_dir is not None and seal_workload.run_stored(url, seal_workload.RUN_ID)
+        ):
+            seal_workload.load(url, args.attempts, args.shards)
         say(f"# fetch of one run: hand-written binary COPY vs ADBC — {time.strftime('%F %T %Z')}")
         say(
             f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
