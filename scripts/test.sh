@@ -203,7 +203,7 @@ if [ "$full" = 1 ]; then
     beside_log="$(mktemp "${TMPDIR:-/tmp}/tpmledger-beside.XXXXXX")"
     beside_lane >"$beside_log" 2>&1 &
     beside_pid=$!
-    # Where a full run's time goes, printed at its end (the 25-minute budget: README).
+    # Where a full run's time goes, printed at its end.
     main_args+=(--durations=25 --durations-min=5)
     for test in "${beside_tests[@]}"; do
         case "$test" in
