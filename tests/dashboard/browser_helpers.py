@@ -8,9 +8,9 @@ from typing import Any
 from tests.fixtures.servers import wait_for
 
 # How long a page may take to show what a test waits for. A passing page shows it in a
-# second or two; on a CI machine whose two cores every lane keeps busy, a first render
-# has taken over 30 s. The wait ends as soon as the page is ready, so a long bound costs
-# nothing when the page works.
+# second or two; on a CI machine whose two cores every lane keeps busy, a render can take
+# tens of seconds. The wait ends as soon as the page is ready, so a long bound costs
+# nothing when the page works (a page that never renders is a bug: test_slow_refresh.py).
 PAGE_WAIT_S = 120.0
 
 # What Plotly drew: trace names and values, and the named annotations (peak, knee, …).
